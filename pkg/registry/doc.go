@@ -1,0 +1,8 @@
+// Package registry defines the service registry that mcsd clusters share: the
+// records a cluster publishes for each Service it exports, the view of the
+// whole clusterset that importers watch, and the narrow interface every
+// backend (etcd, AWS Cloud Map) implements.
+//
+// A backend is opened for one cluster of one clusterset. It writes only that
+// cluster's records and reads every live cluster's records of the clusterset.
+package registry

@@ -1,0 +1,73 @@
+package registry
+
+import (
+	"context"
+	"errors"
+)
+
+// Registry is a backend opened for one cluster of one clusterset.
+type Registry interface {
+	Publisher
+	Watcher
+	// Close releases the backend. It does not withdraw the cluster's
+	// records: they stay until they expire or the cluster deletes them.
+	Close() error
+}
+
+// Publisher is the export side: it writes this cluster's records only.
+// Every method writes only when the stored record differs from the new one.
+type Publisher interface {
+	// PutExport stores this cluster's export of a Service.
+	PutExport(ctx context.Context, key ServiceKey, spec ServiceSpec) error
+	// PutEndpoints stores this cluster's endpoints of an exported Service.
+	PutEndpoints(ctx context.Context, key ServiceKey, groups []EndpointGroup) error
+	// DeleteExport withdraws this cluster's export and endpoints of a Service.
+	// Withdrawing what is not there is not an error.
+	DeleteExport(ctx context.Context, key ServiceKey) error
+	// Exported lists the Services this cluster has exports of in the registry.
+	Exported(ctx context.Context) ([]ServiceKey, error)
+}
+
+// Watcher is the import side: it reads every live cluster's records.
+type Watcher interface {
+	// Watch delivers the clusterset's state to h until ctx is done: first a
+	// full Update, then changes. A backend that loses its place sends a new
+	// full Update when it recovers. Records of clusters that are no longer
+	// alive are delivered as deleted. Watch returns ctx.Err() or an error that
+	// retrying cannot fix.
+	Watch(ctx context.Context, h Handler) error
+}
+
+// Handler receives what a Watch delivers. Calls are never concurrent.
+type Handler interface {
+	// OnUpdate receives records. With Full set, the update holds the whole
+	// state and replaces everything delivered before.
+	OnUpdate(u Update)
+	// OnConnection reports whether the backend can currently read the
+	// registry; err says why not. While disconnected, nothing was deleted.
+	OnConnection(connected bool, err error)
+}
+
+// Update is a batch of changes, or with Full, the whole state.
+type Update struct {
+	Full             bool
+	Exports          []Export
+	DeletedExports   []RecordID
+	Endpoints        []Endpoints
+	DeletedEndpoints []RecordID
+	Clusters         []Cluster
+	DeletedClusters  []string
+}
+
+// Empty reports whether the update carries nothing.
+func (u Update) Empty() bool {
+	return !u.Full && len(u.Exports) == 0 && len(u.DeletedExports) == 0 &&
+		len(u.Endpoints) == 0 && len(u.DeletedEndpoints) == 0 &&
+		len(u.Clusters) == 0 && len(u.DeletedClusters) == 0
+}
+
+// ErrClosed is returned by a backend that has been closed.
+var ErrClosed = errors.New("registry: closed")
+
+// ErrInvalid is returned for a record that the backend refuses to store.
+var ErrInvalid = errors.New("registry: invalid record")

@@ -1,0 +1,126 @@
+package registry
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Identity names the cluster a backend publishes for and the clusterset it
+// belongs to (the KEP-2149 ClusterProperty values).
+type Identity struct {
+	ClusterSet string
+	Cluster    string
+}
+
+// Validate reports whether both ids are set.
+func (id Identity) Validate() error {
+	if id.ClusterSet == "" {
+		return fmt.Errorf("clusterset id is empty")
+	}
+	if id.Cluster == "" {
+		return fmt.Errorf("cluster id is empty")
+	}
+	return nil
+}
+
+// ServiceKey names an exported Service: namespace sameness makes it the same
+// service in every cluster.
+type ServiceKey struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
+
+// ServiceType is the type an exported Service imports as.
+type ServiceType string
+
+const (
+	// ClusterSetIP is a Service with a cluster IP (ClusterIP, NodePort, LoadBalancer).
+	ClusterSetIP ServiceType = "ClusterSetIP"
+	// Headless is a Service with clusterIP None.
+	Headless ServiceType = "Headless"
+)
+
+// Port is one port of an exported Service.
+type Port struct {
+	Name        string          `json:"name,omitempty"`
+	Protocol    corev1.Protocol `json:"protocol"`
+	AppProtocol *string         `json:"appProtocol,omitempty"`
+	Port        int32           `json:"port"`
+}
+
+// ServiceSpec is what one cluster publishes about a Service it exports.
+type ServiceSpec struct {
+	Type                  ServiceType                           `json:"type"`
+	Ports                 []Port                                `json:"ports,omitempty"`
+	SessionAffinity       corev1.ServiceAffinity                `json:"sessionAffinity,omitempty"`
+	SessionAffinityConfig *corev1.SessionAffinityConfig         `json:"sessionAffinityConfig,omitempty"`
+	IPFamilies            []corev1.IPFamily                     `json:"ipFamilies,omitempty"`
+	InternalTrafficPolicy *corev1.ServiceInternalTrafficPolicy `json:"internalTrafficPolicy,omitempty"`
+	TrafficDistribution   *string                               `json:"trafficDistribution,omitempty"`
+	ExportedLabels        map[string]string                     `json:"exportedLabels,omitempty"`
+	ExportedAnnotations   map[string]string                     `json:"exportedAnnotations,omitempty"`
+}
+
+// Export is one cluster's export of one Service as the registry holds it.
+type Export struct {
+	Cluster string      `json:"cluster"`
+	Service ServiceKey  `json:"service"`
+	Spec    ServiceSpec `json:"spec"`
+	// Order is the precedence the registry gave the export when it first
+	// stored it: lower is older. Ties are broken by cluster id. It is set by
+	// the backend on read; a cluster cannot choose it.
+	Order int64 `json:"order"`
+}
+
+// EndpointPort is a port of a group of endpoints (the EndpointSlice port).
+type EndpointPort struct {
+	Name        string          `json:"name,omitempty"`
+	Protocol    corev1.Protocol `json:"protocol"`
+	Port        int32           `json:"port"`
+	AppProtocol *string         `json:"appProtocol,omitempty"`
+}
+
+// Endpoint is one backend of an exported Service.
+type Endpoint struct {
+	Addresses   []string `json:"addresses"`
+	Ready       bool     `json:"ready"`
+	Serving     bool     `json:"serving"`
+	Terminating bool     `json:"terminating,omitempty"`
+	Hostname    string   `json:"hostname,omitempty"`
+	NodeName    string   `json:"nodeName,omitempty"`
+	Zone        string   `json:"zone,omitempty"`
+}
+
+// EndpointGroup holds endpoints that share an address type and a port list,
+// as one or more local EndpointSlices do.
+type EndpointGroup struct {
+	AddressType discoveryv1.AddressType `json:"addressType"`
+	Ports       []EndpointPort          `json:"ports,omitempty"`
+	Endpoints   []Endpoint              `json:"endpoints,omitempty"`
+}
+
+// Endpoints is one cluster's endpoints of one exported Service.
+type Endpoints struct {
+	Cluster string          `json:"cluster"`
+	Service ServiceKey      `json:"service"`
+	Groups  []EndpointGroup `json:"groups,omitempty"`
+}
+
+// Cluster is a live member of the clusterset.
+type Cluster struct {
+	ID string `json:"id"`
+	// LastSeen is when the backend last saw the cluster alive (its heartbeat
+	// or lease renewal), where the backend knows it.
+	LastSeen time.Time `json:"lastSeen,omitempty"`
+}
+
+// RecordID names one cluster's record of one Service.
+type RecordID struct {
+	Cluster string
+	Service ServiceKey
+}
