@@ -1,0 +1,349 @@
+package merge
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// DefaultClientIPTimeoutSeconds is the timeout Kubernetes gives ClientIP
+// session affinity when none is set (3 hours).
+const DefaultClientIPTimeoutSeconds int32 = 10800
+
+// Result is the desired state of the import of one service.
+type Result struct {
+	// Spec is the ServiceImport spec. IPs is left empty: the importer fills
+	// it from the Service it derives in each cluster. Defaults are spelled
+	// out (protocol TCP, sessionAffinity None, internalTrafficPolicy
+	// Cluster, the ClientIP timeout) so that an export switching between an
+	// unset field and its default does not change the import.
+	Spec mcsv1beta1.ServiceImportSpec
+	// Labels and Annotations are the exported labels and annotations of the
+	// oldest export; nil when it has none.
+	Labels      map[string]string
+	Annotations map[string]string
+	// Clusters lists the exporting clusters, oldest export first.
+	Clusters []string
+	// Served maps each exporting cluster to the names of the import ports
+	// its endpoints may serve, in Spec.Ports order ("" for an unnamed port).
+	// A cluster serves an import port when its own Service has a port of the
+	// same name and protocol (and, for an unnamed port, the same number):
+	// that is the port its EndpointSlices carry under that name. A cluster
+	// that serves no port maps to nil.
+	Served map[string][]string
+	// Conflict applies to every export of the service, not just the ones
+	// whose values lost.
+	Conflict Conflict
+}
+
+// Conflict is the Conflict condition of every export of a service.
+type Conflict struct {
+	// Reasons holds the mcs-api conflict reasons raised, always in this
+	// order: PortConflict, TypeConflict, SessionAffinityConflict,
+	// SessionAffinityConfigConflict, LabelsConflict, AnnotationsConflict,
+	// InternalTrafficPolicyConflict, TrafficDistributionConflict,
+	// IPFamilyConflict. Empty when the exports agree.
+	Reasons []mcsv1beta1.ServiceExportConditionReason
+	// Message names each field in conflict, the cluster whose value is used
+	// and (up to a few of) the clusters that disagree; empty without
+	// conflicts.
+	Message string
+}
+
+// reasonOrder is the order in which conflict reasons are reported, and
+// their notes appear in the message.
+var reasonOrder = []mcsv1beta1.ServiceExportConditionReason{
+	mcsv1beta1.ServiceExportReasonPortConflict,
+	mcsv1beta1.ServiceExportReasonTypeConflict,
+	mcsv1beta1.ServiceExportReasonSessionAffinityConflict,
+	mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict,
+	mcsv1beta1.ServiceExportReasonLabelsConflict,
+	mcsv1beta1.ServiceExportReasonAnnotationsConflict,
+	mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict,
+	mcsv1beta1.ServiceExportReasonTrafficDistributionConflict,
+	mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+}
+
+// Status is True when any conflict was raised.
+func (c Conflict) Status() metav1.ConditionStatus {
+	if len(c.Reasons) == 0 {
+		return metav1.ConditionFalse
+	}
+	return metav1.ConditionTrue
+}
+
+// Reason is the condition reason: the reasons joined by commas, or
+// NoConflicts.
+func (c Conflict) Reason() string {
+	if len(c.Reasons) == 0 {
+		return string(mcsv1beta1.ServiceExportReasonNoConflicts)
+	}
+	s := make([]string, len(c.Reasons))
+	for i, r := range c.Reasons {
+		s[i] = string(r)
+	}
+	return strings.Join(s, ",")
+}
+
+// Condition returns the Conflict condition with type, status, reason and
+// message set. ObservedGeneration and LastTransitionTime are left to the
+// caller, which owns the object and the clock.
+func (c Conflict) Condition() metav1.Condition {
+	return metav1.Condition{
+		Type:    string(mcsv1beta1.ServiceExportConditionConflict),
+		Status:  c.Status(),
+		Reason:  c.Reason(),
+		Message: c.Message,
+	}
+}
+
+// Merge computes the import of one service from all clusters' exports of it,
+// given in any order. The oldest export (lowest Order, ties broken by the
+// lower cluster id; never a timestamp) wins every field the exports disagree
+// on, and the import carries the union of their ports.
+//
+// Merge does not look at Export.Service: passing records of more than one
+// service is a programming error. So is passing two records of one cluster;
+// the older one is used and the other ignored.
+//
+// With no exports Merge returns the zero Result: there is nothing to import,
+// and the caller deletes the import and its EndpointSlices.
+//
+// Merge does not modify exports, and the Result shares no memory with them.
+func Merge(exports []registry.Export) Result {
+	ex := byPrecedence(exports)
+	if len(ex) == 0 {
+		return Result{}
+	}
+	var (
+		res   Result
+		notes = map[mcsv1beta1.ServiceExportConditionReason][]string{}
+	)
+	res.Clusters = make([]string, len(ex))
+	for i, e := range ex {
+		res.Clusters[i] = e.Cluster
+	}
+
+	// Ports.
+	u := unionPorts(ex)
+	res.Spec.Ports = u.servicePorts()
+	notes[mcsv1beta1.ServiceExportReasonPortConflict] = u.notes()
+	res.Served = make(map[string][]string, len(ex))
+	for _, e := range ex {
+		res.Served[e.Cluster] = u.served(e)
+	}
+
+	// Type.
+	typ, n := resolve(ex, "type", exportType, eq, quote)
+	res.Spec.Type = mcsv1beta1.ServiceImportType(typ)
+	addNote(notes, mcsv1beta1.ServiceExportReasonTypeConflict, n)
+
+	// Session affinity and its config. The config is only meaningful (and
+	// only compared) when affinity is ClientIP.
+	affinity, n := resolve(ex, "sessionAffinity", sessionAffinity, eq, quote)
+	res.Spec.SessionAffinity = affinity
+	addNote(notes, mcsv1beta1.ServiceExportReasonSessionAffinityConflict, n)
+	if affinity == corev1.ServiceAffinityClientIP {
+		clientIP := slices.DeleteFunc(slices.Clone(ex), func(e registry.Export) bool {
+			return sessionAffinity(e) != corev1.ServiceAffinityClientIP
+		})
+		timeout, n := resolve(clientIP, "sessionAffinityConfig", clientIPTimeout, eq, formatTimeout)
+		res.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{
+			ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &timeout},
+		}
+		addNote(notes, mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict, n)
+	}
+
+	// Exported labels and annotations.
+	labels, n := resolve(ex, "exportedLabels", exportedLabels, mapsEqual, formatMap)
+	res.Labels = cloneMap(labels)
+	addNote(notes, mcsv1beta1.ServiceExportReasonLabelsConflict, n)
+	annotations, n := resolve(ex, "exportedAnnotations", exportedAnnotations, mapsEqual, formatMap)
+	res.Annotations = cloneMap(annotations)
+	addNote(notes, mcsv1beta1.ServiceExportReasonAnnotationsConflict, n)
+
+	// Traffic policy and distribution.
+	itp, n := resolve(ex, "internalTrafficPolicy", internalTrafficPolicy, eq, quote)
+	res.Spec.InternalTrafficPolicy = &itp
+	addNote(notes, mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, n)
+	td, n := resolve(ex, "trafficDistribution", trafficDistribution, eq, formatTrafficDistribution)
+	if td != "" {
+		res.Spec.TrafficDistribution = &td
+	}
+	addNote(notes, mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, n)
+
+	// IP families: the oldest export's list, in its order; a conflict only
+	// when the sets differ, since then a family reaches only some clusters.
+	families, n := resolve(ex, "ipFamilies", ipFamilies, sameFamilySet, formatFamilies)
+	res.Spec.IPFamilies = families // ipFamilies returns a fresh slice
+	if n != "" {
+		n += "; " + partialFamilies(ex) + " not exported by every cluster"
+	}
+	addNote(notes, mcsv1beta1.ServiceExportReasonIPFamilyConflict, n)
+
+	var msg []string
+	for _, r := range reasonOrder {
+		if len(notes[r]) > 0 {
+			res.Conflict.Reasons = append(res.Conflict.Reasons, r)
+			msg = append(msg, notes[r]...)
+		}
+	}
+	res.Conflict.Message = capLen(strings.Join(msg, ". "), maxMessageLen)
+	return res
+}
+
+// byPrecedence returns the exports oldest first, one per cluster.
+func byPrecedence(exports []registry.Export) []registry.Export {
+	ex := slices.Clone(exports)
+	slices.SortStableFunc(ex, func(a, b registry.Export) int {
+		return cmp.Or(cmp.Compare(a.Order, b.Order), strings.Compare(a.Cluster, b.Cluster))
+	})
+	seen := make(map[string]bool, len(ex))
+	return slices.DeleteFunc(ex, func(e registry.Export) bool {
+		dup := seen[e.Cluster]
+		seen[e.Cluster] = true
+		return dup
+	})
+}
+
+// resolve returns the value of field in the oldest export and, if any other
+// export differs, a message naming the winner and the dissenters.
+func resolve[T any](ex []registry.Export, field string, get func(registry.Export) T, equal func(a, b T) bool, format func(T) string) (T, string) {
+	var zero T
+	if len(ex) == 0 {
+		return zero, ""
+	}
+	win := get(ex[0])
+	var diffs []dissent
+	for _, e := range ex[1:] {
+		if v := get(e); !equal(win, v) {
+			diffs = append(diffs, dissent{e.Cluster, format(v)})
+		}
+	}
+	if len(diffs) == 0 {
+		return win, ""
+	}
+	return win, conflictNote(field, format(win), ex[0].Cluster, "oldest export", diffs)
+}
+
+func addNote(notes map[mcsv1beta1.ServiceExportConditionReason][]string, r mcsv1beta1.ServiceExportConditionReason, note string) {
+	if note != "" {
+		notes[r] = append(notes[r], note)
+	}
+}
+
+// Field accessors: each returns the value with Kubernetes defaults applied,
+// so that an unset field and its default compare equal.
+
+func exportType(e registry.Export) registry.ServiceType {
+	if e.Spec.Type == "" {
+		// A Service without a type is a ClusterIP Service.
+		return registry.ClusterSetIP
+	}
+	return e.Spec.Type
+}
+
+func sessionAffinity(e registry.Export) corev1.ServiceAffinity {
+	if e.Spec.SessionAffinity == "" {
+		return corev1.ServiceAffinityNone
+	}
+	return e.Spec.SessionAffinity
+}
+
+func clientIPTimeout(e registry.Export) int32 {
+	c := e.Spec.SessionAffinityConfig
+	if c == nil || c.ClientIP == nil || c.ClientIP.TimeoutSeconds == nil {
+		return DefaultClientIPTimeoutSeconds
+	}
+	return *c.ClientIP.TimeoutSeconds
+}
+
+func internalTrafficPolicy(e registry.Export) corev1.ServiceInternalTrafficPolicy {
+	if p := e.Spec.InternalTrafficPolicy; p != nil && *p != "" {
+		return *p
+	}
+	return corev1.ServiceInternalTrafficPolicyCluster
+}
+
+func trafficDistribution(e registry.Export) string {
+	if d := e.Spec.TrafficDistribution; d != nil {
+		return *d
+	}
+	return ""
+}
+
+func exportedLabels(e registry.Export) map[string]string      { return e.Spec.ExportedLabels }
+func exportedAnnotations(e registry.Export) map[string]string { return e.Spec.ExportedAnnotations }
+
+// ipFamilies returns the export's families in its order, each once.
+func ipFamilies(e registry.Export) []corev1.IPFamily {
+	var out []corev1.IPFamily
+	for _, f := range e.Spec.IPFamilies {
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// cloneMap copies m; nil when m is empty.
+func cloneMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
+}
+
+func eq[T comparable](a, b T) bool { return a == b }
+
+func mapsEqual(a, b map[string]string) bool { return maps.Equal(a, b) } // nil equals empty
+
+func sameFamilySet(a, b []corev1.IPFamily) bool {
+	return slices.Equal(sortedFamilies(a), sortedFamilies(b))
+}
+
+// sortedFamilies sorts IPv4 before IPv6 before anything else (by name).
+func sortedFamilies(fs []corev1.IPFamily) []corev1.IPFamily {
+	rank := func(f corev1.IPFamily) int {
+		switch f {
+		case corev1.IPv4Protocol:
+			return 0
+		case corev1.IPv6Protocol:
+			return 1
+		}
+		return 2
+	}
+	out := slices.Clone(fs)
+	slices.SortFunc(out, func(a, b corev1.IPFamily) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(string(a), string(b)))
+	})
+	return out
+}
+
+// partialFamilies names the families some but not all exports have.
+func partialFamilies(ex []registry.Export) string {
+	count := map[corev1.IPFamily]int{}
+	for _, e := range ex {
+		for _, f := range ipFamilies(e) {
+			count[f]++
+		}
+	}
+	var partial []corev1.IPFamily
+	for f, n := range count {
+		if n < len(ex) {
+			partial = append(partial, f)
+		}
+	}
+	s := make([]string, 0, len(partial))
+	for _, f := range sortedFamilies(partial) {
+		s = append(s, string(f))
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,154 @@
+package merge
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// maxPortNotes caps how many port conflicts the message spells out.
+const maxPortNotes = 4
+
+// port is a registry.Port with defaults applied: protocol TCP when unset,
+// and "" for no appProtocol.
+type port struct {
+	name        string
+	protocol    corev1.Protocol
+	number      int32
+	appProtocol string
+}
+
+func normalizePort(p registry.Port) port {
+	np := port{name: p.Name, protocol: p.Protocol, number: p.Port}
+	if np.protocol == "" {
+		np.protocol = corev1.ProtocolTCP
+	}
+	if p.AppProtocol != nil {
+		np.appProtocol = *p.AppProtocol
+	}
+	return np
+}
+
+func (p port) String() string {
+	s := "unnamed"
+	if p.name != "" {
+		s = quote(p.name)
+	}
+	s += fmt.Sprintf(" %s/%d", p.protocol, p.number)
+	if p.appProtocol != "" {
+		s += " appProtocol " + quote(p.appProtocol)
+	}
+	return s
+}
+
+// importPort is one port of the union, with the cluster it came from and the
+// clusters whose matching port differs.
+type importPort struct {
+	port
+	origin string
+	diffs  []dissent
+}
+
+// portUnion is the union of the ports of all exports.
+type portUnion struct {
+	ports []importPort
+	// dropped are ports that match no import port but cannot be added: an
+	// unnamed port may only stand alone.
+	dropped []dissent
+}
+
+// unionPorts merges the ports of ex, oldest export first. A port matches an
+// import port by name, else by protocol and number. A matched port that
+// differs in any way loses to the import port (PortConflict); an unmatched
+// port is added, unless the union would then hold an unnamed port next to
+// another one, in which case it is dropped (PortConflict). Either way no two
+// import ports share a name or a protocol and number, and the order is the
+// oldest export's, then additions in export order.
+func unionPorts(ex []registry.Export) portUnion {
+	var u portUnion
+	for _, e := range ex {
+		for _, rp := range e.Spec.Ports {
+			p := normalizePort(rp)
+			if i := u.match(p); i >= 0 {
+				if u.ports[i].port != p {
+					u.ports[i].diffs = append(u.ports[i].diffs, dissent{e.Cluster, p.String()})
+				}
+				continue
+			}
+			if len(u.ports) > 0 && (p.name == "" || u.ports[0].name == "") {
+				u.dropped = append(u.dropped, dissent{e.Cluster, p.String()})
+				continue
+			}
+			u.ports = append(u.ports, importPort{port: p, origin: e.Cluster})
+		}
+	}
+	return u
+}
+
+// match returns the index of the import port p matches, or -1.
+func (u portUnion) match(p port) int {
+	for i, ip := range u.ports {
+		if ip.name == p.name {
+			return i
+		}
+	}
+	for i, ip := range u.ports {
+		if ip.protocol == p.protocol && ip.number == p.number {
+			return i
+		}
+	}
+	return -1
+}
+
+// servicePorts returns the import ports; an empty, non-nil list when there
+// are none (ports is a required field of the ServiceImport spec).
+func (u portUnion) servicePorts() []mcsv1beta1.ServicePort {
+	out := make([]mcsv1beta1.ServicePort, 0, len(u.ports))
+	for _, p := range u.ports {
+		sp := mcsv1beta1.ServicePort{Name: p.name, Protocol: p.protocol, Port: p.number}
+		if p.appProtocol != "" {
+			ap := p.appProtocol
+			sp.AppProtocol = &ap
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// served returns the names of the import ports e's endpoints may serve: e's
+// Service has a port of the same name and protocol (and, unnamed, the same
+// number). Its EndpointSlices then carry that port under that name.
+func (u portUnion) served(e registry.Export) []string {
+	var names []string
+	for _, ip := range u.ports {
+		for _, rp := range e.Spec.Ports {
+			p := normalizePort(rp)
+			if p.name == ip.name && p.protocol == ip.protocol && (ip.name != "" || p.number == ip.number) {
+				names = append(names, ip.name)
+				break
+			}
+		}
+	}
+	return names
+}
+
+// notes describes the port conflicts, at most maxPortNotes of them.
+func (u portUnion) notes() []string {
+	var notes []string
+	for _, ip := range u.ports {
+		if len(ip.diffs) > 0 {
+			notes = append(notes, conflictNote("ports", ip.String(), ip.origin, "oldest export with this port", ip.diffs))
+		}
+	}
+	if len(u.dropped) > 0 {
+		notes = append(notes, "ports: an unnamed port must be the only port, dropped "+listDissent(u.dropped, "of"))
+	}
+	if len(notes) > maxPortNotes {
+		more := len(notes) - maxPortNotes
+		notes = append(notes[:maxPortNotes], fmt.Sprintf("ports: %d more conflicts", more))
+	}
+	return notes
+}

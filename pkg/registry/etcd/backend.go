@@ -1,0 +1,270 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+var _ registry.Registry = (*Backend)(nil)
+
+// Backend is the etcd registry backend opened for one cluster.
+type Backend struct {
+	opts       Options
+	keys       keys
+	cli        *clientv3.Client
+	ownsClient bool
+	lessor     clientv3.Lease
+	log        logr.Logger
+
+	// ctx is canceled by Close; it bounds the backend's own goroutines.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	// sem serializes writes and lease changes; it guards the fields below.
+	sem chan struct{}
+	// lease holds every record of this cluster.
+	lease clientv3.LeaseID
+	// stored is what this backend has written, key to value, loaded from
+	// etcd at start: identical writes are skipped, and a lost lease is
+	// repaired by writing it all again.
+	stored map[string]string
+}
+
+// New connects to etcd and opens the backend for opts.Identity. It takes its
+// logger from ctx, and ctx bounds the start only.
+func New(ctx context.Context, opts Options) (*Backend, error) {
+	opts.Default()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("etcd registry options: %w", err)
+	}
+	tlsConfig, err := opts.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            opts.Endpoints,
+		DialTimeout:          opts.DialTimeout,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: opts.DialTimeout,
+		TLS:                  tlsConfig,
+		Username:             opts.Username,
+		Password:             opts.Password,
+		Logger:               zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: opts.DialTimeout,
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	b, err := open(ctx, cli, opts, true)
+	if err != nil {
+		return nil, errors.Join(err, cli.Close())
+	}
+	return b, nil
+}
+
+// NewFromClient opens the backend for opts.Identity over an existing client,
+// which Close leaves open. The connection fields of opts are ignored.
+func NewFromClient(ctx context.Context, cli *clientv3.Client, opts Options) (*Backend, error) {
+	opts.Default()
+	if err := opts.validateBackend(); err != nil {
+		return nil, fmt.Errorf("etcd registry options: %w", err)
+	}
+	return open(ctx, cli, opts, false)
+}
+
+func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bool) (*Backend, error) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("clusterSet", opts.Identity.ClusterSet, "cluster", opts.Identity.Cluster)
+	bctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
+	b := &Backend{
+		opts:       opts,
+		keys:       newKeys(opts.Prefix, opts.Identity.ClusterSet),
+		cli:        cli,
+		ownsClient: ownsClient,
+		lessor:     clientv3.NewLease(cli),
+		log:        log,
+		ctx:        bctx,
+		cancel:     cancel,
+		done:       make(chan struct{}),
+		sem:        make(chan struct{}, 1),
+		stored:     map[string]string{},
+	}
+	sctx, scancel := context.WithTimeout(ctx, opts.RequestTimeout)
+	defer scancel()
+	if err := b.start(sctx); err != nil {
+		cancel()
+		return nil, errors.Join(fmt.Errorf("open etcd registry: %w", err), b.lessor.Close())
+	}
+	go b.keepAlive()
+	return b, nil
+}
+
+// Close stops renewing the lease and releases the client if New made it. It
+// withdraws nothing: the records expire with the lease unless the cluster
+// opens a backend again within the TTL.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.cancel()
+		<-b.done
+		b.closeErr = b.lessor.Close()
+		if b.ownsClient {
+			b.closeErr = errors.Join(b.closeErr, b.cli.Close())
+		}
+	})
+	return b.closeErr
+}
+
+// lock takes the write lock.
+func (b *Backend) lock(ctx context.Context) error {
+	select {
+	case <-b.ctx.Done():
+		return registry.ErrClosed
+	default:
+	}
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.ctx.Done():
+		return registry.ErrClosed
+	}
+	if b.ctx.Err() != nil {
+		b.unlock()
+		return registry.ErrClosed
+	}
+	return nil
+}
+
+func (b *Backend) unlock() { <-b.sem }
+
+// PutExport stores this cluster's export of a Service.
+func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
+	if err := validService(key); err != nil {
+		return err
+	}
+	if spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
+		return fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
+	}
+	value, err := json.Marshal(exportValue{Spec: spec})
+	if err != nil {
+		return fmt.Errorf("export %s: %w", key, err)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	if err := b.putLocked(ctx, b.keys.export(b.opts.Identity.Cluster, key), string(value)); err != nil {
+		return fmt.Errorf("put export %s: %w", key, err)
+	}
+	return nil
+}
+
+// PutEndpoints stores this cluster's endpoints of an exported Service. It
+// writes the endpoints key only.
+func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
+	if err := validService(key); err != nil {
+		return err
+	}
+	value, err := json.Marshal(endpointsValue{Groups: groups})
+	if err != nil {
+		return fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	if err := b.putLocked(ctx, b.keys.endpoints(b.opts.Identity.Cluster, key), string(value)); err != nil {
+		return fmt.Errorf("put endpoints %s: %w", key, err)
+	}
+	return nil
+}
+
+// DeleteExport withdraws this cluster's export and endpoints of a Service in
+// one transaction.
+func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) error {
+	if err := validService(key); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	exportKey := b.keys.export(b.opts.Identity.Cluster, key)
+	endpointsKey := b.keys.endpoints(b.opts.Identity.Cluster, key)
+	_, hasExport := b.stored[exportKey]
+	_, hasEndpoints := b.stored[endpointsKey]
+	if !hasExport && !hasEndpoints {
+		return nil
+	}
+	_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
+	if err != nil {
+		return fmt.Errorf("delete export %s: %w", key, err)
+	}
+	delete(b.stored, exportKey)
+	delete(b.stored, endpointsKey)
+	return nil
+}
+
+// Exported lists the Services this cluster has exports of.
+func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.unlock()
+	var out []registry.ServiceKey
+	for k := range b.stored {
+		if kind, _, svc := b.keys.parse(k); kind == kindExport {
+			out = append(out, svc)
+		}
+	}
+	slices.SortFunc(out, func(x, y registry.ServiceKey) int {
+		return strings.Compare(x.String(), y.String())
+	})
+	return out, nil
+}
+
+// putLocked writes key under the lease unless it holds value already.
+func (b *Backend) putLocked(ctx context.Context, key, value string) error {
+	if v, ok := b.stored[key]; ok && v == value {
+		return nil
+	}
+	_, err := b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
+	if isLeaseNotFound(err) {
+		// The lease expired under us: repair it, then write.
+		if err := b.renewLeaseLocked(ctx); err != nil {
+			return err
+		}
+		_, err = b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
+	}
+	if err != nil {
+		return err
+	}
+	b.stored[key] = value
+	return nil
+}
+
+func validService(key registry.ServiceKey) error {
+	if !validID(key.Namespace) || !validID(key.Name) {
+		return fmt.Errorf("service %q: %w", key, registry.ErrInvalid)
+	}
+	return nil
+}

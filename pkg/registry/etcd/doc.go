@@ -1,0 +1,44 @@
+// Package etcd is the registry backend over etcd (go.etcd.io/etcd/client/v3).
+//
+// A Backend is opened for one cluster of one clusterset. It binds every record
+// the cluster publishes, and the cluster's liveness record, to one etcd lease
+// with the configured TTL and keeps that lease alive: when the cluster's
+// controller dies, the lease expires and etcd deletes all its records at once,
+// which every watcher sees as deletions.
+//
+// # Key layout
+//
+// All keys live under Options.Prefix (default "/mcsd"); values are JSON.
+//
+//	<prefix>/<clusterset>/clusters/<cluster>/alive                  {"cluster":"<cluster>"}
+//	<prefix>/<clusterset>/clusters/<cluster>/exports/<ns>/<name>    {"spec":{...}}     (registry.ServiceSpec)
+//	<prefix>/<clusterset>/clusters/<cluster>/endpoints/<ns>/<name>  {"groups":[...]}   ([]registry.EndpointGroup)
+//
+// The cluster and Service are taken from the key, never from the value. A
+// cluster writes only under its own "<prefix>/<clusterset>/clusters/<cluster>/"
+// prefix and reads "<prefix>/<clusterset>/clusters/", so etcd RBAC can enforce
+// both: give each cluster's user a role with readwrite on its own prefix and
+// read on the clusterset's prefix.
+//
+// # Order, liveness and restarts
+//
+// An export's Order is the etcd CreateRevision of its key: it survives changes
+// of the spec and restarts of the controller, and is renewed only when the
+// export is withdrawn, or expires, and is stored again.
+//
+// On start the backend reuses the lease attached to its cluster's alive key if
+// that lease still lives, so a controller that restarts within the TTL rewrites
+// nothing and watchers see no change. Otherwise it grants a new lease; the old
+// records expired with the old lease. If the lease expires while the backend
+// runs (for example while the cluster is partitioned from etcd for longer than
+// the TTL), the backend grants a new lease and stores again everything it had
+// published, from its in-memory copy.
+//
+// # Watching
+//
+// Watch reads the clusterset's prefix into one full Update and then follows an
+// etcd watch from the next revision, delivering one Update per watch response.
+// After a compaction, a lost leader, or a failed health check it reports the
+// connection state and reads everything again into a new full Update; it never
+// delivers deletions just because etcd cannot be reached.
+package etcd

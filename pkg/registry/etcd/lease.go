@@ -1,0 +1,210 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// maxTxnOps is how many writes go in one transaction, under etcd's default
+// limit of 128.
+const maxTxnOps = 64
+
+// start takes over the cluster's records: it reuses the lease of the alive
+// key while it lives, or grants a new one, and attaches to the lease whatever
+// of the cluster's records is not attached yet. A restart within the TTL
+// writes nothing.
+func (b *Backend) start(ctx context.Context) error {
+	own := b.opts.Identity.Cluster
+	resp, err := b.cli.Get(ctx, b.keys.cluster(own), clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("read own records: %w", err)
+	}
+	aliveKey := b.keys.alive(own)
+	var oldLease clientv3.LeaseID
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == aliveKey {
+			oldLease = clientv3.LeaseID(kv.Lease)
+		}
+	}
+	reused := false
+	if oldLease != clientv3.NoLease {
+		ttl, err := b.lessor.TimeToLive(ctx, oldLease)
+		if err != nil {
+			return fmt.Errorf("look up lease %x: %w", int64(oldLease), err)
+		}
+		reused = ttl.TTL > 0
+	}
+	if reused {
+		b.lease = oldLease
+		b.log.Info("reusing lease", "lease", fmt.Sprintf("%x", int64(b.lease)))
+	} else {
+		grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
+		if err != nil {
+			return fmt.Errorf("grant lease: %w", err)
+		}
+		b.lease = grant.ID
+		b.log.Info("granted lease", "lease", fmt.Sprintf("%x", int64(b.lease)), "ttlSeconds", grant.TTL)
+	}
+
+	// Records on the expired lease are gone or about to be; any others
+	// (written without this cluster's lease) are attached to it.
+	var ops []clientv3.Op
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		if kind, _, _ := b.keys.parse(key); kind == kindUnknown {
+			continue
+		}
+		lease := clientv3.LeaseID(kv.Lease)
+		if !reused && lease == oldLease && oldLease != clientv3.NoLease {
+			continue
+		}
+		b.stored[key] = string(kv.Value)
+		if lease != b.lease {
+			ops = append(ops, clientv3.OpPut(key, string(kv.Value), clientv3.WithLease(b.lease)))
+		}
+	}
+	alive, err := json.Marshal(aliveValue{Cluster: own})
+	if err != nil {
+		return fmt.Errorf("alive record: %w", err)
+	}
+	if v, ok := b.stored[aliveKey]; !ok || v != string(alive) {
+		b.stored[aliveKey] = string(alive)
+		ops = append(ops, clientv3.OpPut(aliveKey, string(alive), clientv3.WithLease(b.lease)))
+	}
+	if err := b.commit(ctx, ops); err != nil {
+		return fmt.Errorf("attach records to lease: %w", err)
+	}
+	return nil
+}
+
+// keepAlive renews the lease until Close, and repairs it when it is lost.
+func (b *Backend) keepAlive() {
+	defer close(b.done)
+	for b.ctx.Err() == nil {
+		if err := b.lock(b.ctx); err != nil {
+			return
+		}
+		id := b.lease
+		b.unlock()
+
+		ch, err := b.lessor.KeepAlive(b.ctx, id)
+		if err == nil {
+			for range ch {
+			}
+		}
+		if b.ctx.Err() != nil {
+			return
+		}
+		// The renewals stopped: the lease expired, was revoked, or etcd
+		// could not be reached for a whole TTL.
+		b.recoverLease(id)
+	}
+}
+
+// recoverLease returns once lease id is known to live, or has been replaced.
+func (b *Backend) recoverLease(id clientv3.LeaseID) {
+	delay := retryMin
+	for {
+		err := b.checkLease(id)
+		if err == nil {
+			return
+		}
+		if b.ctx.Err() != nil {
+			return
+		}
+		b.log.Error(err, "cannot renew lease, retrying", "lease", fmt.Sprintf("%x", int64(id)), "retryIn", delay)
+		if !sleep(b.ctx, delay) {
+			return
+		}
+		delay = nextDelay(delay)
+	}
+}
+
+func (b *Backend) checkLease(id clientv3.LeaseID) error {
+	ctx, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
+	defer cancel()
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	if b.lease != id {
+		return nil
+	}
+	ttl, err := b.lessor.TimeToLive(ctx, id)
+	if err != nil {
+		return fmt.Errorf("look up lease: %w", err)
+	}
+	if ttl.TTL > 0 {
+		return nil
+	}
+	return b.renewLeaseLocked(ctx)
+}
+
+// renewLeaseLocked replaces a lost lease: it grants a new one and writes
+// again everything this backend has stored.
+func (b *Backend) renewLeaseLocked(ctx context.Context) error {
+	grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
+	if err != nil {
+		return fmt.Errorf("grant lease: %w", err)
+	}
+	keys := make([]string, 0, len(b.stored))
+	for k := range b.stored {
+		keys = append(keys, k)
+	}
+	// The alive key sorts before the records of the cluster's prefix, so
+	// watchers see the cluster come back before its records.
+	slices.Sort(keys)
+	ops := make([]clientv3.Op, 0, len(keys))
+	for _, k := range keys {
+		ops = append(ops, clientv3.OpPut(k, b.stored[k], clientv3.WithLease(grant.ID)))
+	}
+	if err := b.commit(ctx, ops); err != nil {
+		return fmt.Errorf("write records again: %w", err)
+	}
+	b.log.Info("lease lost, records written again", "oldLease", fmt.Sprintf("%x", int64(b.lease)),
+		"lease", fmt.Sprintf("%x", int64(grant.ID)), "records", len(ops))
+	b.lease = grant.ID
+	return nil
+}
+
+// commit writes ops in transactions of at most maxTxnOps.
+func (b *Backend) commit(ctx context.Context, ops []clientv3.Op) error {
+	for chunk := range slices.Chunk(ops, maxTxnOps) {
+		if _, err := b.cli.Txn(ctx).Then(chunk...).Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound)
+}
+
+const (
+	retryMin = 200 * time.Millisecond
+	retryMax = 5 * time.Second
+)
+
+func nextDelay(d time.Duration) time.Duration {
+	return min(2*d, retryMax)
+}
+
+// sleep waits d, and reports false if ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,135 @@
+package etcd
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix         = "/mcsd"
+	DefaultTTL            = 30 * time.Second
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultHealthInterval = 5 * time.Second
+)
+
+// Options configure a Backend.
+type Options struct {
+	// Identity is the cluster the backend publishes for and its clusterset.
+	// Neither id may contain "/".
+	Identity registry.Identity
+
+	// Endpoints are the etcd client URLs, e.g. "https://etcd-0:2379".
+	Endpoints []string
+	// TLS is the client TLS configuration. When nil and CAFile, CertFile or
+	// KeyFile is set, it is built from those files.
+	TLS *tls.Config
+	// CAFile verifies the etcd servers; empty means the system roots.
+	CAFile string
+	// CertFile and KeyFile are the client certificate (etcd can take the
+	// user from its common name) and its key; both or neither.
+	CertFile string
+	KeyFile  string
+	// Username and Password authenticate to etcd when auth is enabled.
+	Username string
+	Password string
+
+	// DialTimeout bounds connecting to etcd. Default 5s.
+	DialTimeout time.Duration
+	// RequestTimeout bounds each request the backend makes on its own: the
+	// start, lease renewals and repairs, the watch's reads and health
+	// checks. Publisher calls are bounded by their context. Default 10s.
+	RequestTimeout time.Duration
+	// TTL is how long the cluster's records outlive its controller: the
+	// lease TTL, rounded up to whole seconds. Watchers see a dead cluster's
+	// records deleted within about TTL; a controller that restarts within
+	// TTL keeps its records untouched. The lease is renewed every TTL/3.
+	// Default 30s, at least 2s.
+	TTL time.Duration
+	// HealthInterval is how often a Watch checks that etcd can be read
+	// while no events arrive. Default 5s.
+	HealthInterval time.Duration
+	// Prefix is the key prefix of all mcsd records. Default "/mcsd".
+	Prefix string
+}
+
+// Default fills the unset fields with their defaults.
+func (o *Options) Default() {
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.HealthInterval == 0 {
+		o.HealthInterval = DefaultHealthInterval
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+}
+
+// Validate reports whether the options can open a Backend with New.
+func (o *Options) Validate() error {
+	if len(o.Endpoints) == 0 {
+		return errors.New("no etcd endpoints")
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		return errors.New("client certificate and key files must be set together")
+	}
+	return o.validateBackend()
+}
+
+// validateBackend checks what a Backend needs beyond its client.
+func (o *Options) validateBackend() error {
+	if err := o.Identity.Validate(); err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	if !validID(o.Identity.ClusterSet) {
+		return fmt.Errorf("clusterset id %q cannot be part of a key", o.Identity.ClusterSet)
+	}
+	if !validID(o.Identity.Cluster) {
+		return fmt.Errorf("cluster id %q cannot be part of a key", o.Identity.Cluster)
+	}
+	if o.TTL < 2*time.Second {
+		return fmt.Errorf("ttl %s is shorter than 2s", o.TTL)
+	}
+	if o.DialTimeout < 0 || o.RequestTimeout <= 0 || o.HealthInterval <= 0 {
+		return errors.New("timeouts and intervals must be positive")
+	}
+	if o.Prefix == "" {
+		return errors.New("empty key prefix")
+	}
+	return nil
+}
+
+// ttlSeconds is the lease TTL.
+func (o *Options) ttlSeconds() int64 {
+	return int64((o.TTL + time.Second - 1) / time.Second)
+}
+
+// tlsConfig returns the client TLS configuration, nil for plain connections.
+func (o *Options) tlsConfig() (*tls.Config, error) {
+	if o.TLS != nil {
+		return o.TLS, nil
+	}
+	if o.CAFile == "" && o.CertFile == "" {
+		return nil, nil
+	}
+	info := transport.TLSInfo{CertFile: o.CertFile, KeyFile: o.KeyFile, TrustedCAFile: o.CAFile}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("client tls: %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,203 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// errResync ends following the watch when a full read is needed but the
+// connection is fine (a compaction).
+var errResync = errors.New("watch position lost")
+
+// Watch delivers the clusterset's records to h until ctx is done or the
+// backend is closed.
+func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
+	if b.ctx.Err() != nil {
+		return registry.ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel)
+	defer stop()
+
+	w := &watch{b: b, h: h, log: logr.FromContextOrDiscard(ctx).WithValues("clusterSet", b.opts.Identity.ClusterSet)}
+	w.run(ctx)
+	if b.ctx.Err() != nil {
+		return registry.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// watch is one call of Watch.
+type watch struct {
+	b   *Backend
+	h   registry.Handler
+	log logr.Logger
+	// connected is nil until the first read succeeds or fails.
+	connected *bool
+}
+
+// run reads everything, follows changes, and starts again after any
+// failure, until ctx is done.
+func (w *watch) run(ctx context.Context) {
+	delay := retryMin
+	for ctx.Err() == nil {
+		rev, err := w.sync(ctx)
+		if err == nil {
+			w.setConnected(true, nil)
+			delay = retryMin
+			err = w.follow(ctx, rev)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errResync) {
+			w.log.V(1).Info("watch lost its position, reading all records again", "reason", err.Error())
+			continue
+		}
+		w.setConnected(false, err)
+		if !sleep(ctx, delay) {
+			return
+		}
+		delay = nextDelay(delay)
+	}
+}
+
+func (w *watch) setConnected(connected bool, err error) {
+	if w.connected != nil && *w.connected == connected {
+		return
+	}
+	w.connected = &connected
+	if connected {
+		w.log.Info("registry connected")
+	} else {
+		w.log.Error(err, "registry disconnected")
+	}
+	w.h.OnConnection(connected, err)
+}
+
+// sync delivers every record of the clusterset as one full Update and
+// returns the revision it read at.
+func (w *watch) sync(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.b.opts.RequestTimeout)
+	defer cancel()
+	resp, err := w.b.cli.Get(ctx, w.b.keys.clusters(), clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("read clusterset: %w", err)
+	}
+	u := registry.Update{Full: true}
+	for _, kv := range resp.Kvs {
+		w.addPut(&u, kv)
+	}
+	w.h.OnUpdate(u)
+	return resp.Header.Revision, nil
+}
+
+// follow delivers the changes after rev, one Update per watch response,
+// until the watch fails, etcd cannot be read, or ctx is done.
+func (w *watch) follow(ctx context.Context, rev int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := w.b.cli.Watch(clientv3.WithRequireLeader(ctx), w.b.keys.clusters(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	health := time.NewTimer(w.b.opts.HealthInterval)
+	defer health.Stop()
+	for {
+		select {
+		case resp, ok := <-ch:
+			if !ok {
+				return errors.New("watch closed")
+			}
+			if resp.CompactRevision != 0 {
+				return fmt.Errorf("%w: compacted at revision %d", errResync, resp.CompactRevision)
+			}
+			if err := resp.Err(); err != nil {
+				return fmt.Errorf("watch: %w", err)
+			}
+			if u := w.changes(resp.Events); !u.Empty() {
+				w.h.OnUpdate(u)
+			}
+			health.Reset(w.b.opts.HealthInterval)
+		case <-health.C:
+			if err := w.checkHealth(ctx); err != nil {
+				return err
+			}
+			health.Reset(w.b.opts.HealthInterval)
+		}
+	}
+}
+
+// checkHealth makes a linearizable read, which needs a leader and a quorum.
+func (w *watch) checkHealth(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, w.b.opts.RequestTimeout)
+	defer cancel()
+	if _, err := w.b.cli.Get(ctx, w.b.keys.clusters(), clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("health check: %w", err)
+	}
+	return nil
+}
+
+// changes turns watch events into an Update. A key changed more than once
+// in the batch counts with its last change only.
+func (w *watch) changes(events []*clientv3.Event) registry.Update {
+	last := make(map[string]int, len(events))
+	for i, ev := range events {
+		last[string(ev.Kv.Key)] = i
+	}
+	var u registry.Update
+	for i, ev := range events {
+		if last[string(ev.Kv.Key)] != i {
+			continue
+		}
+		if ev.Type == mvccpb.DELETE {
+			w.addDelete(&u, ev.Kv)
+		} else {
+			w.addPut(&u, ev.Kv)
+		}
+	}
+	return u
+}
+
+func (w *watch) addPut(u *registry.Update, kv *mvccpb.KeyValue) {
+	kind, cluster, svc := w.b.keys.parse(string(kv.Key))
+	switch kind {
+	case kindAlive:
+		u.Clusters = append(u.Clusters, registry.Cluster{ID: cluster})
+	case kindExport:
+		var v exportValue
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
+			w.log.Error(err, "ignoring unreadable record", "key", string(kv.Key))
+			return
+		}
+		u.Exports = append(u.Exports, registry.Export{Cluster: cluster, Service: svc, Spec: v.Spec, Order: kv.CreateRevision})
+	case kindEndpoints:
+		var v endpointsValue
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
+			w.log.Error(err, "ignoring unreadable record", "key", string(kv.Key))
+			return
+		}
+		u.Endpoints = append(u.Endpoints, registry.Endpoints{Cluster: cluster, Service: svc, Groups: v.Groups})
+	default:
+		w.log.V(1).Info("ignoring unknown key", "key", string(kv.Key))
+	}
+}
+
+func (w *watch) addDelete(u *registry.Update, kv *mvccpb.KeyValue) {
+	kind, cluster, svc := w.b.keys.parse(string(kv.Key))
+	switch kind {
+	case kindAlive:
+		u.DeletedClusters = append(u.DeletedClusters, cluster)
+	case kindExport:
+		u.DeletedExports = append(u.DeletedExports, registry.RecordID{Cluster: cluster, Service: svc})
+	case kindEndpoints:
+		u.DeletedEndpoints = append(u.DeletedEndpoints, registry.RecordID{Cluster: cluster, Service: svc})
+	}
+}

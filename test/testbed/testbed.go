@@ -1,0 +1,449 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Options configure a testbed.
+type Options struct {
+	// Name distinguishes this testbed's state directory. Default "mcsd".
+	Name string
+	// Clusters is the number of clusters, c1..cN. Default 2, at most 50.
+	Clusters int
+	// StateRoot holds every testbed's state. Default <repo>/.cache/testbed-runs.
+	StateRoot string
+	// ClusterSetID is the clusterset.k8s.io value of every cluster. Default "mcsd-testbed".
+	ClusterSetID string
+	// NodesPerCluster is the number of kwok nodes in each cluster. Default 2.
+	NodesPerCluster int
+	// Ephemeral marks the testbed as owned by this process: a later Start
+	// removes it if this process is gone (a test binary killed by a timeout
+	// cannot run its cleanup).
+	Ephemeral bool
+	// Binaries are the programs to run. Default: EnsureBinaries.
+	Binaries *Binaries
+	// Log receives progress lines. Default: discarded.
+	Log io.Writer
+}
+
+func (o *Options) defaults() error {
+	if o.Name == "" {
+		o.Name = "mcsd"
+	}
+	if o.Clusters == 0 {
+		o.Clusters = 2
+	}
+	if o.ClusterSetID == "" {
+		o.ClusterSetID = "mcsd-testbed"
+	}
+	if o.NodesPerCluster == 0 {
+		o.NodesPerCluster = 2
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.StateRoot == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return err
+		}
+		o.StateRoot = filepath.Join(root, ".cache", "testbed-runs")
+	}
+	return o.validate()
+}
+
+func (o *Options) validate() error {
+	if o.Clusters < 1 || o.Clusters > 50 {
+		return fmt.Errorf("testbed: clusters must be between 1 and 50, got %d", o.Clusters)
+	}
+	if o.NodesPerCluster < 1 || o.NodesPerCluster > 200 {
+		return fmt.Errorf("testbed: nodes per cluster must be between 1 and 200, got %d", o.NodesPerCluster)
+	}
+	if strings.ContainsAny(o.Name, "/ ") {
+		return fmt.Errorf("testbed: name %q must not contain '/' or spaces", o.Name)
+	}
+	return nil
+}
+
+// Testbed is a set of running clusters.
+type Testbed struct {
+	opts     Options
+	bin      Binaries
+	dir      string
+	Clusters []*Cluster
+	// Kubeconfig is a kubeconfig file with one context per cluster, named by
+	// cluster id (c1..cN).
+	Kubeconfig string
+}
+
+// Cluster is one cluster of a testbed.
+type Cluster struct {
+	// ID is the cluster's id, its cluster.clusterset.k8s.io value and its
+	// kubeconfig context name: c1..cN.
+	ID string
+	// Index is the cluster's number, 1..N.
+	Index int
+	// Kubeconfig is a kubeconfig file for this cluster alone.
+	Kubeconfig string
+	// Config reaches the cluster's API server as an administrator.
+	Config *rest.Config
+	// PodCIDR is the range the cluster's pod IPs come from; each node has a /24 of it.
+	PodCIDR string
+	// ServiceCIDRs are the cluster's service IP ranges (IPv4, IPv6).
+	ServiceCIDRs []string
+
+	tb *Testbed
+}
+
+// PodCIDRFor returns the pod IP range of cluster i (1-based).
+func PodCIDRFor(i int) string { return fmt.Sprintf("10.%d.0.0/16", i) }
+
+// ServiceCIDRsFor returns the service IP ranges of cluster i (1-based).
+func ServiceCIDRsFor(i int) []string {
+	return []string{fmt.Sprintf("10.%d.0.0/16", 100+i), fmt.Sprintf("fd00:100:%x::/108", i)}
+}
+
+// Dir returns the testbed's state directory.
+func (tb *Testbed) Dir() string { return tb.dir }
+
+// Binaries returns the programs the testbed runs.
+func (tb *Testbed) Binaries() Binaries { return tb.bin }
+
+// ClusterSetID returns the clusterset id of every cluster.
+func (tb *Testbed) ClusterSetID() string { return tb.opts.ClusterSetID }
+
+// Start brings up the testbed's clusters, or adopts those already running
+// under the same name, and prepares each: CRDs, ClusterProperties, nodes.
+func Start(ctx context.Context, opts Options) (*Testbed, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	var bin Binaries
+	if opts.Binaries != nil {
+		bin = *opts.Binaries
+	} else {
+		b, err := EnsureBinaries(ctx, opts.Log)
+		if err != nil {
+			return nil, err
+		}
+		bin = b
+	}
+	removeStale(ctx, opts.StateRoot, bin, opts.Log)
+
+	tb := &Testbed{opts: opts, bin: bin, dir: filepath.Join(opts.StateRoot, opts.Name)}
+	if err := os.MkdirAll(tb.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create testbed state: %w", err)
+	}
+	if opts.Ephemeral {
+		if err := os.WriteFile(filepath.Join(tb.dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return nil, fmt.Errorf("record testbed owner: %w", err)
+		}
+	}
+	for i := 1; i <= opts.Clusters; i++ {
+		tb.Clusters = append(tb.Clusters, &Cluster{
+			ID:           fmt.Sprintf("c%d", i),
+			Index:        i,
+			PodCIDR:      PodCIDRFor(i),
+			ServiceCIDRs: ServiceCIDRsFor(i),
+			tb:           tb,
+		})
+	}
+	// kwokctl runs the control plane processes in the background, so the
+	// clusters come up side by side.
+	errs := make(chan error, len(tb.Clusters))
+	for _, c := range tb.Clusters {
+		go func() { errs <- c.up(ctx) }()
+	}
+	var all []error
+	for range tb.Clusters {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	if err := errors.Join(all...); err != nil {
+		_ = tb.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := tb.writeKubeconfig(); err != nil {
+		_ = tb.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return tb, nil
+}
+
+// Close stops every process of the testbed and removes its state.
+func (tb *Testbed) Close(ctx context.Context) error {
+	err := deleteTestbed(ctx, tb.dir, tb.bin, tb.opts.Log)
+	return err
+}
+
+// Cluster returns the cluster with the given id, or nil.
+func (tb *Testbed) Cluster(id string) *Cluster {
+	for _, c := range tb.Clusters {
+		if c.ID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) kwokDir() string { return filepath.Join(c.tb.dir, "kwok") }
+
+func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, c.tb.bin.Kwokctl, append(args, "--name", c.ID)...)
+	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+c.kwokDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kwokctl %s --name %s: %w: %s", strings.Join(args, " "), c.ID, err, tail(out))
+	}
+	return nil
+}
+
+func tail(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	if len(s) > 2000 {
+		s = "..." + s[len(s)-2000:]
+	}
+	return s
+}
+
+func (c *Cluster) clusterDir() string { return filepath.Join(c.kwokDir(), "clusters", c.ID) }
+
+func (c *Cluster) up(ctx context.Context) error {
+	c.Kubeconfig = filepath.Join(c.clusterDir(), "kubeconfig.yaml")
+	if _, err := os.Stat(c.Kubeconfig); err == nil {
+		// Created before: make sure its processes run.
+		fmt.Fprintf(c.tb.opts.Log, "[testbed] %s: already created, starting it if stopped\n", c.ID)
+		if err := c.kwokctl(ctx, "start", "cluster", "--wait", "2m"); err != nil {
+			return err
+		}
+	} else {
+		cfgPath := filepath.Join(c.tb.dir, c.ID+"-kwokctl.yaml")
+		if err := os.WriteFile(cfgPath, []byte(c.kwokctlConfig()), 0o644); err != nil {
+			return fmt.Errorf("write kwokctl config: %w", err)
+		}
+		fmt.Fprintf(c.tb.opts.Log, "[testbed] %s: creating cluster\n", c.ID)
+		if err := c.kwokctl(ctx, "create", "cluster", "--config", cfgPath, "--kubeconfig=", "--wait", "2m", "--timeout", "4m"); err != nil {
+			return err
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig of %s: %w", c.ID, err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	c.Config = cfg
+	if err := c.prepare(ctx); err != nil {
+		return fmt.Errorf("prepare %s: %w", c.ID, err)
+	}
+	fmt.Fprintf(c.tb.opts.Log, "[testbed] %s: ready at %s\n", c.ID, cfg.Host)
+	return nil
+}
+
+func (c *Cluster) kwokctlConfig() string {
+	b := c.tb.bin
+	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  bindAddress: 127.0.0.1
+  kubeVersion: %s
+  etcdVersion: %s
+  kwokVersion: %s
+  kubeApiserverBinary: %s
+  kubeControllerManagerBinary: %s
+  kubeSchedulerBinary: %s
+  kubectlBinary: %s
+  etcdBinary: %s
+  kwokControllerBinary: %s
+  securePort: true
+  kubeAuthorization: true
+  kubeAdmission: true
+  disableQPSLimits: true
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - key: service-cluster-ip-range
+    value: %s
+- name: kwok-controller
+  extraArgs:
+  - key: cidr
+    value: %s
+`, b.KubernetesVersion, strings.TrimPrefix(b.EtcdVersion, "v"), b.KwokVersion,
+		b.KubeAPIServer, b.KubeControllerManager, b.KubeScheduler, b.Kubectl, b.Etcd, b.Kwok,
+		strings.Join(c.ServiceCIDRs, ","), c.PodCIDR)
+}
+
+// Client returns a controller-runtime client for the cluster, with the
+// schemes of every API mcsd uses.
+func (c *Cluster) Client() (client.Client, error) {
+	cl, err := client.New(c.Config, client.Options{Scheme: Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", c.ID, err)
+	}
+	return cl, nil
+}
+
+// Stop stops the cluster's processes, keeping its state (a cluster outage).
+func (c *Cluster) Stop(ctx context.Context) error {
+	return c.kwokctl(ctx, "stop", "cluster")
+}
+
+// Restart starts the processes of a stopped cluster and waits until it serves.
+func (c *Cluster) Restart(ctx context.Context) error {
+	return c.kwokctl(ctx, "start", "cluster", "--wait", "2m")
+}
+
+func (tb *Testbed) writeKubeconfig() error {
+	merged := clientcmdapi.NewConfig()
+	for _, c := range tb.Clusters {
+		cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("load kubeconfig of %s: %w", c.ID, err)
+		}
+		cur := cfg.Contexts[cfg.CurrentContext]
+		if cur == nil {
+			return fmt.Errorf("kubeconfig of %s has no current context", c.ID)
+		}
+		merged.Clusters[c.ID] = cfg.Clusters[cur.Cluster]
+		merged.AuthInfos[c.ID] = cfg.AuthInfos[cur.AuthInfo]
+		merged.Contexts[c.ID] = &clientcmdapi.Context{Cluster: c.ID, AuthInfo: c.ID}
+	}
+	merged.CurrentContext = tb.Clusters[0].ID
+	tb.Kubeconfig = filepath.Join(tb.dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*merged, tb.Kubeconfig); err != nil {
+		return fmt.Errorf("write kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// deleteTestbed deletes every cluster kwokctl knows in the testbed's state
+// directory, then the directory.
+func deleteTestbed(ctx context.Context, dir string, bin Binaries, log io.Writer) error {
+	clusters, _ := os.ReadDir(filepath.Join(dir, "kwok", "clusters"))
+	var errs []error
+	for _, e := range clusters {
+		if !e.IsDir() {
+			continue
+		}
+		cmd := exec.CommandContext(ctx, bin.Kwokctl, "delete", "cluster", "--name", e.Name(), "--kubeconfig=")
+		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(dir, "kwok"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("kwokctl delete cluster %s: %w: %s", e.Name(), err, tail(out)))
+		} else {
+			fmt.Fprintf(log, "[testbed] %s: deleted\n", e.Name())
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove testbed state: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// removeStale deletes ephemeral testbeds whose owning process is gone.
+func removeStale(ctx context.Context, root string, bin Binaries, log io.Writer) {
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		data, err := os.ReadFile(filepath.Join(dir, "owner"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || processAlive(pid) {
+			continue
+		}
+		fmt.Fprintf(log, "[testbed] removing stale testbed %s (owner %d is gone)\n", e.Name(), pid)
+		_ = deleteTestbed(ctx, dir, bin, log)
+	}
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+const defaultWait = 2 * time.Minute
+
+// waitFor polls cond until it returns true, an error, or the timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("wait for %s: %w (last error: %v)", what, ctx.Err(), last)
+			}
+			return fmt.Errorf("wait for %s: %w", what, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Delete stops and removes the testbed named in opts, whether or not this
+// process started it.
+func Delete(ctx context.Context, opts Options) error {
+	if err := opts.defaults(); err != nil {
+		return err
+	}
+	dir := filepath.Join(opts.StateRoot, opts.Name)
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		fmt.Fprintf(opts.Log, "[testbed] %s: nothing to remove\n", opts.Name)
+		return nil
+	}
+	bin := opts.Binaries
+	if bin == nil {
+		b, err := EnsureBinaries(ctx, opts.Log)
+		if err != nil {
+			return err
+		}
+		bin = &b
+	}
+	return deleteTestbed(ctx, dir, *bin, opts.Log)
+}
+
+// KubeconfigPath returns where the testbed named in opts keeps its kubeconfig.
+func KubeconfigPath(opts Options) (string, error) {
+	if err := opts.defaults(); err != nil {
+		return "", err
+	}
+	return filepath.Join(opts.StateRoot, opts.Name, "kubeconfig"), nil
+}
