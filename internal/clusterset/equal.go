@@ -1,0 +1,41 @@
+package clusterset
+
+import (
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+func exportEqual(a, b registry.Export) bool {
+	return a.Order == b.Order && equality.Semantic.DeepEqual(a, b)
+}
+
+func exportsEqual(a, b map[string]registry.Export) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for c, e := range a {
+		o, ok := b[c]
+		if !ok || !exportEqual(e, o) {
+			return false
+		}
+	}
+	return true
+}
+
+func endpointsOneEqual(a, b registry.Endpoints) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+func endpointsEqual(a, b map[string]registry.Endpoints) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for c, e := range a {
+		o, ok := b[c]
+		if !ok || !endpointsOneEqual(e, o) {
+			return false
+		}
+	}
+	return true
+}
