@@ -21,7 +21,7 @@ progress() {
   local name=$1 n=0
   while IFS= read -r line; do
     case "$line" in
-      *": "*|*error*|*cannot*|*undefined*|*"go: "*) printf '%s\n' "$line" >&2 ;;
+      *.go:[0-9]*|"go: "*|"# "*) printf '%s\n' "$line" >&2 ;;
     esac
     n=$((n + 1))
     if (( n % 100 == 0 )); then log "$name: $n packages compiled"; fi

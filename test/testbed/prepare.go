@@ -42,6 +42,10 @@ func (c *Cluster) prepare(ctx context.Context) error {
 	if err := InstallCRDs(ctx, cl); err != nil {
 		return err
 	}
+	// A new client discovers the CRDs just installed.
+	if cl, err = c.Client(); err != nil {
+		return err
+	}
 	if err := ensureProperty(ctx, cl, aboutv1beta1.ClusterIDName, c.ID); err != nil {
 		return err
 	}

@@ -203,7 +203,9 @@ func (tb *Testbed) Cluster(id string) *Cluster {
 	return nil
 }
 
-func (c *Cluster) kwokDir() string { return filepath.Join(c.tb.dir, "kwok") }
+// kwokDir is the cluster's own kwokctl work directory: kwokctl keeps shared
+// state (its CA) in a work directory, so clusters created side by side need one each.
+func (c *Cluster) kwokDir() string { return filepath.Join(c.tb.dir, "kwok-"+c.ID) }
 
 func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, c.tb.bin.Kwokctl, append(args, "--name", c.ID)...)
@@ -235,7 +237,11 @@ func (c *Cluster) up(ctx context.Context) error {
 		}
 	} else {
 		cfgPath := filepath.Join(c.tb.dir, c.ID+"-kwokctl.yaml")
-		if err := os.WriteFile(cfgPath, []byte(c.kwokctlConfig()), 0o644); err != nil {
+		ports, err := freePorts(6)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfgPath, []byte(c.kwokctlConfig(ports)), 0o644); err != nil {
 			return fmt.Errorf("write kwokctl config: %w", err)
 		}
 		fmt.Fprintf(c.tb.opts.Log, "[testbed] %s: creating cluster\n", c.ID)
@@ -256,7 +262,9 @@ func (c *Cluster) up(ctx context.Context) error {
 	return nil
 }
 
-func (c *Cluster) kwokctlConfig() string {
+// kwokctlConfig is the cluster's kwokctl configuration. kwokctl picks the same
+// "random" ports in every work directory, so the ports are chosen here.
+func (c *Cluster) kwokctlConfig(ports []int) string {
 	b := c.tb.bin
 	return fmt.Sprintf(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -276,6 +284,12 @@ options:
   kubeAuthorization: true
   kubeAdmission: true
   disableQPSLimits: true
+  kubeApiserverPort: %d
+  etcdPort: %d
+  etcdPeerPort: %d
+  kubeControllerManagerPort: %d
+  kubeSchedulerPort: %d
+  kwokControllerPort: %d
 componentsPatches:
 - name: kube-apiserver
   extraArgs:
@@ -287,6 +301,7 @@ componentsPatches:
     value: %s
 `, b.KubernetesVersion, strings.TrimPrefix(b.EtcdVersion, "v"), b.KwokVersion,
 		b.KubeAPIServer, b.KubeControllerManager, b.KubeScheduler, b.Kubectl, b.Etcd, b.Kwok,
+		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5],
 		strings.Join(c.ServiceCIDRs, ","), c.PodCIDR)
 }
 
@@ -334,26 +349,53 @@ func (tb *Testbed) writeKubeconfig() error {
 }
 
 // deleteTestbed deletes every cluster kwokctl knows in the testbed's state
-// directory, then the directory.
+// directory, stops any process still running from it, then removes it.
 func deleteTestbed(ctx context.Context, dir string, bin Binaries, log io.Writer) error {
-	clusters, _ := os.ReadDir(filepath.Join(dir, "kwok", "clusters"))
+	workdirs, _ := filepath.Glob(filepath.Join(dir, "kwok-*"))
 	var errs []error
-	for _, e := range clusters {
-		if !e.IsDir() {
-			continue
-		}
-		cmd := exec.CommandContext(ctx, bin.Kwokctl, "delete", "cluster", "--name", e.Name(), "--kubeconfig=")
-		cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(dir, "kwok"))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("kwokctl delete cluster %s: %w: %s", e.Name(), err, tail(out)))
-		} else {
-			fmt.Fprintf(log, "[testbed] %s: deleted\n", e.Name())
+	for _, wd := range workdirs {
+		clusters, _ := os.ReadDir(filepath.Join(wd, "clusters"))
+		for _, e := range clusters {
+			if !e.IsDir() {
+				continue
+			}
+			cmd := exec.CommandContext(ctx, bin.Kwokctl, "delete", "cluster", "--name", e.Name(), "--kubeconfig", filepath.Join(wd, "unused-kubeconfig"))
+			cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+wd)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("kwokctl delete cluster %s: %w: %s", e.Name(), err, tail(out)))
+			} else {
+				fmt.Fprintf(log, "[testbed] %s: deleted\n", e.Name())
+			}
 		}
 	}
+	// kwokctl runs binaries through links in the work directory; anything
+	// left running from there (a half-created cluster) is killed.
+	killUnder(dir, log)
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove testbed state: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// killUnder kills every process whose command line starts with a path in dir.
+func killUnder(dir string, log io.Writer) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		data, err := os.ReadFile(p)
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(data), "\x00")
+		if !strings.HasPrefix(argv0, dir+string(filepath.Separator)) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(log, "[testbed] killing leftover process %d %s\n", pid, argv0)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 // removeStale deletes ephemeral testbeds whose owning process is gone.
@@ -380,6 +422,26 @@ func processAlive(pid int) bool {
 	}
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	var out []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

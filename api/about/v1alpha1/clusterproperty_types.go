@@ -28,6 +28,7 @@ const (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster
+// +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes/enhancements/tree/master/keps/sig-multicluster/2149-clusterid"
 // +kubebuilder:printcolumn:name="Value",type=string,JSONPath=".spec.value"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:validation:XValidation:rule="!(self.metadata.name in ['cluster.clusterset.k8s.io', 'clusterset.k8s.io']) || (size(self.spec.value) <= 128 && self.spec.value.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?([.][a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$'))",message="the value of cluster.clusterset.k8s.io and clusterset.k8s.io must be a DNS subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit) of at most 128 characters"

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/mcsd-io/mcsd/internal/manager"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
+)
+
+type controllerFlags struct {
+	kubeconfig     string
+	kubeContext    string
+	qps            float32
+	burst          int
+	registry       string
+	caFile         string
+	certFile       string
+	keyFile        string
+	username       string
+	password       string
+	ttl            time.Duration
+	leaderElect    bool
+	leaderNS       string
+	metricsAddr    string
+	healthAddr     string
+	zapDevelopment bool
+}
+
+func newControllerCommand() *cobra.Command {
+	f := &controllerFlags{}
+	cmd := &cobra.Command{
+		Use:   "mcsd",
+		Short: "Multi-cluster service discovery for Kubernetes (KEP-1645)",
+		Long: `mcsd exports the Services named by ServiceExports in this cluster to a
+shared registry, and keeps a ServiceImport, a derived Service and
+EndpointSlices in this cluster for every Service the clusterset exports.
+
+Run one mcsd in every cluster, all pointed at the same registry. Each cluster
+needs two ClusterProperty objects (about.k8s.io): cluster.clusterset.k8s.io
+(this cluster's id, unique in the clusterset) and clusterset.k8s.io (the
+clusterset's id, the same everywhere).
+
+Registries:
+  etcd://HOST:PORT[,HOST:PORT...]    etcd over plain HTTP
+  etcds://HOST:PORT[,HOST:PORT...]   etcd over TLS (--registry-ca, --registry-cert, --registry-key)
+Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd-etcd`,
+		Example: `  mcsd --kubeconfig ~/.kube/config --registry etcd://127.0.0.1:2379`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runController(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of this cluster (default: in-cluster config, then $KUBECONFIG and ~/.kube/config)")
+	fl.StringVar(&f.kubeContext, "context", "", "kubeconfig context to use")
+	fl.Float32Var(&f.qps, "kube-api-qps", 50, "queries per second to this cluster's API server")
+	fl.IntVar(&f.burst, "kube-api-burst", 100, "burst of queries to this cluster's API server")
+	fl.StringVar(&f.registry, "registry", "", "registry URL (required): etcd://host:port[,host:port] or etcds://...")
+	fl.StringVar(&f.caFile, "registry-ca", "", "CA file that verifies the registry's servers")
+	fl.StringVar(&f.certFile, "registry-cert", "", "client certificate for the registry")
+	fl.StringVar(&f.keyFile, "registry-key", "", "client key for the registry")
+	fl.StringVar(&f.username, "registry-username", "", "etcd user name (etcd auth)")
+	fl.StringVar(&f.password, "registry-password", "", "etcd password (etcd auth; prefer the MCSD_REGISTRY_PASSWORD environment variable)")
+	fl.DurationVar(&f.ttl, "lease-ttl", 30*time.Second, "how long this cluster's records outlive it in the registry if it stops")
+	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one replica runs (for Deployments with several replicas)")
+	fl.StringVar(&f.leaderNS, "leader-election-namespace", "", "namespace of the leader lease (default: $POD_NAMESPACE or mcsd-system)")
+	fl.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables)")
+	fl.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
+	fl.BoolVar(&f.zapDevelopment, "log-development", false, "human-friendly logs instead of JSON")
+	return cmd
+}
+
+func runController(ctx context.Context, f *controllerFlags) error {
+	if f.registry == "" {
+		return fmt.Errorf("--registry is required, e.g. --registry etcd://127.0.0.1:2379 (start one with: mcsd registry --data-dir DIR)")
+	}
+	if f.password == "" {
+		f.password = os.Getenv("MCSD_REGISTRY_PASSWORD")
+	}
+	if f.leaderNS == "" {
+		f.leaderNS = os.Getenv("POD_NAMESPACE")
+	}
+	open, err := registryOpener(f)
+	if err != nil {
+		return err
+	}
+	loading := clientcmd.NewDefaultClientConfigLoadingRules()
+	loading.ExplicitPath = f.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{CurrentContext: f.kubeContext}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = f.qps, f.burst
+
+	log := zap.New(zap.UseDevMode(f.zapDevelopment))
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx = logr.NewContext(ctx, log)
+	return manager.Run(ctx, manager.Options{
+		RESTConfig:              cfg,
+		OpenRegistry:            open,
+		MetricsAddr:             f.metricsAddr,
+		HealthAddr:              f.healthAddr,
+		LeaderElection:          f.leaderElect,
+		LeaderElectionNamespace: f.leaderNS,
+	})
+}
+
+// backends maps a registry URL scheme to the backend that serves it.
+var backends = map[string]func(u *url.URL, f *controllerFlags) (manager.OpenFunc, error){
+	"etcd":  openEtcd,
+	"etcds": openEtcd,
+}
+
+func registryOpener(f *controllerFlags) (manager.OpenFunc, error) {
+	u, err := url.Parse(f.registry)
+	if err != nil {
+		return nil, fmt.Errorf("parse --registry: %w", err)
+	}
+	open, ok := backends[u.Scheme]
+	if !ok {
+		var schemes []string
+		for s := range backends {
+			schemes = append(schemes, s)
+		}
+		return nil, fmt.Errorf("--registry %q: unknown scheme %q (known: %s)", f.registry, u.Scheme, strings.Join(schemes, ", "))
+	}
+	return open(u, f)
+}
+
+func openEtcd(u *url.URL, f *controllerFlags) (manager.OpenFunc, error) {
+	if u.Host == "" {
+		return nil, fmt.Errorf("--registry %q names no etcd endpoint", f.registry)
+	}
+	scheme := "http"
+	if u.Scheme == "etcds" {
+		scheme = "https"
+	}
+	var endpoints []string
+	for _, h := range strings.Split(u.Host, ",") {
+		endpoints = append(endpoints, scheme+"://"+h)
+	}
+	opts := etcdregistry.Options{
+		Endpoints: endpoints,
+		CAFile:    f.caFile,
+		CertFile:  f.certFile,
+		KeyFile:   f.keyFile,
+		Username:  f.username,
+		Password:  f.password,
+		TTL:       f.ttl,
+	}
+	if p := strings.TrimSuffix(u.Path, "/"); p != "" {
+		opts.Prefix = p
+	}
+	return func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
+		o := opts
+		o.Identity = id
+		return etcdregistry.New(ctx, o)
+	}, nil
+}

@@ -1,0 +1,138 @@
+"""moto_server with AWS Cloud Map fidelity fixes, for the cloudmap backend's tests.
+
+Run it with the interpreter of the virtualenv that hack/moto/ensure-venv.sh
+makes, with moto_server's own arguments:
+
+    .cache/moto-venv/bin/python hack/moto/cloudmap_server.py -H 127.0.0.1 -p 5000
+
+It starts moto's server (moto.server.main) after patching the servicediscovery
+backend where moto 5.2.x differs from Cloud Map in ways the backend depends on.
+Each patch makes moto do what the Cloud Map API reference documents:
+
+1. RegisterInstance with an existing InstanceId updates that instance (moto
+   appends a second instance with the same id, and DeregisterInstance then
+   removes only one of them).
+2. DiscoverInstancesRevision increases on every registration and
+   deregistration in the service (moto sums per-instance counters of the
+   instances that still exist, so a deregistration can lower it and a
+   deregistration plus a registration can leave it unchanged).
+3. ListServices honours the NAMESPACE_ID filter (moto ignores Filters).
+4. CreateHttpNamespace of an existing name fails with NamespaceAlreadyExists,
+   and CreateService of an existing name in the namespace with
+   ServiceAlreadyExists (moto creates duplicates).
+5. DeleteService of a service with instances, and DeleteNamespace of a
+   namespace with services, fail with ResourceInUse (moto deletes them).
+"""
+
+import json
+import sys
+
+from moto.core.exceptions import JsonRESTError
+from moto.server import main
+from moto.servicediscovery import models, responses
+
+
+class _Error(JsonRESTError):
+    def __init__(self, error_type, message, **fields):
+        super().__init__(error_type, message)
+        body = {"__type": error_type, "message": message}
+        body.update(fields)
+        self.description = json.dumps(body)
+
+
+_register = models.ServiceDiscoveryBackend.register_instance
+_deregister = models.ServiceDiscoveryBackend.deregister_instance
+_create_http_namespace = models.ServiceDiscoveryBackend.create_http_namespace
+_create_service = models.ServiceDiscoveryBackend.create_service
+_delete_service = models.ServiceDiscoveryBackend.delete_service
+_delete_namespace = models.ServiceDiscoveryBackend.delete_namespace
+
+
+def _bump(service):
+    service.mcsd_revision = getattr(service, "mcsd_revision", 0) + 1
+
+
+def register_instance(self, service_id, instance_id, creator_request_id, attributes):
+    service = self.get_service(service_id)
+    service.instances = [i for i in service.instances if i.instance_id != instance_id]
+    op = _register(self, service_id, instance_id, creator_request_id, attributes)
+    _bump(service)
+    return op
+
+
+def deregister_instance(self, service_id, instance_id):
+    op = _deregister(self, service_id, instance_id)
+    _bump(self.get_service(service_id))
+    return op
+
+
+def discover_instances_revision(self, namespace_name, service_name):
+    # Raises NamespaceNotFound / ServiceNotFound as Cloud Map does.
+    self.discover_instances(namespace_name, service_name)
+    for ns in self.namespaces.values():
+        if ns.name != namespace_name:
+            continue
+        for srv in self.services.values():
+            if srv.name == service_name and srv.namespace_id == ns.id:
+                return getattr(srv, "mcsd_revision", 0)
+    return 0
+
+
+def create_http_namespace(self, name, creator_request_id, description, tags):
+    for ns in self.namespaces.values():
+        if ns.name == name:
+            raise _Error(
+                "NamespaceAlreadyExists",
+                f"Namespace {name} already exists",
+                NamespaceId=ns.id,
+            )
+    return _create_http_namespace(self, name, creator_request_id, description, tags)
+
+
+def create_service(self, name, namespace_id, *args, **kwargs):
+    self.get_namespace(namespace_id)
+    for srv in self.services.values():
+        if srv.name == name and srv.namespace_id == namespace_id:
+            raise _Error(
+                "ServiceAlreadyExists",
+                f"Service {name} already exists",
+                ServiceId=srv.id,
+            )
+    return _create_service(self, name, namespace_id, *args, **kwargs)
+
+
+def delete_service(self, service_id):
+    service = self.get_service(service_id)
+    if service.instances:
+        raise _Error("ResourceInUse", f"Service {service_id} has instances")
+    return _delete_service(self, service_id)
+
+
+def delete_namespace(self, namespace_id):
+    for srv in self.services.values():
+        if srv.namespace_id == namespace_id:
+            raise _Error("ResourceInUse", f"Namespace {namespace_id} has services")
+    return _delete_namespace(self, namespace_id)
+
+
+def list_services_response(self):
+    params = json.loads(self.body or "{}")
+    services = list(self.servicediscovery_backend.list_services())
+    for f in params.get("Filters") or []:
+        if f.get("Name") == "NAMESPACE_ID":
+            values = set(f.get("Values") or [])
+            services = [s for s in services if s.namespace_id in values]
+    return json.dumps({"Services": [s.to_json() for s in services]})
+
+
+models.ServiceDiscoveryBackend.register_instance = register_instance
+models.ServiceDiscoveryBackend.deregister_instance = deregister_instance
+models.ServiceDiscoveryBackend.discover_instances_revision = discover_instances_revision
+models.ServiceDiscoveryBackend.create_http_namespace = create_http_namespace
+models.ServiceDiscoveryBackend.create_service = create_service
+models.ServiceDiscoveryBackend.delete_service = delete_service
+models.ServiceDiscoveryBackend.delete_namespace = delete_namespace
+responses.ServiceDiscoveryResponse.list_services = list_services_response
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+// Package export is the ServiceExport controller: for each ServiceExport it
+// reads the local Service of the same name and its EndpointSlices, publishes
+// this cluster's export and endpoints to the registry (or withdraws them), and
+// reports the outcome in the ServiceExport's Valid, Ready and Conflict
+// conditions, where Conflict follows every cluster's exports as the
+// clusterset view delivers them.
+//
+// EndpointSlices labelled endpointslice.kubernetes.io/managed-by with
+// ImportedSliceManagedBy are the ones the import controller writes; they are
+// never exported again.
+package export

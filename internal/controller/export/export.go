@@ -1,0 +1,317 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/merge"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+const (
+	// Finalizer keeps a ServiceExport until this cluster's records of its
+	// Service are withdrawn from the registry.
+	Finalizer = "mcsd.io/export"
+
+	// ImportedSliceManagedBy is the endpointslice.kubernetes.io/managed-by
+	// value of the EndpointSlices that mcsd's import controller writes. The
+	// export controller ignores such slices.
+	ImportedSliceManagedBy = "mcsd.io/controller"
+
+	// ControllerName names the controller in logs and metrics.
+	ControllerName = "serviceexport"
+)
+
+// Event reasons, for the Warning events the controller records.
+const (
+	// EventReasonConflict: the export disagrees with another cluster's export
+	// of the same Service (the Conflict condition turned True or its reasons
+	// changed).
+	EventReasonConflict = "ExportConflict"
+	// EventReasonRegistryFailed: writing to the registry failed.
+	EventReasonRegistryFailed = "RegistryFailed"
+)
+
+// Reconciler converges the registry's records of this cluster's exported
+// Services on the local ServiceExports, Services and EndpointSlices.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes ServiceExports.
+	Client client.Client
+	// Registry receives this cluster's exports and endpoints.
+	Registry registry.Publisher
+	// View is the clusterset as the registry watch delivers it: the source of
+	// the Conflict condition, and of what this cluster already published.
+	View *clusterset.View
+	// ClusterID is this cluster's id, as the registry knows it.
+	ClusterID string
+	// Recorder records Warning events on ServiceExports; nil records none.
+	Recorder record.EventRecorder
+
+	// writeMu orders the startup cleanup against reconciles: a reconcile
+	// holds it for reading, the cleanup for writing while it checks that a
+	// key has no ServiceExport and withdraws it.
+	writeMu sync.RWMutex
+}
+
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile publishes or withdraws this cluster's export of the Service named
+// by req and updates the ServiceExport's conditions.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	se := &mcsv1beta1.ServiceExport{}
+	if err := r.Client.Get(ctx, req.NamespacedName, se); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("get ServiceExport: %w", err)
+	}
+	key := registry.ServiceKey{Namespace: se.Namespace, Name: se.Name}
+	log := ctrl.LoggerFrom(ctx).WithValues("service", klog.KRef(se.Namespace, se.Name))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	r.writeMu.RLock()
+	defer r.writeMu.RUnlock()
+
+	if !se.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, se, key)
+	}
+	if err := r.ensureFinalizer(ctx, se); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	before := se.DeepCopy()
+	defer func() {
+		if err := r.patchStatus(ctx, before, se); err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+	}()
+	return ctrl.Result{}, r.reconcileNormal(ctx, se, key)
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(se), svc); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get Service: %w", err)
+		}
+		svc = nil
+	}
+	if !r.validate(se, svc) {
+		return r.withdraw(ctx, se, key)
+	}
+	if err := r.publish(ctx, se, svc, key); err != nil {
+		return err
+	}
+	r.updateConflict(se, key)
+	return nil
+}
+
+// validate sets the Valid condition and reports whether svc can be exported.
+func (r *Reconciler) validate(se *mcsv1beta1.ServiceExport, svc *corev1.Service) bool {
+	switch {
+	case svc == nil:
+		setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonNoService,
+			fmt.Sprintf("Service %q not found in namespace %q", se.Name, se.Namespace))
+		setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending,
+			fmt.Sprintf("waiting for Service %q", se.Name))
+		return false
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonInvalidServiceType,
+			fmt.Sprintf("Service %q has type ExternalName, which cannot be exported", se.Name))
+		setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending,
+			fmt.Sprintf("waiting for Service %q to have a type other than ExternalName", se.Name))
+		return false
+	}
+	setCondition(se, mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonValid,
+		fmt.Sprintf("Service %q can be exported", se.Name))
+	return true
+}
+
+// withdraw removes this cluster's records of a Service that cannot be
+// exported. The Ready condition validate set stands unless the registry
+// fails; Conflict no longer applies and is removed.
+func (r *Reconciler) withdraw(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
+	conditions.Remove(&se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+	if r.withdrawn(key) {
+		return nil
+	}
+	if err := r.Registry.DeleteExport(ctx, key); err != nil {
+		return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
+	}
+	ctrl.LoggerFrom(ctx).Info("Withdrew export")
+	return nil
+}
+
+// publish writes this cluster's export and endpoints of svc and sets Ready.
+func (r *Reconciler) publish(ctx context.Context, se *mcsv1beta1.ServiceExport, svc *corev1.Service, key registry.ServiceKey) error {
+	log := ctrl.LoggerFrom(ctx)
+	var list discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &list, client.InNamespace(svc.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		return fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	spec := serviceSpec(svc, se)
+	groups := endpointGroups(list.Items)
+
+	own, ownEndpoints := r.published(key)
+	if own == nil || !equality.Semantic.DeepEqual(own.Spec, spec) {
+		if err := r.Registry.PutExport(ctx, key, spec); err != nil {
+			return r.registryFailed(se, fmt.Errorf("publish export: %w", err))
+		}
+		log.Info("Published export", "type", spec.Type, "ports", len(spec.Ports))
+	}
+	if ownEndpoints == nil || !equality.Semantic.DeepEqual(ownEndpoints.Groups, groups) {
+		if err := r.Registry.PutEndpoints(ctx, key, groups); err != nil {
+			return r.registryFailed(se, fmt.Errorf("publish endpoints: %w", err))
+		}
+		log.V(1).Info("Published endpoints", "groups", len(groups))
+	}
+	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
+		fmt.Sprintf("exported to the registry as cluster %q", r.ClusterID))
+	return nil
+}
+
+// updateConflict sets the Conflict condition from every cluster's export of
+// key, once the view holds this cluster's own export; until then it leaves
+// the condition as it is.
+func (r *Reconciler) updateConflict(se *mcsv1beta1.ServiceExport, key registry.ServiceKey) {
+	if r.View == nil {
+		return
+	}
+	exports := r.View.Exports(key)
+	if !slices.ContainsFunc(exports, func(e registry.Export) bool { return e.Cluster == r.ClusterID }) {
+		return
+	}
+	c := merge.Merge(exports).Conflict.Condition()
+	c.ObservedGeneration = se.Generation
+	var oldStatus metav1.ConditionStatus
+	var oldReason string
+	if old := conditions.Get(se.Status.Conditions, c.Type); old != nil {
+		oldStatus, oldReason = old.Status, old.Reason
+	}
+	conditions.Set(&se.Status.Conditions, c)
+	if c.Status == metav1.ConditionTrue && (oldStatus != metav1.ConditionTrue || oldReason != c.Reason) {
+		r.warn(se, EventReasonConflict, c.Message)
+	}
+}
+
+// published returns what the view holds of this cluster's records of key, or
+// nils. The view may lag behind the registry; every change it sees brings
+// the key back here, so skipping a write that the view shows as done
+// converges all the same.
+func (r *Reconciler) published(key registry.ServiceKey) (*registry.Export, *registry.Endpoints) {
+	if r.View == nil {
+		return nil, nil
+	}
+	var export *registry.Export
+	for _, e := range r.View.Exports(key) {
+		if e.Cluster == r.ClusterID {
+			export = &e
+			break
+		}
+	}
+	var endpoints *registry.Endpoints
+	if e, ok := r.View.Endpoints(key)[r.ClusterID]; ok {
+		endpoints = &e
+	}
+	return export, endpoints
+}
+
+// withdrawn reports whether the synced view holds no record of key from this
+// cluster.
+func (r *Reconciler) withdrawn(key registry.ServiceKey) bool {
+	if r.View == nil || !r.View.HasSynced() {
+		return false
+	}
+	export, endpoints := r.published(key)
+	return export == nil && endpoints == nil
+}
+
+// registryFailed sets Ready=False Failed, records a Warning event and returns
+// err, so that the request is retried with backoff.
+func (r *Reconciler) registryFailed(se *mcsv1beta1.ServiceExport, err error) error {
+	msg := fmt.Sprintf("registry: %v", err)
+	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, msg)
+	r.warn(se, EventReasonRegistryFailed, msg)
+	return err
+}
+
+func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
+	if !controllerutil.ContainsFinalizer(se, Finalizer) {
+		return nil
+	}
+	if err := r.Registry.DeleteExport(ctx, key); err != nil {
+		err = fmt.Errorf("withdraw export: %w", err)
+		r.warn(se, EventReasonRegistryFailed, fmt.Sprintf("registry: %v", err))
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("Withdrew export of deleted ServiceExport")
+	base := se.DeepCopy()
+	controllerutil.RemoveFinalizer(se, Finalizer)
+	if err := r.Client.Patch(ctx, se, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
+	}
+	return nil
+}
+
+func (r *Reconciler) ensureFinalizer(ctx context.Context, se *mcsv1beta1.ServiceExport) error {
+	if controllerutil.ContainsFinalizer(se, Finalizer) {
+		return nil
+	}
+	base := se.DeepCopy()
+	controllerutil.AddFinalizer(se, Finalizer)
+	if err := r.Client.Patch(ctx, se, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("add finalizer: %w", err)
+	}
+	return nil
+}
+
+// patchStatus writes se's status if it differs from before's.
+func (r *Reconciler) patchStatus(ctx context.Context, before, se *mcsv1beta1.ServiceExport) error {
+	if equality.Semantic.DeepEqual(before.Status, se.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, se, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("patch ServiceExport status: %w", err))
+	}
+	return nil
+}
+
+func (r *Reconciler) warn(se *mcsv1beta1.ServiceExport, reason, msg string) {
+	if r.Recorder != nil {
+		r.Recorder.Event(se, corev1.EventTypeWarning, reason, msg)
+	}
+}
+
+func setCondition(se *mcsv1beta1.ServiceExport, t mcsv1beta1.ServiceExportConditionType, s metav1.ConditionStatus,
+	reason mcsv1beta1.ServiceExportConditionReason, msg string) {
+	conditions.Set(&se.Status.Conditions, metav1.Condition{
+		Type:               string(t),
+		Status:             s,
+		Reason:             string(reason),
+		Message:            msg,
+		ObservedGeneration: se.Generation,
+	})
+}

@@ -1,0 +1,677 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+const (
+	ns        = "default"
+	thisID    = "c-local"
+	otherID   = "c-other"
+	ownOrder  = 100 // this cluster's exports are younger than the others' in these tests
+	otherOrd  = 1
+	svcName   = "web"
+	validType = string(mcsv1beta1.ServiceExportConditionValid)
+	readyType = string(mcsv1beta1.ServiceExportConditionReady)
+	confType  = string(mcsv1beta1.ServiceExportConditionConflict)
+)
+
+var webKey = registry.ServiceKey{Namespace: ns, Name: svcName}
+
+// fakeRegistry is an in-memory registry.Publisher for one cluster.
+type fakeRegistry struct {
+	mu        sync.Mutex
+	exports   map[registry.ServiceKey]registry.ServiceSpec
+	endpoints map[registry.ServiceKey][]registry.EndpointGroup
+	err       error
+}
+
+var _ registry.Publisher = (*fakeRegistry)(nil)
+
+func newFakeRegistry() *fakeRegistry {
+	return &fakeRegistry{
+		exports:   map[registry.ServiceKey]registry.ServiceSpec{},
+		endpoints: map[registry.ServiceKey][]registry.EndpointGroup{},
+	}
+}
+
+func (f *fakeRegistry) PutExport(_ context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	f.exports[key] = spec
+	return nil
+}
+
+func (f *fakeRegistry) PutEndpoints(_ context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	f.endpoints[key] = groups
+	return nil
+}
+
+func (f *fakeRegistry) DeleteExport(_ context.Context, key registry.ServiceKey) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	delete(f.exports, key)
+	delete(f.endpoints, key)
+	return nil
+}
+
+func (f *fakeRegistry) Exported(context.Context) ([]registry.ServiceKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	var keys []registry.ServiceKey
+	for k := range f.exports {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+func (f *fakeRegistry) setErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+func (f *fakeRegistry) export(key registry.ServiceKey) (registry.ServiceSpec, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.exports[key]
+	return s, ok
+}
+
+func (f *fakeRegistry) groups(key registry.ServiceKey) []registry.EndpointGroup {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.endpoints[key]
+}
+
+// env is a reconciler over a fake client, a fake registry and a view.
+type env struct {
+	t      *testing.T
+	c      client.Client
+	reg    *fakeRegistry
+	view   *clusterset.View
+	rec    *record.FakeRecorder
+	r      *Reconciler
+	writes atomic.Int64 // API writes of any kind
+}
+
+func newEnv(t *testing.T, objs ...client.Object) *env {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := mcsv1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, reg: newFakeRegistry(), view: clusterset.NewView(), rec: record.NewFakeRecorder(100)}
+	count := func() { e.writes.Add(1) }
+	e.c = fake.NewClientBuilder().
+		WithScheme(scheme).
+		WithStatusSubresource(&mcsv1beta1.ServiceExport{}).
+		WithObjects(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				count()
+				return c.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				count()
+				return c.Update(ctx, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				count()
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				count()
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				count()
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).
+		Build()
+	e.r = e.newReconciler()
+	return e
+}
+
+// newReconciler returns a reconciler over the env's state, as a restarted
+// controller would have.
+func (e *env) newReconciler() *Reconciler {
+	return &Reconciler{Client: e.c, Registry: e.reg, View: e.view, ClusterID: thisID, Recorder: e.rec}
+}
+
+func (e *env) reconcile() error {
+	e.t.Helper()
+	_, err := e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: svcName}})
+	return err
+}
+
+func (e *env) mustReconcile() {
+	e.t.Helper()
+	if err := e.reconcile(); err != nil {
+		e.t.Fatalf("Reconcile: %v", err)
+	}
+}
+
+func (e *env) serviceExport() *mcsv1beta1.ServiceExport {
+	e.t.Helper()
+	se := &mcsv1beta1.ServiceExport{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: svcName}, se); err != nil {
+		e.t.Fatalf("get ServiceExport: %v", err)
+	}
+	return se
+}
+
+// syncView feeds the view a full update: this cluster's records as the fake
+// registry holds them, plus others.
+func (e *env) syncView(others ...registry.Export) {
+	u := registry.Update{Full: true, Exports: others, Clusters: []registry.Cluster{{ID: thisID}, {ID: otherID}}}
+	e.reg.mu.Lock()
+	for k, s := range e.reg.exports {
+		u.Exports = append(u.Exports, registry.Export{Cluster: thisID, Service: k, Spec: s, Order: ownOrder})
+	}
+	for k, g := range e.reg.endpoints {
+		u.Endpoints = append(u.Endpoints, registry.Endpoints{Cluster: thisID, Service: k, Groups: g})
+	}
+	e.reg.mu.Unlock()
+	e.view.OnUpdate(u)
+}
+
+// events drains the recorded events.
+func (e *env) events() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.rec.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// assertCondition checks a condition's status and reason, and that it
+// observed the ServiceExport's generation.
+func assertCondition(t *testing.T, se *mcsv1beta1.ServiceExport, typ string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	c := conditions.Get(se.Status.Conditions, typ)
+	if c == nil {
+		t.Fatalf("no %s condition in %+v", typ, se.Status.Conditions)
+	}
+	if c.Status != status || c.Reason != reason {
+		t.Errorf("%s = %s/%s (%q), want %s/%s", typ, c.Status, c.Reason, c.Message, status, reason)
+	}
+	if c.ObservedGeneration != se.Generation {
+		t.Errorf("%s observedGeneration = %d, want %d", typ, c.ObservedGeneration, se.Generation)
+	}
+	return c
+}
+
+func newServiceExport(mut ...func(*mcsv1beta1.ServiceExport)) *mcsv1beta1.ServiceExport {
+	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName, Generation: 3}}
+	for _, m := range mut {
+		m(se)
+	}
+	return se
+}
+
+func newService(mut ...func(*corev1.Service)) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName},
+		Spec: corev1.ServiceSpec{
+			Type:            corev1.ServiceTypeClusterIP,
+			ClusterIP:       "10.0.0.10",
+			Ports:           []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+			SessionAffinity: corev1.ServiceAffinityNone,
+			IPFamilies:      []corev1.IPFamily{corev1.IPv4Protocol},
+		},
+	}
+	for _, m := range mut {
+		m(svc)
+	}
+	return svc
+}
+
+func newSlice(name, svc string, at discoveryv1.AddressType, ports []discoveryv1.EndpointPort, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+			discoveryv1.LabelServiceName: svc,
+			discoveryv1.LabelManagedBy:   "endpointslice-controller.k8s.io",
+		}},
+		AddressType: at,
+		Ports:       ports,
+		Endpoints:   eps,
+	}
+}
+
+func httpPort() []discoveryv1.EndpointPort {
+	return []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}}
+}
+
+func ep(addr string, ready *bool) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
+}
+
+func TestNoServiceThenService(t *testing.T) {
+	e := newEnv(t, newServiceExport())
+	e.mustReconcile()
+
+	se := e.serviceExport()
+	if c := assertCondition(t, se, validType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoService)); !strings.Contains(c.Message, `"web"`) {
+		t.Errorf("Valid message %q does not name the Service", c.Message)
+	}
+	if c := assertCondition(t, se, readyType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonPending)); !strings.Contains(c.Message, "waiting for Service") {
+		t.Errorf("Ready message %q", c.Message)
+	}
+	if conditions.Get(se.Status.Conditions, confType) != nil {
+		t.Errorf("Conflict set without an export")
+	}
+	if !slices.Contains(se.Finalizers, Finalizer) {
+		t.Errorf("finalizers = %v, want %q", se.Finalizers, Finalizer)
+	}
+	if _, ok := e.reg.export(webKey); ok {
+		t.Errorf("exported without a Service")
+	}
+
+	if err := e.c.Create(context.Background(), newService()); err != nil {
+		t.Fatal(err)
+	}
+	e.mustReconcile()
+	se = e.serviceExport()
+	assertCondition(t, se, validType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonValid))
+	assertCondition(t, se, readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
+	if spec, ok := e.reg.export(webKey); !ok || spec.Type != registry.ClusterSetIP {
+		t.Errorf("registry export = %+v, %v; want a ClusterSetIP export", spec, ok)
+	}
+	if got := condTypes(se.Status.Conditions); !cmp.Equal(got, []string{validType, readyType}) {
+		t.Errorf("condition order = %v", got)
+	}
+}
+
+func condTypes(conds []metav1.Condition) []string {
+	var out []string
+	for _, c := range conds {
+		out = append(out, c.Type)
+	}
+	return out
+}
+
+func TestExternalNameIsNotExported(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	e.mustReconcile()
+	if _, ok := e.reg.export(webKey); !ok {
+		t.Fatal("ClusterIP Service not exported")
+	}
+
+	svc := &corev1.Service{}
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: svcName}, svc); err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}
+	if err := e.c.Update(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	e.mustReconcile()
+
+	se := e.serviceExport()
+	assertCondition(t, se, validType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonInvalidServiceType))
+	assertCondition(t, se, readyType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonPending))
+	if _, ok := e.reg.export(webKey); ok {
+		t.Error("ExternalName Service still exported")
+	}
+	if g := e.reg.groups(webKey); g != nil {
+		t.Errorf("ExternalName Service still has endpoints %v", g)
+	}
+}
+
+func TestServiceSpec(t *testing.T) {
+	tests := []struct {
+		name string
+		svc  *corev1.Service
+		se   *mcsv1beta1.ServiceExport
+		want registry.ServiceSpec
+	}{
+		{
+			name: "headless",
+			svc: newService(func(s *corev1.Service) {
+				s.Spec.ClusterIP = corev1.ClusterIPNone
+			}),
+			se: newServiceExport(),
+			want: registry.ServiceSpec{
+				Type:            registry.Headless,
+				Ports:           []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+				SessionAffinity: corev1.ServiceAffinityNone,
+				IPFamilies:      []corev1.IPFamily{corev1.IPv4Protocol},
+			},
+		},
+		{
+			name: "ports, affinity, policies, families, exported metadata",
+			svc: newService(func(s *corev1.Service) {
+				s.Labels = map[string]string{"svc-label": "no"}
+				s.Annotations = map[string]string{"svc-annotation": "no"}
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.Ports = []corev1.ServicePort{
+					{Name: "https", Port: 443, AppProtocol: ptr.To("https"), TargetPort: intstr.FromInt32(8443), NodePort: 30443},
+					{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
+					{Name: "assoc", Protocol: corev1.ProtocolSCTP, Port: 9999},
+				}
+				s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+				s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}}
+				s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+				s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+				s.Spec.TrafficDistribution = ptr.To("PreferClose")
+			}),
+			se: newServiceExport(func(se *mcsv1beta1.ServiceExport) {
+				se.Labels = map[string]string{"se-label": "no"}
+				se.Annotations = map[string]string{"se-annotation": "no"}
+				se.Spec.ExportedLabels = map[string]string{"team": "a"}
+				se.Spec.ExportedAnnotations = map[string]string{"note": "b"}
+			}),
+			want: registry.ServiceSpec{
+				Type: registry.ClusterSetIP,
+				Ports: []registry.Port{
+					{Name: "https", Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To("https"), Port: 443},
+					{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53},
+					{Name: "assoc", Protocol: corev1.ProtocolSCTP, Port: 9999},
+				},
+				SessionAffinity:       corev1.ServiceAffinityClientIP,
+				SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}},
+				IPFamilies:            []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol},
+				InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyLocal),
+				TrafficDistribution:   ptr.To("PreferClose"),
+				ExportedLabels:        map[string]string{"team": "a"},
+				ExportedAnnotations:   map[string]string{"note": "b"},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, tt.se, tt.svc)
+			e.mustReconcile()
+			got, ok := e.reg.export(webKey)
+			if !ok {
+				t.Fatal("not exported")
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("exported spec (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEndpointsFromSlices(t *testing.T) {
+	notReady := ptr.To(false)
+	v6 := newSlice("web-v6", svcName, discoveryv1.AddressTypeIPv6, httpPort(), ep("fd00::1", nil))
+	v4a := newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(),
+		ep("10.1.0.2", nil),
+		discoveryv1.Endpoint{
+			Addresses: []string{"10.1.0.3"},
+			Conditions: discoveryv1.EndpointConditions{
+				Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true),
+			},
+			Hostname: ptr.To("web-1"), NodeName: ptr.To("node-b"), Zone: ptr.To("z2"),
+		})
+	// Same ports in another order: same group. 10.1.0.2 also appears here,
+	// not ready, as it does while the EndpointSlice controller moves it.
+	v4b := newSlice("web-b", svcName, discoveryv1.AddressTypeIPv4, httpPort(),
+		ep("10.1.0.1", notReady), ep("10.1.0.2", notReady))
+	// Another port list: another group.
+	v4metrics := newSlice("web-metrics", svcName, discoveryv1.AddressTypeIPv4,
+		[]discoveryv1.EndpointPort{
+			{Name: ptr.To("metrics"), Port: ptr.To[int32](9090), AppProtocol: ptr.To("http")},
+			{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)},
+		},
+		ep("10.1.0.9", nil))
+	fqdn := newSlice("web-fqdn", svcName, discoveryv1.AddressTypeFQDN, httpPort(), ep("a.example.com", nil))
+	imported := newSlice("web-imported", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.9.9.9", nil))
+	imported.Labels[discoveryv1.LabelManagedBy] = ImportedSliceManagedBy
+	otherSvc := newSlice("api-a", "api", discoveryv1.AddressTypeIPv4, httpPort(), ep("10.2.0.1", nil))
+	empty := newSlice("web-empty", svcName, discoveryv1.AddressTypeIPv4, nil)
+
+	e := newEnv(t, newServiceExport(), newService(), v6, v4a, v4b, v4metrics, fqdn, imported, otherSvc, empty)
+	e.mustReconcile()
+
+	http := []registry.EndpointPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}}
+	want := []registry.EndpointGroup{
+		{
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       http,
+			Endpoints: []registry.Endpoint{
+				{Addresses: []string{"10.1.0.1"}},
+				{Addresses: []string{"10.1.0.2"}, Ready: true, Serving: true},
+				{Addresses: []string{"10.1.0.3"}, Serving: true, Terminating: true, Hostname: "web-1", NodeName: "node-b", Zone: "z2"},
+			},
+		},
+		{
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports: []registry.EndpointPort{
+				{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080},
+				{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090, AppProtocol: ptr.To("http")},
+			},
+			Endpoints: []registry.Endpoint{{Addresses: []string{"10.1.0.9"}, Ready: true, Serving: true}},
+		},
+		{
+			AddressType: discoveryv1.AddressTypeIPv6,
+			Ports:       http,
+			Endpoints:   []registry.Endpoint{{Addresses: []string{"fd00::1"}, Ready: true, Serving: true}},
+		},
+	}
+	if diff := cmp.Diff(want, e.reg.groups(webKey)); diff != "" {
+		t.Errorf("endpoints (-want +got):\n%s", diff)
+	}
+}
+
+func TestEndpointGroupsIndependentOfOrder(t *testing.T) {
+	a := *newSlice("a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.0.0.2", nil), ep("10.0.0.1", ptr.To(false)))
+	b := *newSlice("b", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.0.0.1", nil))
+	c := *newSlice("c", svcName, discoveryv1.AddressTypeIPv6, httpPort(), ep("fd00::1", nil))
+	one := endpointGroups([]discoveryv1.EndpointSlice{a, b, c})
+	two := endpointGroups([]discoveryv1.EndpointSlice{c, b, a})
+	if diff := cmp.Diff(one, two); diff != "" {
+		t.Errorf("order changed the result (-abc +cba):\n%s", diff)
+	}
+	if got := one[0].Endpoints[0]; !got.Ready {
+		t.Errorf("duplicate endpoint kept the not-ready copy: %+v", got)
+	}
+}
+
+func TestDeletingServiceExportWithdraws(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService(),
+		newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.1.0.1", nil)))
+	e.mustReconcile()
+	if _, ok := e.reg.export(webKey); !ok {
+		t.Fatal("not exported")
+	}
+	if err := e.c.Delete(context.Background(), e.serviceExport()); err != nil {
+		t.Fatal(err)
+	}
+	e.mustReconcile()
+
+	if _, ok := e.reg.export(webKey); ok {
+		t.Error("export not withdrawn")
+	}
+	if g := e.reg.groups(webKey); g != nil {
+		t.Errorf("endpoints not withdrawn: %v", g)
+	}
+	err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: svcName}, &mcsv1beta1.ServiceExport{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("ServiceExport still there after its finalizer ran: %v", err)
+	}
+}
+
+func TestDeletingServiceWithdraws(t *testing.T) {
+	svc := newService()
+	e := newEnv(t, newServiceExport(), svc)
+	e.mustReconcile()
+	e.syncView(registry.Export{Cluster: otherID, Service: webKey, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}, Order: otherOrd})
+	e.mustReconcile()
+	if conditions.Get(e.serviceExport().Status.Conditions, confType) == nil {
+		t.Fatal("no Conflict condition once the view holds the export")
+	}
+
+	if err := e.c.Delete(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	e.mustReconcile()
+
+	se := e.serviceExport()
+	assertCondition(t, se, validType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoService))
+	assertCondition(t, se, readyType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonPending))
+	if c := conditions.Get(se.Status.Conditions, confType); c != nil {
+		t.Errorf("Conflict kept after withdrawal: %+v", c)
+	}
+	if _, ok := e.reg.export(webKey); ok {
+		t.Error("export not withdrawn")
+	}
+}
+
+func TestRegistryFailure(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	e.reg.setErr(errors.New("etcd unavailable"))
+	if err := e.reconcile(); err == nil {
+		t.Fatal("Reconcile succeeded with a failing registry")
+	}
+	se := e.serviceExport()
+	assertCondition(t, se, validType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonValid))
+	if c := assertCondition(t, se, readyType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonFailed)); !strings.Contains(c.Message, "etcd unavailable") {
+		t.Errorf("Ready message %q does not carry the error", c.Message)
+	}
+	if ev := e.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventReasonRegistryFailed) {
+		t.Errorf("events = %q, want one %s warning", ev, EventReasonRegistryFailed)
+	}
+
+	e.reg.setErr(nil)
+	e.mustReconcile()
+	assertCondition(t, e.serviceExport(), readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
+}
+
+func TestConflictFollowsTheView(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	e.mustReconcile()
+	if c := conditions.Get(e.serviceExport().Status.Conditions, confType); c != nil {
+		t.Fatalf("Conflict set before the view holds this cluster's export: %+v", c)
+	}
+
+	// An older export elsewhere is headless and has another port.
+	older := registry.Export{Cluster: otherID, Service: webKey, Order: otherOrd, Spec: registry.ServiceSpec{
+		Type:       registry.Headless,
+		Ports:      []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}},
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+	}}
+	e.syncView(older)
+	e.mustReconcile()
+	se := e.serviceExport()
+	c := assertCondition(t, se, confType, metav1.ConditionTrue, "PortConflict,TypeConflict")
+	if !strings.Contains(c.Message, otherID) || !strings.Contains(c.Message, "type") {
+		t.Errorf("Conflict message %q does not name the field and the winning cluster", c.Message)
+	}
+	assertCondition(t, se, readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
+	if ev := e.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventReasonConflict) {
+		t.Errorf("events = %q, want one %s warning", ev, EventReasonConflict)
+	}
+
+	// Unchanged conflict: no new event.
+	e.mustReconcile()
+	if ev := e.events(); len(ev) != 0 {
+		t.Errorf("events on an unchanged conflict: %q", ev)
+	}
+
+	// The other cluster comes to agree.
+	agreed := older
+	agreed.Spec = registry.ServiceSpec{Type: registry.ClusterSetIP, Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}
+	e.syncView(agreed)
+	e.mustReconcile()
+	assertCondition(t, e.serviceExport(), confType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoConflicts))
+	if got := condTypes(e.serviceExport().Status.Conditions); !cmp.Equal(got, []string{validType, readyType, confType}) {
+		t.Errorf("condition order = %v", got)
+	}
+}
+
+func TestUnchangedReconcileWritesNothing(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService(),
+		newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.1.0.1", nil)))
+	e.mustReconcile()
+	e.syncView(registry.Export{Cluster: otherID, Service: webKey, Order: otherOrd, Spec: registry.ServiceSpec{Type: registry.Headless}})
+	e.mustReconcile()
+	if !conditions.IsTrue(e.serviceExport().Status.Conditions, confType) {
+		t.Fatal("want a conflict in the state under test")
+	}
+	before := e.serviceExport()
+
+	for _, name := range []string{"same controller", "restarted controller"} {
+		if name == "restarted controller" {
+			e.r = e.newReconciler()
+		}
+		e.writes.Store(0)
+		e.mustReconcile()
+		if n := e.writes.Load(); n != 0 {
+			t.Errorf("%s: %d API writes reconciling an unchanged ServiceExport, want 0", name, n)
+		}
+	}
+	if diff := cmp.Diff(before, e.serviceExport()); diff != "" {
+		t.Errorf("ServiceExport changed (-before +after):\n%s", diff)
+	}
+}
+
+func TestWithdrawOrphans(t *testing.T) {
+	kept := registry.ServiceKey{Namespace: ns, Name: svcName}
+	orphan := registry.ServiceKey{Namespace: "other", Name: "gone"}
+	e := newEnv(t, newServiceExport())
+	ctx := context.Background()
+	for _, k := range []registry.ServiceKey{kept, orphan} {
+		if err := e.reg.PutExport(ctx, k, registry.ServiceSpec{Type: registry.ClusterSetIP}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.r.withdrawOrphans(ctx); err != nil {
+		t.Fatalf("withdrawOrphans: %v", err)
+	}
+	got, _ := e.reg.Exported(ctx)
+	if diff := cmp.Diff([]registry.ServiceKey{kept}, got); diff != "" {
+		t.Errorf("exported after cleanup (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,200 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// Backoff of the startup cleanup while the registry cannot be read.
+const (
+	cleanupRetryMin = time.Second
+	cleanupRetryMax = time.Minute
+)
+
+// SetupWithManager registers the controller and the startup cleanup with
+// mgr. It subscribes to the View at once, and keeps consuming its changes
+// until ctx ends, so that the View never blocks on this controller.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Client == nil || r.Registry == nil || r.View == nil || r.ClusterID == "" {
+		return errors.New("export: Client, Registry, View and ClusterID are required")
+	}
+	keys := make(chan registry.ServiceKey, 128)
+	changes := make(chan event.TypedGenericEvent[registry.ServiceKey])
+	r.View.Subscribe(keys)
+	go forwardChanges(ctx, keys, changes)
+
+	log := mgr.GetLogger().WithValues("controller", ControllerName)
+	cleanup := manager.RunnableFunc(func(ctx context.Context) error {
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return nil
+		}
+		r.withdrawOrphansUntilDone(ctrl.LoggerInto(ctx, log))
+		return nil
+	})
+	if err := mgr.Add(cleanup); err != nil {
+		return fmt.Errorf("add export cleanup: %w", err)
+	}
+
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(notStatusOnly())).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToExport)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToExport)).
+		WatchesRawSource(source.TypedChannel(changes, handler.TypedEnqueueRequestsFromMapFunc(keyToExport))).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("build export controller: %w", err)
+	}
+	return nil
+}
+
+// notStatusOnly lets through every ServiceExport event except updates that
+// change neither the spec (generation), the deletion timestamp nor the
+// finalizers: the controller's own status patches.
+func notStatusOnly() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			if o == nil || n == nil {
+				return true
+			}
+			return o.GetGeneration() != n.GetGeneration() ||
+				!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+				!slices.Equal(o.GetFinalizers(), n.GetFinalizers())
+		},
+	}
+}
+
+// serviceToExport maps a Service to the ServiceExport of the same name.
+func serviceToExport(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+}
+
+// sliceToExport maps an EndpointSlice to the ServiceExport named by its
+// kubernetes.io/service-name label, ignoring the slices mcsd imports.
+func sliceToExport(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	name := l[discoveryv1.LabelServiceName]
+	if name == "" || l[discoveryv1.LabelManagedBy] == ImportedSliceManagedBy {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// keyToExport maps a Service whose registry records changed to its
+// ServiceExport.
+func keyToExport(_ context.Context, k registry.ServiceKey) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: k.Namespace, Name: k.Name}}}
+}
+
+// forwardChanges passes the keys the View reports to the controller's
+// channel source without ever blocking the View: keys wait, deduplicated, in
+// a queue while the controller is not reading (not started yet, or busy).
+// After ctx ends it keeps draining in so that the View's sends still return.
+func forwardChanges(ctx context.Context, in <-chan registry.ServiceKey, out chan<- event.TypedGenericEvent[registry.ServiceKey]) {
+	var (
+		queue   []registry.ServiceKey
+		pending = map[registry.ServiceKey]bool{}
+	)
+	for {
+		var (
+			send chan<- event.TypedGenericEvent[registry.ServiceKey]
+			next event.TypedGenericEvent[registry.ServiceKey]
+		)
+		if len(queue) > 0 {
+			send, next = out, event.TypedGenericEvent[registry.ServiceKey]{Object: queue[0]}
+		}
+		select {
+		case k := <-in:
+			if !pending[k] {
+				pending[k] = true
+				queue = append(queue, k)
+			}
+		case send <- next:
+			delete(pending, queue[0])
+			queue = queue[1:]
+		case <-ctx.Done():
+			for range in {
+			}
+			return
+		}
+	}
+}
+
+// withdrawOrphansUntilDone runs withdrawOrphans until it succeeds or ctx
+// ends, backing off while the registry cannot be read.
+func (r *Reconciler) withdrawOrphansUntilDone(ctx context.Context) {
+	log := ctrl.LoggerFrom(ctx)
+	delay := cleanupRetryMin
+	for {
+		err := r.withdrawOrphans(ctx)
+		if err == nil {
+			return
+		}
+		log.Error(err, "Withdrawing exports without a ServiceExport failed; retrying", "retryAfter", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, cleanupRetryMax)
+	}
+}
+
+// withdrawOrphans withdraws this cluster's registry records of every Service
+// that has no ServiceExport: exports deleted while the controller was down
+// and their finalizer did not run.
+func (r *Reconciler) withdrawOrphans(ctx context.Context) error {
+	keys, err := r.Registry.Exported(ctx)
+	if err != nil {
+		return fmt.Errorf("list exported services: %w", err)
+	}
+	var errs []error
+	for _, key := range keys {
+		if err := r.withdrawOrphan(ctx, key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Reconciler) withdrawOrphan(ctx context.Context, key registry.ServiceKey) error {
+	// Exclusive: no reconcile can publish key between the check and the
+	// withdrawal. A ServiceExport created after the check is reconciled
+	// after the withdrawal and publishes again.
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, &mcsv1beta1.ServiceExport{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get ServiceExport %s: %w", key, err)
+	}
+	if err := r.Registry.DeleteExport(ctx, key); err != nil {
+		return fmt.Errorf("withdraw export %s: %w", key, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Withdrew export without a ServiceExport", "service", klog.KRef(key.Namespace, key.Name))
+	return nil
+}

@@ -1,0 +1,143 @@
+package export
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+func TestForwardChangesNeverBlocksTheView(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	view := clusterset.NewView()
+	keys := make(chan registry.ServiceKey) // unbuffered: only the forwarder drains it
+	out := make(chan event.TypedGenericEvent[registry.ServiceKey])
+	view.Subscribe(keys)
+	go forwardChanges(ctx, keys, out)
+
+	// Many changes while nobody reads out, the same key many times.
+	for i := range 200 {
+		view.OnUpdate(registry.Update{Exports: []registry.Export{{
+			Cluster: "c", Service: webKey, Order: int64(i),
+		}}})
+	}
+	select {
+	case ev := <-out:
+		if ev.Object != webKey {
+			t.Errorf("got %v, want %v", ev.Object, webKey)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change delivered")
+	}
+	select {
+	case ev := <-out:
+		t.Errorf("key delivered twice: %v", ev.Object)
+	case <-time.After(50 * time.Millisecond):
+	}
+
+	// After ctx ends the View is still never blocked.
+	cancel()
+	done := make(chan struct{})
+	go func() {
+		view.OnUpdate(registry.Update{Exports: []registry.Export{{Cluster: "c", Service: webKey, Order: 1000}}})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("View blocked after the forwarder stopped")
+	}
+}
+
+func TestSliceToExport(t *testing.T) {
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   string
+	}{
+		{name: "local slice", labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}, want: "web"},
+		{name: "imported slice", labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: ImportedSliceManagedBy}},
+		{name: "no service label", labels: map[string]string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s", Labels: tt.labels}}
+			reqs := sliceToExport(context.Background(), s)
+			switch {
+			case tt.want == "" && len(reqs) != 0:
+				t.Errorf("requests = %v, want none", reqs)
+			case tt.want != "" && (len(reqs) != 1 || reqs[0].Name != tt.want || reqs[0].Namespace != ns):
+				t.Errorf("requests = %v, want %s/%s", reqs, ns, tt.want)
+			}
+		})
+	}
+}
+
+func TestNotStatusOnly(t *testing.T) {
+	base := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName, Generation: 1, Finalizers: []string{Finalizer}}}
+	now := metav1.Now()
+	tests := []struct {
+		name string
+		mut  func(*mcsv1beta1.ServiceExport)
+		want bool
+	}{
+		{name: "status only", mut: func(se *mcsv1beta1.ServiceExport) {
+			se.ResourceVersion = "2"
+			se.Status.Conditions = []metav1.Condition{{Type: "Ready"}}
+		}},
+		{name: "spec", mut: func(se *mcsv1beta1.ServiceExport) { se.Generation = 2 }, want: true},
+		{name: "deletion", mut: func(se *mcsv1beta1.ServiceExport) { se.DeletionTimestamp = &now }, want: true},
+		{name: "finalizer removed", mut: func(se *mcsv1beta1.ServiceExport) { se.Finalizers = nil }, want: true},
+	}
+	p := notStatusOnly()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := base.DeepCopy()
+			tt.mut(n)
+			if got := p.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: n}); got != tt.want {
+				t.Errorf("Update() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSetupWithManager(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := mcsv1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	// The manager is built but never started: nothing reaches this address.
+	mgr, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatalf("NewManager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &Reconciler{Client: mgr.GetClient(), Registry: newFakeRegistry(), View: clusterset.NewView(), ClusterID: thisID}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		t.Fatalf("SetupWithManager: %v", err)
+	}
+	if err := (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(ctx, mgr); err == nil {
+		t.Error("SetupWithManager accepted a Reconciler without Registry, View and ClusterID")
+	}
+}

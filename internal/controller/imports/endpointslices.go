@@ -1,0 +1,334 @@
+package imports
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// maxEndpointsPerSlice is the most endpoints mcsd puts in one EndpointSlice,
+// the Kubernetes EndpointSlice controller's default.
+const maxEndpointsPerSlice = 100
+
+// reconcileEndpointSlices makes the import's EndpointSlices those of
+// desiredEndpointSlices: it creates the missing ones, updates those whose
+// content differs and deletes the rest. A slice whose content is already
+// right is not written.
+func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) error {
+	log := ctrl.LoggerFrom(ctx)
+	existing, err := r.listEndpointSlices(ctx, s.key)
+	if err != nil {
+		return err
+	}
+	byName := make(map[string]*discoveryv1.EndpointSlice, len(existing))
+	for i := range existing {
+		byName[existing[i].Name] = &existing[i]
+	}
+	var created, updated, deleted int
+	for _, want := range desiredEndpointSlices(s, r.View.Endpoints(s.key)) {
+		have, ok := byName[want.Name]
+		delete(byName, want.Name)
+		if ok && have.AddressType != want.AddressType {
+			// The address type is immutable.
+			if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
+			}
+			deleted++
+			ok = false
+		}
+		switch {
+		case !ok:
+			err := r.Client.Create(ctx, want)
+			if apierrors.IsAlreadyExists(err) {
+				// The cache has not seen it yet; its creation event brings
+				// this import back to compare it.
+				log.V(1).Info("EndpointSlice exists but is not in the cache yet", "endpointSlice", klog.KObj(want))
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("create EndpointSlice %s: %w", want.Name, err)
+			}
+			created++
+		case !sliceUpToDate(have, want):
+			applySlice(have, want)
+			if err := r.Client.Update(ctx, have); err != nil {
+				return fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
+			}
+			updated++
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		if err := r.Client.Delete(ctx, byName[name]); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete EndpointSlice %s: %w", name, err)
+		}
+		deleted++
+	}
+	if created+updated+deleted > 0 {
+		log.V(1).Info("Wrote EndpointSlices", "created", created, "updated", updated, "deleted", deleted)
+	}
+	return nil
+}
+
+// desiredEndpointSlices returns the EndpointSlices of s's import given every
+// cluster's endpoints: for each exporting cluster (this one included), one
+// set of slices per address type and port list, each with at most
+// maxEndpointsPerSlice endpoints, split deterministically (endpoints sorted
+// by address). A slice carries only the ports its cluster serves
+// (merge.Result.Served) under the import's port names, with the cluster's
+// own port numbers; a cluster that serves none of the import's ports gets no
+// slices.
+func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []*discoveryv1.EndpointSlice {
+	var out []*discoveryv1.EndpointSlice
+	importPorts := s.res.Spec.Ports
+	for _, cluster := range s.res.Clusters {
+		eps, ok := endpoints[cluster]
+		if !ok {
+			continue
+		}
+		served := s.res.Served[cluster]
+		if len(importPorts) > 0 && len(served) == 0 {
+			continue
+		}
+		// Groups whose served ports are the same share slices.
+		type set struct {
+			addressType discoveryv1.AddressType
+			ports       []discoveryv1.EndpointPort
+			endpoints   []discoveryv1.Endpoint
+		}
+		sets := map[string]*set{}
+		for _, g := range eps.Groups {
+			ports := slicePorts(g.Ports, served, importPorts)
+			if len(importPorts) > 0 && len(ports) == 0 {
+				continue
+			}
+			id := string(g.AddressType) + "|" + portsID(ports)
+			st := sets[id]
+			if st == nil {
+				st = &set{addressType: g.AddressType, ports: ports}
+				sets[id] = st
+			}
+			for _, e := range g.Endpoints {
+				st.endpoints = append(st.endpoints, sliceEndpoint(e))
+			}
+		}
+		for _, id := range slices.Sorted(maps.Keys(sets)) {
+			st := sets[id]
+			slices.SortFunc(st.endpoints, compareEndpoints)
+			for chunk := 0; chunk*maxEndpointsPerSlice < len(st.endpoints); chunk++ {
+				part := st.endpoints[chunk*maxEndpointsPerSlice : min((chunk+1)*maxEndpointsPerSlice, len(st.endpoints))]
+				out = append(out, &discoveryv1.EndpointSlice{
+					ObjectMeta: metav1.ObjectMeta{
+						Namespace:       s.key.Namespace,
+						Name:            sliceName(s.key.Name, cluster, id, chunk),
+						Labels:          sliceLabels(s, cluster),
+						Annotations:     map[string]string{AnnotationManaged: "true"},
+						OwnerReferences: []metav1.OwnerReference{ownerRef(s.si)},
+					},
+					AddressType: st.addressType,
+					Endpoints:   part,
+					Ports:       st.ports,
+				})
+			}
+		}
+	}
+	return out
+}
+
+// sliceLabels are the labels of the import's slices from cluster. Only a
+// ClusterSetIP import's slices name a Service for kube-proxy: the derived
+// one, unless a Service mcsd did not create holds its name (then kube-proxy
+// must not send that Service's traffic to the import's endpoints).
+func sliceLabels(s *scope, cluster string) map[string]string {
+	l := map[string]string{
+		mcsv1beta1.LabelServiceName:   s.key.Name,
+		mcsv1beta1.LabelSourceCluster: cluster,
+		discoveryv1.LabelManagedBy:    ManagedBy,
+	}
+	if s.res.Spec.Type == mcsv1beta1.ClusterSetIP && s.foreignSvc == nil {
+		l[discoveryv1.LabelServiceName] = s.derivedName
+	}
+	return l
+}
+
+// slicePorts returns the ports of a cluster's endpoint group that its
+// slices carry: for each import port the cluster serves, in import order,
+// the group's port of the same name and protocol, with its number.
+func slicePorts(groupPorts []registry.EndpointPort, served []string, importPorts []mcsv1beta1.ServicePort) []discoveryv1.EndpointPort {
+	var out []discoveryv1.EndpointPort
+	for _, ip := range importPorts {
+		if !slices.Contains(served, ip.Name) {
+			continue
+		}
+		proto := protocol(ip.Protocol)
+		i := slices.IndexFunc(groupPorts, func(p registry.EndpointPort) bool {
+			return p.Name == ip.Name && protocol(p.Protocol) == proto
+		})
+		if i < 0 {
+			continue
+		}
+		gp := groupPorts[i]
+		out = append(out, discoveryv1.EndpointPort{
+			Name:        ptr.To(ip.Name),
+			Protocol:    ptr.To(proto),
+			Port:        ptr.To(gp.Port),
+			AppProtocol: cloneString(gp.AppProtocol),
+		})
+	}
+	return out
+}
+
+// portsID identifies a port list in slice names.
+func portsID(ports []discoveryv1.EndpointPort) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = fmt.Sprintf("%s/%s/%d/%s", ptr.Deref(p.Name, ""), ptr.Deref(p.Protocol, ""), ptr.Deref(p.Port, 0), ptr.Deref(p.AppProtocol, ""))
+	}
+	return strings.Join(s, ",")
+}
+
+// sliceEndpoint copies a registry endpoint into an EndpointSlice endpoint:
+// addresses, conditions, hostname (headless DNS names depend on it), node
+// name and zone.
+func sliceEndpoint(e registry.Endpoint) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{
+		Addresses: slices.Clone(e.Addresses),
+		Conditions: discoveryv1.EndpointConditions{
+			Ready:       ptr.To(e.Ready),
+			Serving:     ptr.To(e.Serving),
+			Terminating: ptr.To(e.Terminating),
+		},
+		Hostname: optional(e.Hostname),
+		NodeName: optional(e.NodeName),
+		Zone:     optional(e.Zone),
+	}
+}
+
+// compareEndpoints orders endpoints by addresses, then the other fields, so
+// that the split into slices does not depend on the registry's order.
+func compareEndpoints(a, b discoveryv1.Endpoint) int {
+	return cmp.Or(
+		slices.Compare(a.Addresses, b.Addresses),
+		strings.Compare(ptr.Deref(a.Hostname, ""), ptr.Deref(b.Hostname, "")),
+		strings.Compare(ptr.Deref(a.NodeName, ""), ptr.Deref(b.NodeName, "")),
+		strings.Compare(ptr.Deref(a.Zone, ""), ptr.Deref(b.Zone, "")),
+		strings.Compare(conditionsKey(a.Conditions), conditionsKey(b.Conditions)),
+	)
+}
+
+func conditionsKey(c discoveryv1.EndpointConditions) string {
+	b := func(p *bool) string {
+		if p == nil {
+			return "-"
+		}
+		return strconv.FormatBool(*p)
+	}
+	return b(c.Ready) + b(c.Serving) + b(c.Terminating)
+}
+
+// sliceUpToDate reports whether the existing slice have already holds what
+// mcsd wants in it: its labels and annotations (others may add more), its
+// controller reference, address type, ports and endpoints (in any order).
+func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
+	for k, v := range want.Labels {
+		if got, ok := have.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	if _, ok := have.Labels[discoveryv1.LabelServiceName]; ok && want.Labels[discoveryv1.LabelServiceName] == "" {
+		return false
+	}
+	for k, v := range want.Annotations {
+		if got, ok := have.Annotations[k]; !ok || got != v {
+			return false
+		}
+	}
+	return hasControllerRef(have, want.OwnerReferences[0]) &&
+		have.AddressType == want.AddressType &&
+		equality.Semantic.DeepEqual(normalSlicePorts(have.Ports), normalSlicePorts(want.Ports)) &&
+		equality.Semantic.DeepEqual(sortedEndpoints(have.Endpoints), sortedEndpoints(want.Endpoints))
+}
+
+// applySlice sets in have what mcsd owns of want (see sliceUpToDate).
+func applySlice(have, want *discoveryv1.EndpointSlice) {
+	if have.Labels == nil {
+		have.Labels = map[string]string{}
+	}
+	if _, ok := want.Labels[discoveryv1.LabelServiceName]; !ok {
+		delete(have.Labels, discoveryv1.LabelServiceName)
+	}
+	maps.Copy(have.Labels, want.Labels)
+	if have.Annotations == nil {
+		have.Annotations = map[string]string{}
+	}
+	maps.Copy(have.Annotations, want.Annotations)
+	setControllerRef(have, want.OwnerReferences[0])
+	have.Ports = want.Ports
+	have.Endpoints = want.Endpoints
+}
+
+// normalSlicePorts returns ports with API defaults spelled out (name "",
+// protocol TCP), sorted.
+func normalSlicePorts(ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	out := make([]discoveryv1.EndpointPort, len(ports))
+	for i, p := range ports {
+		if p.Name == nil {
+			p.Name = ptr.To("")
+		}
+		if p.Protocol == nil {
+			p.Protocol = ptr.To(corev1.ProtocolTCP)
+		}
+		if p.AppProtocol != nil && *p.AppProtocol == "" {
+			p.AppProtocol = nil
+		}
+		out[i] = p
+	}
+	slices.SortFunc(out, func(a, b discoveryv1.EndpointPort) int {
+		return cmp.Or(strings.Compare(*a.Name, *b.Name), strings.Compare(string(*a.Protocol), string(*b.Protocol)),
+			cmp.Compare(ptr.Deref(a.Port, 0), ptr.Deref(b.Port, 0)))
+	})
+	return out
+}
+
+func sortedEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
+	out := slices.Clone(eps)
+	slices.SortFunc(out, compareEndpoints)
+	return out
+}
+
+func protocol(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func cloneString(s *string) *string {
+	if s == nil || *s == "" {
+		return nil
+	}
+	return ptr.To(*s)
+}

@@ -1,0 +1,286 @@
+package imports
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+const testNS = "shop"
+
+// env is a reconciler over a fake API server and a View the test feeds.
+type env struct {
+	t    *testing.T
+	ctx  context.Context
+	api  client.Client // the fake API server, for the test's own reads and writes
+	view *clusterset.View
+	rec  *record.FakeRecorder
+	r    *Reconciler
+
+	// writes counts the reconciler's writes, by verb and kind.
+	writes []string
+	uids   int
+	// createHook, when set, may fail the reconciler's creates, as an API
+	// server would.
+	createHook func(client.Object) error
+}
+
+func newEnv(t *testing.T, objs ...client.Object) *env {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := mcsv1beta1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	api := fake.NewClientBuilder().WithScheme(scheme).
+		WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
+		WithObjects(objs...).Build()
+	e := &env{t: t, ctx: ctrl.LoggerInto(context.Background(), ctrl.Log), api: api, view: clusterset.NewView(), rec: record.NewFakeRecorder(100)}
+	e.view.OnConnection(true, nil)
+	counted := interceptor.NewClient(api.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			e.record("create", obj)
+			if e.createHook != nil {
+				if err := e.createHook(obj); err != nil {
+					return err
+				}
+			}
+			if obj.GetUID() == "" { // as the API server does
+				e.uids++
+				obj.SetUID(types.UID(fmt.Sprintf("uid-%d", e.uids)))
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			e.record("update", obj)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			e.record("patch", obj)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			e.record("delete", obj)
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			e.record("update/"+sub, obj)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			e.record("patch/"+sub, obj)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	e.r = &Reconciler{Client: counted, View: e.view, ClusterID: "east", Recorder: e.rec}
+	return e
+}
+
+func namespace(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+func (e *env) record(verb string, obj client.Object) {
+	e.writes = append(e.writes, fmt.Sprintf("%s %T %s", verb, obj, obj.GetName()))
+}
+
+// reconcile runs one reconcile of shop/name and returns the writes it made.
+func (e *env) reconcile(name string) []string {
+	e.t.Helper()
+	e.writes = nil
+	if _, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: name}}); err != nil {
+		e.t.Fatalf("reconcile %s: %v", name, err)
+	}
+	return e.writes
+}
+
+// steady reconciles and fails unless nothing was written.
+func (e *env) steady(name string) {
+	e.t.Helper()
+	if w := e.reconcile(name); len(w) > 0 {
+		e.t.Fatalf("steady state reconcile of %s wrote: %v", name, w)
+	}
+}
+
+// full replaces the View's state.
+func (e *env) full(exports []registry.Export, endpoints ...registry.Endpoints) {
+	e.view.OnUpdate(registry.Update{Full: true, Exports: exports, Endpoints: endpoints})
+}
+
+func (e *env) serviceImport(name string) *mcsv1beta1.ServiceImport {
+	e.t.Helper()
+	si := &mcsv1beta1.ServiceImport{}
+	if err := e.api.Get(e.ctx, client.ObjectKey{Namespace: testNS, Name: name}, si); err != nil {
+		e.t.Fatalf("get ServiceImport %s: %v", name, err)
+	}
+	return si
+}
+
+// service returns the Service, or nil.
+func (e *env) service(name string) *corev1.Service {
+	e.t.Helper()
+	svc := &corev1.Service{}
+	err := e.api.Get(e.ctx, client.ObjectKey{Namespace: testNS, Name: name}, svc)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return svc
+}
+
+func (e *env) exists(obj client.Object, name string) bool {
+	e.t.Helper()
+	err := e.api.Get(e.ctx, client.ObjectKey{Namespace: testNS, Name: name}, obj)
+	if err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
+	return err == nil
+}
+
+// slices returns the import's EndpointSlices by source cluster, each
+// cluster's sorted by name.
+func (e *env) slices(name string) map[string][]discoveryv1.EndpointSlice {
+	e.t.Helper()
+	list := &discoveryv1.EndpointSliceList{}
+	if err := e.api.List(e.ctx, list, client.InNamespace(testNS), client.MatchingLabels{mcsv1beta1.LabelServiceName: name}); err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string][]discoveryv1.EndpointSlice{}
+	for _, s := range list.Items {
+		c := s.Labels[mcsv1beta1.LabelSourceCluster]
+		out[c] = append(out[c], s)
+	}
+	for _, ss := range out {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].Name < ss[j].Name })
+	}
+	return out
+}
+
+// allocate gives the derived Service of name cluster IPs, as the API server
+// does on create: spec.clusterIP is the first of spec.clusterIPs.
+func (e *env) allocate(name string, ips ...string) {
+	e.t.Helper()
+	svc := e.service(DerivedServiceName(name))
+	if svc == nil {
+		e.t.Fatalf("no derived Service for %s", name)
+	}
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ips[0], ips
+	if err := e.api.Update(e.ctx, svc); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// events drains the recorded events.
+func (e *env) events() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.rec.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// Registry records.
+
+func port(name string, proto corev1.Protocol, n int32) registry.Port {
+	return registry.Port{Name: name, Protocol: proto, Port: n}
+}
+
+func export(cluster string, order int64, typ registry.ServiceType, families []corev1.IPFamily, ports ...registry.Port) registry.Export {
+	return registry.Export{
+		Cluster: cluster,
+		Service: registry.ServiceKey{Namespace: testNS, Name: "web"},
+		Order:   order,
+		Spec:    registry.ServiceSpec{Type: typ, Ports: ports, IPFamilies: families},
+	}
+}
+
+func endpoints(cluster string, groups ...registry.EndpointGroup) registry.Endpoints {
+	return registry.Endpoints{Cluster: cluster, Service: registry.ServiceKey{Namespace: testNS, Name: "web"}, Groups: groups}
+}
+
+func group(at discoveryv1.AddressType, ports []registry.EndpointPort, eps ...registry.Endpoint) registry.EndpointGroup {
+	return registry.EndpointGroup{AddressType: at, Ports: ports, Endpoints: eps}
+}
+
+func epPort(name string, n int32) registry.EndpointPort {
+	return registry.EndpointPort{Name: name, Protocol: corev1.ProtocolTCP, Port: n}
+}
+
+func ready(addr string) registry.Endpoint {
+	return registry.Endpoint{Addresses: []string{addr}, Ready: true, Serving: true}
+}
+
+var (
+	v4   = []corev1.IPFamily{corev1.IPv4Protocol}
+	v6   = []corev1.IPFamily{corev1.IPv6Protocol}
+	dual = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+)
+
+// Assertions on objects.
+
+func portNames(ports []discoveryv1.EndpointPort) []string {
+	var out []string
+	for _, p := range ports {
+		out = append(out, fmt.Sprintf("%s:%d", *p.Name, *p.Port))
+	}
+	return out
+}
+
+func addresses(ss []discoveryv1.EndpointSlice) []string {
+	var out []string
+	for _, s := range ss {
+		for _, ep := range s.Endpoints {
+			out = append(out, ep.Addresses...)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func condition(si *mcsv1beta1.ServiceImport, typ string) *metav1.Condition {
+	for i := range si.Status.Conditions {
+		if si.Status.Conditions[i].Type == typ {
+			return &si.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func wantCondition(t *testing.T, si *mcsv1beta1.ServiceImport, typ string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	c := condition(si, typ)
+	if c == nil {
+		t.Fatalf("no %s condition; have %+v", typ, si.Status.Conditions)
+	}
+	if c.Status != status || c.Reason != reason {
+		t.Fatalf("%s = %s/%s (%q), want %s/%s", typ, c.Status, c.Reason, c.Message, status, reason)
+	}
+	return c
+}

@@ -1,0 +1,412 @@
+package imports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/merge"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// ControllerName names the import controller (logs, metrics).
+const ControllerName = "serviceimport"
+
+const (
+	// ManagedBy is the endpointslice.kubernetes.io/managed-by value of every
+	// EndpointSlice mcsd writes for an import. Kubernetes' own EndpointSlice
+	// controllers leave such slices alone, and mcsd's export controller
+	// ignores them, so that an import is never exported again.
+	ManagedBy = "mcsd.io/controller"
+
+	// AnnotationManaged, set to "true", marks the ServiceImports, derived
+	// Services and EndpointSlices mcsd created. mcsd updates and deletes only
+	// objects that carry it (EndpointSlices: or the ManagedBy label).
+	AnnotationManaged = "multicluster.mcsd.io/managed"
+	// AnnotationDerivedService on a ClusterSetIP ServiceImport names the
+	// Service mcsd derived for it, whose cluster IPs are the import's IPs.
+	AnnotationDerivedService = "multicluster.mcsd.io/derived-service"
+	// AnnotationServiceImport on a derived Service names its ServiceImport.
+	AnnotationServiceImport = "multicluster.mcsd.io/service-import"
+	// AnnotationIPFamilies on a derived Service lists, comma-separated and in
+	// order, the IP families mcsd asked for when it created the Service: the
+	// import's families at the time. The Service's spec.ipFamilies holds fewer
+	// when this cluster refused a family.
+	AnnotationIPFamilies = "multicluster.mcsd.io/ip-families"
+)
+
+// Conditions of a ServiceImport besides the mcs-api Ready condition.
+const (
+	// ConditionRegistryReachable is False while the registry cannot be read:
+	// the import, its Service and its EndpointSlices are then kept as last
+	// seen. It is removed once the registry is reachable again.
+	ConditionRegistryReachable = "RegistryReachable"
+	// ReasonRegistryUnreachable is the reason of RegistryReachable=False.
+	ReasonRegistryUnreachable = "RegistryUnreachable"
+	// ReasonDerivedServiceConflict is the reason of Ready=False when a
+	// Service mcsd did not create holds the derived Service's name.
+	ReasonDerivedServiceConflict = "DerivedServiceConflict"
+)
+
+// Event reasons.
+const (
+	eventClustersChanged  = "ClustersChanged"
+	eventNotManaged       = "NotManaged"
+	eventServiceConflict  = "DerivedServiceConflict"
+	eventServiceRecreated = "DerivedServiceRecreated"
+	eventFamilyRefused    = "IPFamilyNotSupported"
+)
+
+// Retry intervals for states that no watched object reports the end of.
+const (
+	// notReadyRetry: the registry has not been read (or reported connected)
+	// yet. The first full read notifies every key anyway.
+	notReadyRetry = 5 * time.Second
+	// disconnectedRetry: the registry is unreachable. Reconnection also
+	// triggers every import (see forwardRegistry).
+	disconnectedRetry = 30 * time.Second
+)
+
+// Reconciler keeps, for every Service the clusterset exports, the
+// ServiceImport, the derived Service (ClusterSetIP only) and the
+// EndpointSlices of every source cluster in this cluster. Requests name the
+// Service: the ServiceImport's namespace and name.
+//
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+type Reconciler struct {
+	Client client.Client
+	// View is the registry's state: every live cluster's exports and
+	// endpoints.
+	View *clusterset.View
+	// ClusterID is this cluster's id, for reference only: this cluster
+	// imports its own exports like any other cluster's, endpoints included.
+	ClusterID string
+	// Recorder records events on ServiceImports; nil records none.
+	Recorder record.EventRecorder
+}
+
+// scope is what the phases of one reconcile share.
+type scope struct {
+	key registry.ServiceKey
+	res merge.Result
+	si  *mcsv1beta1.ServiceImport
+
+	// derivedName is the derived Service's name (whatever the import type).
+	derivedName string
+	// svc is the derived Service when it exists and is mcsd's.
+	svc *corev1.Service
+	// foreignSvc is a Service of the derived name that mcsd did not create.
+	foreignSvc *corev1.Service
+	// unsupported lists the import's IP families the API server refused when
+	// none was left to create the derived Service with.
+	unsupported []corev1.IPFamily
+	// svcErr is why the derived Service could not be created or updated.
+	svcErr error
+}
+
+// Reconcile converges the import of one Service to the registry's state.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	key := registry.ServiceKey{Namespace: req.Namespace, Name: req.Name}
+	log := ctrl.LoggerFrom(ctx).WithValues("serviceImport", klog.KRef(key.Namespace, key.Name))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	// An import exists only where its namespace does; Namespace events bring
+	// it when the namespace is created.
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: key.Namespace}, ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("get namespace: %w", err)
+	}
+	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+		return ctrl.Result{}, nil
+	}
+
+	if !r.View.HasSynced() {
+		log.V(1).Info("Registry not read yet, waiting")
+		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+	}
+
+	si := &mcsv1beta1.ServiceImport{}
+	if err := r.Client.Get(ctx, req.NamespacedName, si); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("get ServiceImport: %w", err)
+		}
+		si = nil
+	}
+	var foreign *mcsv1beta1.ServiceImport
+	if si != nil && !isManaged(si) {
+		foreign, si = si, nil
+	}
+	if si != nil && si.DeletionTimestamp != nil {
+		// Someone deleted it (foreground): let the garbage collector finish;
+		// the deletion event brings the import back if it is still exported.
+		return ctrl.Result{}, nil
+	}
+
+	connected, connErr := r.View.Connected()
+	if !connected {
+		if foreign != nil {
+			return ctrl.Result{}, nil
+		}
+		return r.reconcileDisconnected(ctx, si, connErr)
+	}
+
+	exports := r.View.Exports(key)
+	if len(exports) == 0 {
+		if foreign != nil {
+			log.V(1).Info("Not deleting a ServiceImport that mcsd did not create")
+		}
+		return ctrl.Result{}, r.reconcileDelete(ctx, key, si)
+	}
+	if foreign != nil {
+		log.Error(errNotManaged, "A ServiceImport that mcsd did not create holds the name of an exported Service; leaving it alone")
+		r.eventf(foreign, corev1.EventTypeWarning, eventNotManaged,
+			"ServiceImport %s was not created by mcsd (no %s annotation): mcsd will not manage it. Delete it to let mcsd import the Service exported by the clusterset", key, AnnotationManaged)
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, r.reconcileNormal(ctx, &scope{key: key, res: merge.Merge(exports), si: si, derivedName: DerivedServiceName(key.Name)})
+}
+
+var errNotManaged = errors.New("ServiceImport not created by mcsd")
+
+// reconcileDisconnected runs while the registry cannot be read: the view may
+// be stale, so nothing is created, changed or deleted. The ServiceImport only
+// records that the registry is unreachable.
+func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.ServiceImport, connErr error) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	if connErr == nil {
+		// Not connected yet: a backend delivers its first full read just
+		// before it reports the connection. Wait for the report rather than
+		// mark the import unreachable for a moment.
+		log.V(1).Info("Registry connection not reported yet, waiting")
+		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+	}
+	log.V(1).Info("Registry unreachable, keeping the import as last seen", "reason", connErr.Error())
+	if si == nil {
+		return ctrl.Result{RequeueAfter: disconnectedRetry}, nil
+	}
+	old := si.Status.DeepCopy()
+	conditions.Set(&si.Status.Conditions, metav1.Condition{
+		Type:               ConditionRegistryReachable,
+		Status:             metav1.ConditionFalse,
+		Reason:             ReasonRegistryUnreachable,
+		Message:            fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", capLen(connErr.Error(), 512)),
+		ObservedGeneration: si.Generation,
+	})
+	if _, err := r.patchStatus(ctx, si, old); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: disconnectedRetry}, nil
+}
+
+// reconcileDelete removes what mcsd created for a Service that no cluster
+// exports any more: its EndpointSlices, its derived Service and its
+// ServiceImport (si, nil when there is none of mcsd's). Objects without
+// mcsd's marker are left alone. Owner references would have the garbage
+// collector delete the slices and Service with the ServiceImport; deleting
+// them here makes the removal immediate and independent of the collector.
+func (r *Reconciler) reconcileDelete(ctx context.Context, key registry.ServiceKey, si *mcsv1beta1.ServiceImport) error {
+	log := ctrl.LoggerFrom(ctx)
+	if err := r.deleteEndpointSlices(ctx, key); err != nil {
+		return err
+	}
+	svc := &corev1.Service{}
+	name := DerivedServiceName(key.Name)
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, svc); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("get derived Service: %w", err)
+	case isOurService(svc, key.Name):
+		log.Info("Deleting derived Service: the Service is no longer exported", "service", klog.KObj(svc))
+		if err := r.Client.Delete(ctx, svc); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete derived Service: %w", err)
+		}
+	}
+	if si != nil {
+		log.Info("Deleting ServiceImport: the Service is no longer exported")
+		if err := r.Client.Delete(ctx, si); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete ServiceImport: %w", err)
+		}
+	}
+	return nil
+}
+
+// reconcileNormal converges an exported Service's import: the ServiceImport,
+// its derived Service and its EndpointSlices, then the status.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr error) {
+	// The derived Service is read first, so that a ServiceImport created again
+	// for an existing derived Service gets its IPs in the same write.
+	if err := r.readDerivedService(ctx, s); err != nil {
+		return err
+	}
+	if err := r.reconcileImport(ctx, s); err != nil {
+		return err
+	}
+
+	// No finalizer: everything mcsd creates for an import is owned by the
+	// ServiceImport, so the garbage collector cleans up after it.
+
+	old := s.si.Status.DeepCopy()
+	defer func() {
+		r.setStatus(s)
+		changed, err := r.patchStatus(ctx, s.si, old)
+		if err != nil {
+			retErr = errors.Join(retErr, err)
+			return
+		}
+		if changed {
+			r.eventClusters(s.si, old.Clusters)
+		}
+	}()
+
+	var errs []error
+	for _, phase := range []func(context.Context, *scope) error{
+		r.reconcileService,
+		r.reconcileImport, // again: the derived Service may have new IPs
+		r.reconcileEndpointSlices,
+	} {
+		if err := phase(ctx, s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileImport creates or updates the ServiceImport's labels, annotations
+// and spec, writing only when they differ from the desired ones.
+func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) error {
+	desired := desiredImport(s)
+	if s.si == nil {
+		if err := r.Client.Create(ctx, desired); err != nil {
+			return fmt.Errorf("create ServiceImport: %w", err)
+		}
+		ctrl.LoggerFrom(ctx).Info("Created ServiceImport", "type", desired.Spec.Type, "clusters", s.res.Clusters)
+		s.si = desired
+		return nil
+	}
+	if importUpToDate(s.si, desired) {
+		return nil
+	}
+	updated := s.si.DeepCopy()
+	updated.Labels = desired.Labels
+	updated.Annotations = desired.Annotations
+	updated.Spec = desired.Spec
+	if err := r.Client.Update(ctx, updated); err != nil {
+		return fmt.Errorf("update ServiceImport: %w", err)
+	}
+	// The update response carries the stored status; keep the one being
+	// built, which the deferred patch compares with the stored one.
+	updated.Status = s.si.Status
+	s.si = updated
+	return nil
+}
+
+// desiredImport is the ServiceImport the registry asks for, with the IPs
+// and families of the derived Service when it has them.
+func desiredImport(s *scope) *mcsv1beta1.ServiceImport {
+	annotations := maps.Clone(s.res.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationManaged] = "true"
+	spec := *s.res.Spec.DeepCopy()
+	spec.IPs = nil
+	if spec.Type == mcsv1beta1.ClusterSetIP {
+		annotations[AnnotationDerivedService] = s.derivedName
+		if s.svc != nil && !needsRecreate(s.svc, spec.IPFamilies) {
+			spec.IPFamilies, spec.IPs = importIPs(s.svc, spec.IPFamilies)
+		}
+	}
+	return &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   s.key.Namespace,
+			Name:        s.key.Name,
+			Labels:      maps.Clone(s.res.Labels),
+			Annotations: annotations,
+		},
+		Spec: spec,
+	}
+}
+
+// importUpToDate reports whether si already has desired's labels,
+// annotations and spec. mcsd owns the whole ServiceImport: labels and
+// annotations it did not set are removed.
+func importUpToDate(si, desired *mcsv1beta1.ServiceImport) bool {
+	return maps.Equal(si.Labels, desired.Labels) &&
+		maps.Equal(si.Annotations, desired.Annotations) &&
+		equality.Semantic.DeepEqual(si.Spec, desired.Spec)
+}
+
+// patchStatus patches si's status from old to its current one, and reports
+// whether it wrote.
+func (r *Reconciler) patchStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, old *mcsv1beta1.ServiceImportStatus) (bool, error) {
+	if equality.Semantic.DeepEqual(*old, si.Status) {
+		return false, nil
+	}
+	base := si.DeepCopy()
+	base.Status = *old
+	if err := r.Client.Status().Patch(ctx, si, client.MergeFrom(base)); err != nil {
+		return false, fmt.Errorf("patch ServiceImport status: %w", err)
+	}
+	return true, nil
+}
+
+// deleteEndpointSlices deletes every EndpointSlice mcsd wrote for key.
+func (r *Reconciler) deleteEndpointSlices(ctx context.Context, key registry.ServiceKey) error {
+	slices, err := r.listEndpointSlices(ctx, key)
+	if err != nil {
+		return err
+	}
+	for i := range slices {
+		if err := r.Client.Delete(ctx, &slices[i]); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete EndpointSlice %s: %w", slices[i].Name, err)
+		}
+	}
+	if len(slices) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Deleted EndpointSlices", "count", len(slices))
+	}
+	return nil
+}
+
+// listEndpointSlices lists the EndpointSlices mcsd wrote for key.
+func (r *Reconciler) listEndpointSlices(ctx context.Context, key registry.ServiceKey) ([]discoveryv1.EndpointSlice, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingLabels{
+		mcsv1beta1.LabelServiceName: key.Name,
+		discoveryv1.LabelManagedBy:  ManagedBy,
+	}); err != nil {
+		return nil, fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	return list.Items, nil
+}
+
+func isManaged(o metav1.Object) bool { return o.GetAnnotations()[AnnotationManaged] == "true" }
+
+func (r *Reconciler) eventf(o *mcsv1beta1.ServiceImport, typ, reason, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(o, typ, reason, format, args...)
+	}
+}

@@ -1,0 +1,771 @@
+package imports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// twoClusters: east (oldest) exports http and metrics, west only http with
+// other target ports; east's endpoints include a not-ready, terminating one.
+func twoClusters(e *env) {
+	east := export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
+	east.Spec.ExportedLabels = map[string]string{"app": "web"}
+	east.Spec.ExportedAnnotations = map[string]string{"team": "shop"}
+	west := export("west", 2, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+	west.Spec.ExportedLabels = map[string]string{"app": "other"} // loses: east is older
+	e.full([]registry.Export{east, west},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080), epPort("metrics", 9091)},
+			ready("10.1.0.1"),
+			registry.Endpoint{Addresses: []string{"10.1.0.2"}, Terminating: true, NodeName: "n1", Zone: "z1"})),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8081)},
+			registry.Endpoint{Addresses: []string{"10.2.0.1"}, Ready: true, Serving: true, Hostname: "web-0", NodeName: "w1", Zone: "z2"})),
+	)
+}
+
+func TestClusterSetIPImport(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	twoClusters(e)
+	e.reconcile("web")
+
+	si := e.serviceImport("web")
+	if si.Spec.Type != mcsv1beta1.ClusterSetIP {
+		t.Errorf("type = %s", si.Spec.Type)
+	}
+	wantPorts := []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}, {Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090}}
+	if d := cmp.Diff(wantPorts, si.Spec.Ports); d != "" {
+		t.Errorf("ports (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(map[string]string{"app": "web"}, si.Labels); d != "" {
+		t.Errorf("labels (-want +got):\n%s", d)
+	}
+	wantAnn := map[string]string{"team": "shop", AnnotationManaged: "true", AnnotationDerivedService: DerivedServiceName("web")}
+	if d := cmp.Diff(wantAnn, si.Annotations); d != "" {
+		t.Errorf("annotations (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}, si.Status.Clusters); d != "" {
+		t.Errorf("clusters (-want +got):\n%s", d)
+	}
+	if len(si.Spec.IPs) != 0 {
+		t.Errorf("ips = %v before the Service has any", si.Spec.IPs)
+	}
+	wantCondition(t, si, "Ready", metav1.ConditionFalse, "Pending")
+
+	svc := e.service(DerivedServiceName("web"))
+	if svc == nil {
+		t.Fatal("no derived Service")
+	}
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP || len(svc.Spec.Selector) != 0 {
+		t.Errorf("derived Service type %s selector %v", svc.Spec.Type, svc.Spec.Selector)
+	}
+	if !metav1.IsControlledBy(svc, si) {
+		t.Errorf("derived Service owners %+v, want the ServiceImport", svc.OwnerReferences)
+	}
+	var svcPorts []string
+	for _, p := range svc.Spec.Ports {
+		svcPorts = append(svcPorts, fmt.Sprintf("%s/%s/%d->%s", p.Name, p.Protocol, p.Port, p.TargetPort.String()))
+	}
+	if d := cmp.Diff([]string{"http/TCP/80->80", "metrics/TCP/9090->9090"}, svcPorts); d != "" {
+		t.Errorf("derived Service ports (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(v4, svc.Spec.IPFamilies); d != "" || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicySingleStack {
+		t.Errorf("derived Service families %v policy %v", svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy)
+	}
+
+	// The API server allocates the cluster IP; the import takes it.
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+	si = e.serviceImport("web")
+	if d := cmp.Diff([]string{"10.96.0.10"}, si.Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(v4, si.Spec.IPFamilies); d != "" {
+		t.Errorf("ipFamilies (-want +got):\n%s", d)
+	}
+	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
+
+	e.steady("web")
+	// A restarted controller finds everything as it wants it.
+	e.r = &Reconciler{Client: e.r.Client, View: e.view, ClusterID: "east"}
+	e.steady("web")
+}
+
+func TestEndpointSlicesPerCluster(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	twoClusters(e)
+	e.reconcile("web")
+	si := e.serviceImport("web")
+
+	byCluster := e.slices("web")
+	if len(byCluster) != 2 || len(byCluster["east"]) != 1 || len(byCluster["west"]) != 1 {
+		t.Fatalf("slices by cluster: %v", byCluster)
+	}
+	for cluster, ss := range byCluster {
+		s := ss[0]
+		want := map[string]string{
+			mcsv1beta1.LabelServiceName:   "web",
+			mcsv1beta1.LabelSourceCluster: cluster,
+			discoveryv1.LabelManagedBy:    ManagedBy,
+			discoveryv1.LabelServiceName:  DerivedServiceName("web"),
+		}
+		if d := cmp.Diff(want, s.Labels); d != "" {
+			t.Errorf("%s labels (-want +got):\n%s", cluster, d)
+		}
+		if !metav1.IsControlledBy(&s, si) {
+			t.Errorf("%s slice not owned by the ServiceImport: %+v", cluster, s.OwnerReferences)
+		}
+		if len(validation.IsDNS1123Label(s.Name)) > 0 {
+			t.Errorf("slice name %q is not a DNS label", s.Name)
+		}
+	}
+	// Ports: the import's names, each cluster's own numbers, only the ports
+	// the cluster serves.
+	if d := cmp.Diff([]string{"http:8080", "metrics:9091"}, portNames(byCluster["east"][0].Ports)); d != "" {
+		t.Errorf("east ports (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"http:8081"}, portNames(byCluster["west"][0].Ports)); d != "" {
+		t.Errorf("west ports (-want +got):\n%s", d)
+	}
+	// Endpoints are copied with their conditions, hostname, node and zone.
+	wantWest := []discoveryv1.Endpoint{{
+		Addresses:  []string{"10.2.0.1"},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+		Hostname:   ptr.To("web-0"), NodeName: ptr.To("w1"), Zone: ptr.To("z2"),
+	}}
+	if d := cmp.Diff(wantWest, byCluster["west"][0].Endpoints); d != "" {
+		t.Errorf("west endpoints (-want +got):\n%s", d)
+	}
+	wantEast := []discoveryv1.Endpoint{
+		{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}},
+		{Addresses: []string{"10.1.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}, NodeName: ptr.To("n1"), Zone: ptr.To("z1")},
+	}
+	if d := cmp.Diff(wantEast, byCluster["east"][0].Endpoints); d != "" {
+		t.Errorf("east endpoints (-want +got):\n%s", d)
+	}
+}
+
+func TestClusterServingNoPortGetsNoSlices(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	// north's port 80 is "web", not "http": it matches the import port by
+	// number, loses the conflict, and serves no import port.
+	e.full([]registry.Export{
+		export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+		export("north", 2, registry.ClusterSetIP, v4, port("web", corev1.ProtocolTCP, 80)),
+	},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.1.0.1"))),
+		endpoints("north", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("web", 8080)}, ready("10.3.0.1"))),
+	)
+	e.reconcile("web")
+	byCluster := e.slices("web")
+	if _, ok := byCluster["north"]; ok || len(byCluster["east"]) != 1 {
+		t.Fatalf("slices by cluster: %v", byCluster)
+	}
+	e.steady("web")
+}
+
+func TestHeadlessImport(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.full([]registry.Export{
+		export("east", 1, registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
+		export("west", 2, registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
+	},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5432)},
+			registry.Endpoint{Addresses: []string{"10.1.0.1"}, Ready: true, Serving: true, Hostname: "db-0"})),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5432)},
+			registry.Endpoint{Addresses: []string{"10.2.0.1"}, Ready: true, Serving: true, Hostname: "db-0"})),
+	)
+	e.reconcile("web")
+
+	si := e.serviceImport("web")
+	if si.Spec.Type != mcsv1beta1.Headless || len(si.Spec.IPs) != 0 {
+		t.Errorf("type %s ips %v", si.Spec.Type, si.Spec.IPs)
+	}
+	if _, ok := si.Annotations[AnnotationDerivedService]; ok {
+		t.Errorf("headless import names a derived Service: %v", si.Annotations)
+	}
+	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
+	if e.service(DerivedServiceName("web")) != nil {
+		t.Error("headless import has a derived Service")
+	}
+	for cluster, ss := range e.slices("web") {
+		for _, s := range ss {
+			if v, ok := s.Labels[discoveryv1.LabelServiceName]; ok {
+				t.Errorf("%s slice has %s=%s", cluster, discoveryv1.LabelServiceName, v)
+			}
+			if h := ptr.Deref(s.Endpoints[0].Hostname, ""); h != "db-0" {
+				t.Errorf("%s hostname = %q", cluster, h)
+			}
+		}
+	}
+	if n := len(e.slices("web")); n != 2 {
+		t.Errorf("%d clusters with slices, want 2", n)
+	}
+	e.steady("web")
+}
+
+func TestLargeGroupsSplit(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	var eps []registry.Endpoint
+	for i := range 250 {
+		eps = append(eps, ready(fmt.Sprintf("10.1.%d.%d", i/200, i%200)))
+	}
+	exports := []registry.Export{export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))}
+	ports := []registry.EndpointPort{epPort("http", 8080)}
+	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps...)))
+	e.reconcile("web")
+
+	ss := e.slices("web")["east"]
+	var sizes []int
+	for _, s := range ss {
+		sizes = append(sizes, len(s.Endpoints))
+	}
+	slices.Sort(sizes)
+	if d := cmp.Diff([]int{50, 100, 100}, sizes); d != "" {
+		t.Errorf("slice sizes (-want +got):\n%s", d)
+	}
+	var want []string
+	for _, ep := range eps {
+		want = append(want, ep.Addresses[0])
+	}
+	slices.Sort(want)
+	if d := cmp.Diff(want, addresses(ss)); d != "" {
+		t.Errorf("addresses (-want +got):\n%s", d)
+	}
+	e.steady("web")
+
+	// The split does not depend on the order the registry lists endpoints in.
+	slices.Reverse(eps)
+	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps...)))
+	e.steady("web")
+
+	// Fewer endpoints: the extra slice goes.
+	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps[:150]...)))
+	e.reconcile("web")
+	if n := len(e.slices("web")["east"]); n != 2 {
+		t.Errorf("%d slices for 150 endpoints, want 2", n)
+	}
+}
+
+func TestLastExportGone(t *testing.T) {
+	// A slice and a Service of someone else's stay.
+	other := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: testNS, Name: "web-manual", Labels: map[string]string{mcsv1beta1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	plain := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "web"}}
+	e := newEnv(t, namespace(testNS), other, plain)
+	twoClusters(e)
+	e.reconcile("web")
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+
+	e.full(nil)
+	e.reconcile("web")
+	if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
+		t.Error("ServiceImport not deleted")
+	}
+	if e.service(DerivedServiceName("web")) != nil {
+		t.Error("derived Service not deleted")
+	}
+	left := e.slices("web")
+	if len(left) != 1 || len(left[""]) != 1 || left[""][0].Name != "web-manual" {
+		t.Errorf("slices left: %v, want only web-manual", left)
+	}
+	if e.service("web") == nil {
+		t.Error("the exported Service itself was deleted")
+	}
+	e.steady("web")
+}
+
+func TestNamespaceMissingOrTerminating(t *testing.T) {
+	t.Run("missing", func(t *testing.T) {
+		e := newEnv(t)
+		twoClusters(e)
+		e.steady("web")
+		if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
+			t.Error("ServiceImport created without a namespace")
+		}
+	})
+	t.Run("terminating", func(t *testing.T) {
+		ns := namespace(testNS)
+		ns.Status.Phase = corev1.NamespaceTerminating
+		e := newEnv(t, ns)
+		twoClusters(e)
+		e.steady("web")
+		if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
+			t.Error("ServiceImport created in a terminating namespace")
+		}
+	})
+}
+
+// built returns an env whose import of web is complete and steady.
+func built(t *testing.T) *env {
+	e := newEnv(t, namespace(testNS))
+	twoClusters(e)
+	e.reconcile("web")
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+	e.steady("web")
+	return e
+}
+
+// intact fails unless the import, its Service and its slices are still there.
+func (e *env) intact() {
+	e.t.Helper()
+	si := e.serviceImport("web")
+	if d := cmp.Diff([]string{"10.96.0.10"}, si.Spec.IPs); d != "" {
+		e.t.Errorf("ips (-want +got):\n%s", d)
+	}
+	if len(si.Status.Clusters) != 2 {
+		e.t.Errorf("clusters = %v", si.Status.Clusters)
+	}
+	if e.service(DerivedServiceName("web")) == nil {
+		e.t.Error("derived Service gone")
+	}
+	if n := len(e.slices("web")); n != 2 {
+		e.t.Errorf("slices of %d clusters, want 2", n)
+	}
+}
+
+func TestNotSyncedTouchesNothing(t *testing.T) {
+	e := built(t)
+	// A new View that has not been read yet: it knows no exports.
+	e.view = clusterset.NewView()
+	e.view.OnConnection(true, nil)
+	e.r.View = e.view
+	e.writes = nil
+	if res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNS, Name: "web"}}); err != nil || res.RequeueAfter == 0 {
+		t.Fatalf("reconcile = %+v, %v; want a requeue", res, err)
+	}
+	if len(e.writes) > 0 {
+		t.Fatalf("wrote before the registry was read: %v", e.writes)
+	}
+	e.intact()
+}
+
+func TestDisconnectedTouchesNothing(t *testing.T) {
+	e := built(t)
+	e.view.OnConnection(false, errors.New("etcd: context deadline exceeded"))
+	// Even a full update without exports deletes nothing while disconnected.
+	e.full(nil)
+	w := e.reconcile("web")
+	if d := cmp.Diff([]string{"patch/status *v1beta1.ServiceImport web"}, w); d != "" {
+		t.Errorf("writes while disconnected (-want +got):\n%s", d)
+	}
+	e.intact()
+	si := e.serviceImport("web")
+	c := wantCondition(t, si, ConditionRegistryReachable, metav1.ConditionFalse, ReasonRegistryUnreachable)
+	if !strings.Contains(c.Message, "deadline exceeded") {
+		t.Errorf("message %q does not say why", c.Message)
+	}
+	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
+	e.steady("web")
+
+	// Back, with the exports: the condition goes, nothing else changes.
+	twoClusters(e)
+	e.view.OnConnection(true, nil)
+	w = e.reconcile("web")
+	if d := cmp.Diff([]string{"patch/status *v1beta1.ServiceImport web"}, w); d != "" {
+		t.Errorf("writes after reconnecting (-want +got):\n%s", d)
+	}
+	if c := condition(e.serviceImport("web"), ConditionRegistryReachable); c != nil {
+		t.Errorf("RegistryReachable still set: %+v", c)
+	}
+	e.intact()
+	e.steady("web")
+
+	// Disconnected again, then back without the exports: now it goes.
+	e.view.OnConnection(false, errors.New("down"))
+	e.full(nil)
+	e.reconcile("web")
+	e.intact()
+	e.view.OnConnection(true, nil)
+	e.reconcile("web")
+	if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
+		t.Error("ServiceImport kept after reconnecting without exports")
+	}
+}
+
+func TestNotConnectedYetTouchesNothing(t *testing.T) {
+	e := built(t)
+	// As at startup: the full read arrives before the connection report.
+	e.view.OnConnection(false, nil)
+	e.full(nil)
+	e.steady("web")
+	e.intact()
+	if c := condition(e.serviceImport("web"), ConditionRegistryReachable); c != nil {
+		t.Errorf("RegistryReachable set before the first connection report: %+v", c)
+	}
+}
+
+func TestUnmarkedServiceImportNotTouched(t *testing.T) {
+	theirs := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "web", Labels: map[string]string{"owner": "someone"}},
+		Spec:       mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless, Ports: []mcsv1beta1.ServicePort{}},
+	}
+	e := newEnv(t, namespace(testNS), theirs)
+	before := e.serviceImport("web")
+	twoClusters(e)
+	e.steady("web")
+	if d := cmp.Diff(before, e.serviceImport("web")); d != "" {
+		t.Errorf("unmarked ServiceImport changed (-before +after):\n%s", d)
+	}
+	if e.service(DerivedServiceName("web")) != nil || len(e.slices("web")) > 0 {
+		t.Error("mcsd created objects for an import it does not own")
+	}
+	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], "Warning "+eventNotManaged) {
+		t.Errorf("events = %v, want one %s warning", ev, eventNotManaged)
+	}
+
+	// Nor is it deleted when the exports go.
+	e.full(nil)
+	e.steady("web")
+	if !e.exists(&mcsv1beta1.ServiceImport{}, "web") {
+		t.Error("unmarked ServiceImport deleted")
+	}
+}
+
+func TestForeignDerivedService(t *testing.T) {
+	squatter := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: DerivedServiceName("web")},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "x"}, Ports: []corev1.ServicePort{{Port: 1}}},
+	}
+	e := newEnv(t, namespace(testNS), squatter)
+	before := e.service(squatter.Name)
+	twoClusters(e)
+	e.reconcile("web")
+
+	if d := cmp.Diff(before, e.service(squatter.Name)); d != "" {
+		t.Errorf("foreign Service changed (-before +after):\n%s", d)
+	}
+	si := e.serviceImport("web")
+	c := wantCondition(t, si, "Ready", metav1.ConditionFalse, ReasonDerivedServiceConflict)
+	if !strings.Contains(c.Message, squatter.Name) {
+		t.Errorf("message %q does not name the Service", c.Message)
+	}
+	for _, ss := range e.slices("web") {
+		if _, ok := ss[0].Labels[discoveryv1.LabelServiceName]; ok {
+			t.Error("slices route the foreign Service to the import's endpoints")
+		}
+	}
+	e.events()
+	e.steady("web")
+
+	// Once it is gone, mcsd creates its own.
+	if err := e.api.Delete(e.ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile("web")
+	if svc := e.service(squatter.Name); svc == nil || !isManaged(svc) {
+		t.Fatal("no derived Service after the foreign one was deleted")
+	}
+	for _, ss := range e.slices("web") {
+		if ss[0].Labels[discoveryv1.LabelServiceName] != squatter.Name {
+			t.Errorf("slice labels %v", ss[0].Labels)
+		}
+	}
+}
+
+func TestDualStackIPsInFamilyOrder(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	families := []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, families, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	svc := e.service(DerivedServiceName("web"))
+	if ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyRequireDualStack {
+		t.Errorf("policy = %v", svc.Spec.IPFamilyPolicy)
+	}
+	e.allocate("web", "fd00::10", "10.96.0.10")
+	e.reconcile("web")
+	si := e.serviceImport("web")
+	if d := cmp.Diff([]string{"fd00::10", "10.96.0.10"}, si.Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(families, si.Spec.IPFamilies); d != "" {
+		t.Errorf("ipFamilies (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
+// refuseIPv6 fails creating Services that ask for IPv6, as a single-stack
+// IPv4 API server does.
+func refuseIPv6(obj client.Object) error {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil
+	}
+	var errs field.ErrorList
+	if ptr.Deref(svc.Spec.IPFamilyPolicy, "") == corev1.IPFamilyPolicyRequireDualStack {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "ipFamilyPolicy"), svc.Spec.IPFamilyPolicy, "this cluster is not configured for dual-stack services"))
+	}
+	for i, f := range svc.Spec.IPFamilies {
+		if f == corev1.IPv6Protocol {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "ipFamilies").Index(i), f, "not configured on this cluster"))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(schema.GroupKind{Kind: "Service"}, svc.Name, errs)
+}
+
+func TestIPFamilyFallback(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.createHook = refuseIPv6
+	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+
+	svc := e.service(DerivedServiceName("web"))
+	if svc == nil {
+		t.Fatal("no derived Service")
+	}
+	if d := cmp.Diff(v4, svc.Spec.IPFamilies); d != "" || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicySingleStack {
+		t.Errorf("fallback Service families %v policy %v", svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy)
+	}
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+	si := e.serviceImport("web")
+	if d := cmp.Diff([]string{"10.96.0.10"}, si.Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(v4, si.Spec.IPFamilies); d != "" {
+		t.Errorf("ipFamilies (-want +got):\n%s", d)
+	}
+	c := wantCondition(t, si, "Ready", metav1.ConditionFalse, "IPFamilyNotSupported")
+	if !strings.Contains(c.Message, "IPv6") {
+		t.Errorf("message %q does not name the refused family", c.Message)
+	}
+	// Stable: the refused family is not asked for again, the Service stays.
+	e.steady("web")
+}
+
+func TestIPFamilyNoneSupported(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.createHook = refuseIPv6
+	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80))},
+		endpoints("east", group(discoveryv1.AddressTypeIPv6, []registry.EndpointPort{epPort("http", 8080)}, ready("fd00:1::1"))))
+	e.reconcile("web")
+	if e.service(DerivedServiceName("web")) != nil {
+		t.Error("derived Service created")
+	}
+	si := e.serviceImport("web")
+	c := wantCondition(t, si, "Ready", metav1.ConditionFalse, "IPFamilyNotSupported")
+	if !strings.Contains(c.Message, "IPv6") {
+		t.Errorf("message %q does not name the family", c.Message)
+	}
+	if len(si.Spec.IPs) != 0 {
+		t.Errorf("ips = %v", si.Spec.IPs)
+	}
+}
+
+func TestFamilyChangeRecreatesService(t *testing.T) {
+	e := built(t)
+	old := e.service(DerivedServiceName("web"))
+	e.events()
+
+	east := export("east", 1, registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
+	east.Spec.ExportedLabels = map[string]string{"app": "web"}
+	east.Spec.ExportedAnnotations = map[string]string{"team": "shop"}
+	e.full([]registry.Export{east, export("west", 2, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+
+	svc := e.service(DerivedServiceName("web"))
+	if svc == nil || svc.UID == old.UID {
+		t.Fatalf("derived Service not recreated: %+v", svc)
+	}
+	if d := cmp.Diff(v6, svc.Spec.IPFamilies); d != "" {
+		t.Errorf("families (-want +got):\n%s", d)
+	}
+	if ev := e.events(); !slices.ContainsFunc(ev, func(s string) bool { return strings.Contains(s, eventServiceRecreated) }) {
+		t.Errorf("events = %v, want %s", ev, eventServiceRecreated)
+	}
+	e.allocate("web", "fd00::10")
+	e.reconcile("web")
+	if d := cmp.Diff([]string{"fd00::10"}, e.serviceImport("web").Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
+func TestRepairsHandEdits(t *testing.T) {
+	e := built(t)
+	before := e.slices("web")
+
+	// Someone edits the derived Service, empties a slice, deletes another,
+	// and edits the ServiceImport.
+	svc := e.service(DerivedServiceName("web"))
+	uid := svc.UID
+	svc.Spec.Selector = map[string]string{"app": "web"}
+	svc.Spec.Ports = svc.Spec.Ports[:1]
+	if err := e.api.Update(e.ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	east := before["east"][0]
+	east.Endpoints = nil
+	if err := e.api.Update(e.ctx, &east); err != nil {
+		t.Fatal(err)
+	}
+	west := before["west"][0]
+	if err := e.api.Delete(e.ctx, &west); err != nil {
+		t.Fatal(err)
+	}
+	si := e.serviceImport("web")
+	si.Spec.Ports = nil
+	si.Labels["extra"] = "x"
+	if err := e.api.Update(e.ctx, si); err != nil {
+		t.Fatal(err)
+	}
+
+	e.reconcile("web")
+	svc = e.service(DerivedServiceName("web"))
+	if svc.UID != uid || len(svc.Spec.Selector) != 0 || len(svc.Spec.Ports) != 2 {
+		t.Errorf("derived Service not repaired in place: uid %s selector %v ports %v", svc.UID, svc.Spec.Selector, svc.Spec.Ports)
+	}
+	after := e.slices("web")
+	for _, c := range []string{"east", "west"} {
+		if d := cmp.Diff(before[c][0].Endpoints, after[c][0].Endpoints); d != "" {
+			t.Errorf("%s endpoints not repaired (-want +got):\n%s", c, d)
+		}
+	}
+	si = e.serviceImport("web")
+	if len(si.Spec.Ports) != 2 || si.Labels["extra"] != "" || len(si.Spec.IPs) != 1 {
+		t.Errorf("ServiceImport not repaired: %+v", si)
+	}
+	e.steady("web")
+}
+
+func TestClustersChangedEvent(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], eventClustersChanged) || !strings.Contains(ev[0], "added east") {
+		t.Errorf("events = %v", ev)
+	}
+	e.full([]registry.Export{
+		export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+		export("west", 2, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+	})
+	e.reconcile("web")
+	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], "added west") {
+		t.Errorf("events = %v", ev)
+	}
+	e.reconcile("web")
+	if ev := e.events(); len(ev) != 0 {
+		t.Errorf("events without a change: %v", ev)
+	}
+}
+
+func TestDerivedServiceName(t *testing.T) {
+	long := strings.Repeat("a", 63)
+	for _, name := range []string{"web", long, long[:62] + "b", "a-b"} {
+		got := DerivedServiceName(name)
+		if errs := validation.IsDNS1035Label(got); len(errs) > 0 {
+			t.Errorf("DerivedServiceName(%q) = %q: %v", name, got, errs)
+		}
+		if got != DerivedServiceName(name) {
+			t.Errorf("DerivedServiceName(%q) is not deterministic", name)
+		}
+	}
+	if DerivedServiceName(long) == DerivedServiceName(long[:62]+"b") {
+		t.Error("names that share the kept prefix collide")
+	}
+	if got := DerivedServiceName("web"); !strings.HasPrefix(got, "mcsd-web-") {
+		t.Errorf("DerivedServiceName(web) = %q", got)
+	}
+}
+
+func TestMapFuncs(t *testing.T) {
+	e := built(t)
+	ctx := context.Background()
+	want := []ctrl.Request{request(testNS, "web")}
+
+	svc := e.service(DerivedServiceName("web"))
+	if d := cmp.Diff(want, serviceToImport(ctx, svc)); d != "" {
+		t.Errorf("serviceToImport (-want +got):\n%s", d)
+	}
+	if got := serviceToImport(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "web"}}); got != nil {
+		t.Errorf("serviceToImport(plain Service) = %v", got)
+	}
+	s := e.slices("web")["east"][0]
+	if d := cmp.Diff(want, sliceToImport(ctx, &s)); d != "" {
+		t.Errorf("sliceToImport (-want +got):\n%s", d)
+	}
+	local := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}}
+	if got := sliceToImport(ctx, local); got != nil {
+		t.Errorf("sliceToImport(local slice) = %v", got)
+	}
+	if d := cmp.Diff(want, e.r.namespaceToImports(ctx, namespace(testNS))); d != "" {
+		t.Errorf("namespaceToImports (-want +got):\n%s", d)
+	}
+	if got := e.r.namespaceToImports(ctx, namespace("other")); got != nil {
+		t.Errorf("namespaceToImports(other) = %v", got)
+	}
+
+	// All: the View's keys and every import mcsd made, even one whose
+	// Service is no longer exported.
+	e.full([]registry.Export{{Cluster: "east", Service: registry.ServiceKey{Namespace: testNS, Name: "api"}, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}})
+	got := e.r.triggerToImports(ctx, trigger{all: true})
+	if d := cmp.Diff([]ctrl.Request{request(testNS, "api"), request(testNS, "web")}, got); d != "" {
+		t.Errorf("triggerToImports(all) (-want +got):\n%s", d)
+	}
+}
+
+func TestForwardRegistry(t *testing.T) {
+	view := clusterset.NewView()
+	view.OnConnection(true, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in := make(chan registry.ServiceKey)
+	out := make(chan event.TypedGenericEvent[trigger])
+	go forwardRegistry(ctx, view, in, out, 10*time.Millisecond)
+
+	// The View never blocks, even while nobody reads: keys are queued and
+	// deduplicated.
+	a, b := registry.ServiceKey{Namespace: "ns", Name: "a"}, registry.ServiceKey{Namespace: "ns", Name: "b"}
+	for _, k := range []registry.ServiceKey{a, b, a, b, a} {
+		select {
+		case in <- k:
+		case <-time.After(5 * time.Second):
+			t.Fatal("forwarder blocked the View")
+		}
+	}
+	recv := func() trigger {
+		t.Helper()
+		select {
+		case ev := <-out:
+			return ev.Object
+		case <-time.After(5 * time.Second):
+			t.Fatal("no trigger")
+		}
+		return trigger{}
+	}
+	if got := []trigger{recv(), recv()}; !cmp.Equal([]trigger{{key: a}, {key: b}}, got, cmp.AllowUnexported(trigger{})) {
+		t.Errorf("triggers = %+v", got)
+	}
+	// A change of reachability asks for every import.
+	view.OnConnection(false, errors.New("down"))
+	if got := recv(); !got.all {
+		t.Errorf("trigger = %+v, want all", got)
+	}
+}

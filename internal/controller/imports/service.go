@@ -1,0 +1,492 @@
+package imports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/merge"
+)
+
+// The derived Service
+//
+// A ClusterSetIP import gets its IPs from a selectorless ClusterIP Service
+// that mcsd creates next to the ServiceImport (DerivedServiceName), owned by
+// it. kube-proxy routes the Service's cluster IPs to the import's
+// EndpointSlices, which name it in kubernetes.io/service-name.
+//
+// The import's IPs must stay stable for its whole life, so the Service is
+// updated in place and never recreated, with one exception: when the
+// import's IP families change (the oldest export changed its families), the
+// Service is deleted and created again, since Kubernetes does not let a
+// Service change its primary family, and the import's IPs change with it.
+// mcsd compares the families it asked for (AnnotationIPFamilies), not the
+// ones the Service got, so a Service the cluster gave fewer families is not
+// recreated over and over.
+//
+// When the API server refuses a family (a single-stack cluster), mcsd
+// creates the Service with the families it accepts, and Ready says which were
+// dropped (IPFamilyNotSupported). It does not try the dropped families again
+// until the import's families change.
+
+// readDerivedService finds the derived Service: s.svc when it is mcsd's,
+// s.foreignSvc when another party created a Service of that name.
+func (r *Reconciler) readDerivedService(ctx context.Context, s *scope) error {
+	svc := &corev1.Service{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.key.Namespace, Name: s.derivedName}, svc)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("get derived Service: %w", err)
+	case isOurService(svc, s.key.Name):
+		s.svc = svc
+	default:
+		s.foreignSvc = svc
+	}
+	return nil
+}
+
+// isOurService reports whether svc is the Service mcsd derived for the
+// import called name.
+func isOurService(svc *corev1.Service, name string) bool {
+	return isManaged(svc) && svc.Annotations[AnnotationServiceImport] == name
+}
+
+// reconcileService creates, updates or (for a family change) recreates the
+// derived Service of a ClusterSetIP import, and deletes mcsd's derived
+// Service of a Headless one.
+func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
+	log := ctrl.LoggerFrom(ctx)
+	if s.res.Spec.Type != mcsv1beta1.ClusterSetIP {
+		if s.svc == nil {
+			return nil
+		}
+		log.Info("Deleting derived Service: the import is headless", "service", klog.KObj(s.svc))
+		if err := r.Client.Delete(ctx, s.svc); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete derived Service: %w", err)
+		}
+		s.svc = nil
+		return nil
+	}
+	if s.foreignSvc != nil {
+		log.Error(errServiceConflict, "A Service that mcsd did not create holds the derived Service's name; leaving it alone", "service", klog.KObj(s.foreignSvc))
+		r.eventf(s.si, corev1.EventTypeWarning, eventServiceConflict,
+			"Service %s was not created by mcsd: the import gets no cluster IP until it is deleted or renamed", s.derivedName)
+		return nil
+	}
+	if len(s.res.Spec.Ports) == 0 {
+		// A ClusterIP Service needs a port; Ready says why there is none.
+		return nil
+	}
+	desired := desiredService(s)
+
+	if s.svc != nil && needsRecreate(s.svc, s.res.Spec.IPFamilies) {
+		log.Info("Recreating derived Service: the import's IP families changed", "service", klog.KObj(s.svc),
+			"from", requestedFamilies(s.svc), "to", desired.Annotations[AnnotationIPFamilies])
+		r.eventf(s.si, corev1.EventTypeNormal, eventServiceRecreated,
+			"IP families changed from [%s] to [%s]: recreating the derived Service %s, the import's IPs change",
+			requestedFamilies(s.svc), desired.Annotations[AnnotationIPFamilies], s.derivedName)
+		if err := r.Client.Delete(ctx, s.svc); client.IgnoreNotFound(err) != nil {
+			s.svcErr = err
+			return fmt.Errorf("delete derived Service for recreation: %w", err)
+		}
+		s.svc = nil
+	}
+
+	if s.svc == nil {
+		svc, refused, err := r.createService(ctx, desired)
+		if err != nil {
+			s.svcErr = err
+			return err
+		}
+		if svc == nil {
+			s.unsupported = refused
+			r.eventf(s.si, corev1.EventTypeWarning, eventFamilyRefused,
+				"This cluster supports none of the import's IP families (%s): no derived Service, no cluster IP", joinFamilies(refused))
+			return nil
+		}
+		if len(refused) > 0 {
+			r.eventf(s.si, corev1.EventTypeWarning, eventFamilyRefused,
+				"This cluster refused IP families %s: the derived Service %s has %s only", joinFamilies(refused), svc.Name, joinFamilies(svc.Spec.IPFamilies))
+		}
+		log.Info("Created derived Service", "service", klog.KObj(svc), "ipFamilies", svc.Spec.IPFamilies)
+		s.svc = svc
+		return nil
+	}
+
+	if serviceUpToDate(s.svc, desired) {
+		return nil
+	}
+	updated := s.svc.DeepCopy()
+	applyService(updated, desired)
+	if err := r.Client.Update(ctx, updated); err != nil {
+		s.svcErr = err
+		return fmt.Errorf("update derived Service: %w", err)
+	}
+	log.V(1).Info("Updated derived Service", "service", klog.KObj(updated))
+	s.svc = updated
+	return nil
+}
+
+var errServiceConflict = errors.New("derived Service name taken")
+
+// desiredService is the derived Service of s's import. Its IP fields are
+// those of a new Service; an existing one keeps its own.
+func desiredService(s *scope) *corev1.Service {
+	spec := s.res.Spec
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.key.Namespace,
+			Name:      s.derivedName,
+			Annotations: map[string]string{
+				AnnotationManaged:       "true",
+				AnnotationServiceImport: s.key.Name,
+				AnnotationIPFamilies:    joinFamilies(spec.IPFamilies),
+			},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(s.si)},
+		},
+		Spec: corev1.ServiceSpec{
+			Type:                  corev1.ServiceTypeClusterIP,
+			SessionAffinity:       spec.SessionAffinity,
+			SessionAffinityConfig: spec.SessionAffinityConfig.DeepCopy(),
+			InternalTrafficPolicy: spec.InternalTrafficPolicy,
+			TrafficDistribution:   spec.TrafficDistribution,
+		},
+	}
+	for _, p := range spec.Ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
+			Name:        p.Name,
+			Protocol:    p.Protocol,
+			AppProtocol: p.AppProtocol,
+			Port:        p.Port,
+			TargetPort:  intstr.FromInt32(p.Port),
+		})
+	}
+	setFamilies(svc, spec.IPFamilies)
+	return svc
+}
+
+// setFamilies asks for exactly families: one is SingleStack, two are
+// RequireDualStack. None leaves the choice to the cluster.
+func setFamilies(svc *corev1.Service, families []corev1.IPFamily) {
+	svc.Spec.IPFamilies = slices.Clone(families)
+	var policy corev1.IPFamilyPolicy
+	switch len(families) {
+	case 0:
+		svc.Spec.IPFamilyPolicy = nil
+		return
+	case 1:
+		policy = corev1.IPFamilyPolicySingleStack
+	default:
+		policy = corev1.IPFamilyPolicyRequireDualStack
+	}
+	svc.Spec.IPFamilyPolicy = &policy
+}
+
+// createService creates desired, dropping the IP families the API server
+// refuses and trying again. It returns the Service created and the families
+// dropped; no Service (and no error) when every family was refused.
+func (r *Reconciler) createService(ctx context.Context, desired *corev1.Service) (*corev1.Service, []corev1.IPFamily, error) {
+	families := slices.Clone(desired.Spec.IPFamilies)
+	var refused []corev1.IPFamily
+	for {
+		svc := desired.DeepCopy()
+		setFamilies(svc, families)
+		err := r.Client.Create(ctx, svc)
+		if err == nil {
+			return svc, refused, nil
+		}
+		bad := refusedFamilies(err, families)
+		if len(bad) == 0 {
+			return nil, refused, fmt.Errorf("create derived Service: %w", err)
+		}
+		refused = append(refused, bad...)
+		families = slices.DeleteFunc(families, func(f corev1.IPFamily) bool { return slices.Contains(bad, f) })
+		ctrl.LoggerFrom(ctx).Info("API server refused IP families of the derived Service", "refused", bad, "remaining", families, "reason", err.Error())
+		if len(families) == 0 {
+			return nil, refused, nil
+		}
+	}
+}
+
+// refusedFamilies returns the families of the request that the API server's
+// Invalid error err refuses: those at the spec.ipFamilies[i] it names ("not
+// configured on this cluster"). An error only about spec.ipFamilyPolicy
+// ("this cluster is not configured for dual-stack services") refuses the
+// secondary family. Any other error refuses none.
+func refusedFamilies(err error, families []corev1.IPFamily) []corev1.IPFamily {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) {
+		return nil
+	}
+	details := status.Status().Details
+	if details == nil {
+		return nil
+	}
+	var (
+		bad    []corev1.IPFamily
+		policy bool
+	)
+	for _, c := range details.Causes {
+		switch {
+		case c.Field == "spec.ipFamilyPolicy":
+			policy = true
+		case strings.HasPrefix(c.Field, "spec.ipFamilies["):
+			i, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(c.Field, "spec.ipFamilies["), "]"))
+			if err == nil && i >= 0 && i < len(families) && !slices.Contains(bad, families[i]) {
+				bad = append(bad, families[i])
+			}
+		}
+	}
+	if len(bad) == 0 && policy && len(families) == 2 {
+		bad = families[1:]
+	}
+	return bad
+}
+
+// needsRecreate reports whether the derived Service svc must be deleted and
+// created again for an import of the given families: the families changed,
+// or someone made it headless or an ExternalName.
+func needsRecreate(svc *corev1.Service, families []corev1.IPFamily) bool {
+	if svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return true
+	}
+	if len(families) == 0 {
+		// The cluster chose; any choice will do.
+		return false
+	}
+	return requestedFamilies(svc) != joinFamilies(families)
+}
+
+// requestedFamilies returns the families mcsd asked for when it created
+// svc, or if that record was removed, the families svc has.
+func requestedFamilies(svc *corev1.Service) string {
+	if v, ok := svc.Annotations[AnnotationIPFamilies]; ok {
+		return v
+	}
+	return joinFamilies(svc.Spec.IPFamilies)
+}
+
+// serviceUpToDate reports whether the derived Service svc already has
+// everything of desired that mcsd owns: its annotations, its controller
+// reference and its spec other than the IP fields.
+func serviceUpToDate(svc, desired *corev1.Service) bool {
+	for k, v := range desired.Annotations {
+		if got, ok := svc.Annotations[k]; !ok || got != v {
+			return false
+		}
+	}
+	if !hasControllerRef(svc, desired.OwnerReferences[0]) {
+		return false
+	}
+	a, b := svc.Spec, desired.Spec
+	return a.Type == corev1.ServiceTypeClusterIP &&
+		len(a.Selector) == 0 &&
+		len(a.ExternalIPs) == 0 &&
+		equality.Semantic.DeepEqual(normalServicePorts(a.Ports), normalServicePorts(b.Ports)) &&
+		affinity(a.SessionAffinity) == affinity(b.SessionAffinity) &&
+		equality.Semantic.DeepEqual(affinityConfig(a), affinityConfig(b)) &&
+		trafficPolicy(a.InternalTrafficPolicy) == trafficPolicy(b.InternalTrafficPolicy) &&
+		stringValue(a.TrafficDistribution) == stringValue(b.TrafficDistribution)
+}
+
+// applyService sets in svc what mcsd owns of desired (see serviceUpToDate),
+// keeping its IP fields and anything else other parties added.
+func applyService(svc, desired *corev1.Service) {
+	if svc.Annotations == nil {
+		svc.Annotations = map[string]string{}
+	}
+	maps.Copy(svc.Annotations, desired.Annotations)
+	setControllerRef(svc, desired.OwnerReferences[0])
+	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		// Fields only externally reachable Services may have.
+		svc.Spec.ExternalTrafficPolicy = ""
+		svc.Spec.HealthCheckNodePort = 0
+		svc.Spec.LoadBalancerIP = ""
+		svc.Spec.LoadBalancerSourceRanges = nil
+		svc.Spec.LoadBalancerClass = nil
+		svc.Spec.AllocateLoadBalancerNodePorts = nil
+	}
+	svc.Spec.Type = corev1.ServiceTypeClusterIP
+	svc.Spec.Selector = nil
+	svc.Spec.ExternalIPs = nil
+	svc.Spec.Ports = desired.Spec.Ports
+	svc.Spec.SessionAffinity = desired.Spec.SessionAffinity
+	svc.Spec.SessionAffinityConfig = desired.Spec.SessionAffinityConfig
+	svc.Spec.InternalTrafficPolicy = desired.Spec.InternalTrafficPolicy
+	svc.Spec.TrafficDistribution = desired.Spec.TrafficDistribution
+}
+
+// normalServicePorts returns ports with API defaults spelled out, sorted.
+func normalServicePorts(ports []corev1.ServicePort) []corev1.ServicePort {
+	out := make([]corev1.ServicePort, len(ports))
+	for i, p := range ports {
+		if p.Protocol == "" {
+			p.Protocol = corev1.ProtocolTCP
+		}
+		if p.AppProtocol != nil && *p.AppProtocol == "" {
+			p.AppProtocol = nil
+		}
+		if (p.TargetPort.Type == intstr.Int && p.TargetPort.IntVal == 0) || (p.TargetPort.Type == intstr.String && p.TargetPort.StrVal == "") {
+			p.TargetPort = intstr.FromInt32(p.Port)
+		}
+		out[i] = p
+	}
+	slices.SortFunc(out, func(a, b corev1.ServicePort) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		if c := strings.Compare(string(a.Protocol), string(b.Protocol)); c != 0 {
+			return c
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	return out
+}
+
+func affinity(a corev1.ServiceAffinity) corev1.ServiceAffinity {
+	if a == "" {
+		return corev1.ServiceAffinityNone
+	}
+	return a
+}
+
+// affinityConfig returns the ClientIP timeout that applies, or nil without
+// ClientIP affinity.
+func affinityConfig(spec corev1.ServiceSpec) *int32 {
+	if affinity(spec.SessionAffinity) != corev1.ServiceAffinityClientIP {
+		return nil
+	}
+	timeout := merge.DefaultClientIPTimeoutSeconds
+	if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		timeout = *c.ClientIP.TimeoutSeconds
+	}
+	return &timeout
+}
+
+func trafficPolicy(p *corev1.ServiceInternalTrafficPolicy) corev1.ServiceInternalTrafficPolicy {
+	if p == nil || *p == "" {
+		return corev1.ServiceInternalTrafficPolicyCluster
+	}
+	return *p
+}
+
+func stringValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// importIPs returns the families and IPs of the derived Service svc for the
+// ServiceImport: its spec.ipFamilies (the import's, less any the cluster
+// refused) and one cluster IP per family, in that order. IPs is nil until
+// the Service has an IP of every family; families fall back to want while
+// the Service has none.
+func importIPs(svc *corev1.Service, want []corev1.IPFamily) ([]corev1.IPFamily, []string) {
+	clusterIPs := svc.Spec.ClusterIPs
+	if len(clusterIPs) == 0 && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		clusterIPs = []string{svc.Spec.ClusterIP}
+	}
+	families := slices.Clone(svc.Spec.IPFamilies)
+	if len(families) == 0 {
+		for _, ip := range clusterIPs {
+			if f := familyOf(ip); f != "" && !slices.Contains(families, f) {
+				families = append(families, f)
+			}
+		}
+	}
+	if len(families) == 0 {
+		return slices.Clone(want), nil
+	}
+	ips := make([]string, 0, len(families))
+	for _, f := range families {
+		i := slices.IndexFunc(clusterIPs, func(ip string) bool { return familyOf(ip) == f })
+		if i < 0 {
+			return families, nil
+		}
+		ips = append(ips, clusterIPs[i])
+	}
+	return families, ips
+}
+
+// familyOf returns the IP family of ip, or "" when it is not an address.
+func familyOf(ip string) corev1.IPFamily {
+	a, err := netip.ParseAddr(ip)
+	switch {
+	case err != nil:
+		return ""
+	case a.Is4():
+		return corev1.IPv4Protocol
+	default:
+		return corev1.IPv6Protocol
+	}
+}
+
+// missingFamilies returns the families mcsd asked for that svc lacks: those
+// the cluster refused.
+func missingFamilies(svc *corev1.Service) []corev1.IPFamily {
+	if len(svc.Spec.IPFamilies) == 0 {
+		return nil // not filled in yet
+	}
+	var missing []corev1.IPFamily
+	for _, f := range splitFamilies(requestedFamilies(svc)) {
+		if !slices.Contains(svc.Spec.IPFamilies, f) {
+			missing = append(missing, f)
+		}
+	}
+	return missing
+}
+
+func joinFamilies(fs []corev1.IPFamily) string {
+	s := make([]string, len(fs))
+	for i, f := range fs {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ",")
+}
+
+func splitFamilies(s string) []corev1.IPFamily {
+	var out []corev1.IPFamily
+	for f := range strings.SplitSeq(s, ",") {
+		if f != "" {
+			out = append(out, corev1.IPFamily(f))
+		}
+	}
+	return out
+}
+
+// ownerRef is the controller reference to the ServiceImport si that every
+// object mcsd derives for it carries.
+func ownerRef(si *mcsv1beta1.ServiceImport) metav1.OwnerReference {
+	return *metav1.NewControllerRef(si, mcsv1beta1.SchemeGroupVersion.WithKind(mcsv1beta1.ServiceImportKindName))
+}
+
+// hasControllerRef reports whether o's controller is ref's object.
+func hasControllerRef(o metav1.Object, ref metav1.OwnerReference) bool {
+	c := metav1.GetControllerOfNoCopy(o)
+	return c != nil && c.UID == ref.UID && c.Kind == ref.Kind && c.APIVersion == ref.APIVersion && c.Name == ref.Name
+}
+
+// setControllerRef makes ref o's controller, keeping o's other owners.
+func setControllerRef(o metav1.Object, ref metav1.OwnerReference) {
+	refs := slices.DeleteFunc(slices.Clone(o.GetOwnerReferences()), func(r metav1.OwnerReference) bool {
+		return (r.Controller != nil && *r.Controller) || r.UID == ref.UID
+	})
+	o.SetOwnerReferences(append(refs, ref))
+}

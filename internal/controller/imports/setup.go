@@ -1,0 +1,185 @@
+package imports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// connectionPollInterval is how often the registry source checks whether the
+// registry's reachability changed (the View reports it by value only).
+const connectionPollInterval = 2 * time.Second
+
+// SetupWithManager registers the controller with mgr. Requests come from:
+// the View (a Service's records changed; every import when the registry
+// becomes reachable or unreachable), Namespaces (every exported Service of
+// the namespace), and the ServiceImports, derived Services and
+// EndpointSlices mcsd writes, so that hand edits and deletions are repaired.
+//
+// It subscribes to the View at once and consumes its changes until ctx ends,
+// so that the View never blocks on this controller.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Client == nil || r.View == nil {
+		return errors.New("imports: Client and View are required")
+	}
+	keys := make(chan registry.ServiceKey, 128)
+	triggers := make(chan event.TypedGenericEvent[trigger])
+	r.View.Subscribe(keys)
+	go forwardRegistry(ctx, r.View, keys, triggers, connectionPollInterval)
+
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToImport)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToImport)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToImports)).
+		WatchesRawSource(source.Channel(triggers, handler.TypedEnqueueRequestsFromMapFunc(r.triggerToImports))).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("build import controller: %w", err)
+	}
+	return nil
+}
+
+// serviceToImport maps a derived Service to its import: by mcsd's
+// annotation, or failing that, by its ServiceImport controller reference.
+func serviceToImport(_ context.Context, o client.Object) []reconcile.Request {
+	if name := o.GetAnnotations()[AnnotationServiceImport]; name != "" && isManaged(o) {
+		return []reconcile.Request{request(o.GetNamespace(), name)}
+	}
+	for _, ref := range o.GetOwnerReferences() {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == mcsv1beta1.ServiceImportKindName &&
+			ref.APIVersion == mcsv1beta1.SchemeGroupVersion.String() {
+			return []reconcile.Request{request(o.GetNamespace(), ref.Name)}
+		}
+	}
+	return nil
+}
+
+// sliceToImport maps an EndpointSlice that mcsd wrote to its import.
+func sliceToImport(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	name := l[mcsv1beta1.LabelServiceName]
+	if name == "" || l[discoveryv1.LabelManagedBy] != ManagedBy {
+		return nil
+	}
+	return []reconcile.Request{request(o.GetNamespace(), name)}
+}
+
+// namespaceToImports maps a Namespace to the imports of every Service the
+// clusterset exports in it.
+func (r *Reconciler) namespaceToImports(_ context.Context, o client.Object) []reconcile.Request {
+	var reqs []reconcile.Request
+	for _, k := range r.View.Keys(o.GetName()) {
+		reqs = append(reqs, request(k.Namespace, k.Name))
+	}
+	return reqs
+}
+
+// trigger is what the registry source delivers: the key of a Service whose
+// records changed, or all, when the registry's reachability changed.
+type trigger struct {
+	key registry.ServiceKey
+	all bool
+}
+
+// triggerToImports maps a trigger to requests. For all: every Service the
+// View knows, and every import mcsd made (the View no longer lists Services
+// that stopped being exported while it was unreachable).
+func (r *Reconciler) triggerToImports(ctx context.Context, t trigger) []reconcile.Request {
+	if !t.all {
+		return []reconcile.Request{request(t.key.Namespace, t.key.Name)}
+	}
+	seen := map[types.NamespacedName]bool{}
+	var reqs []reconcile.Request
+	add := func(ns, name string) {
+		req := request(ns, name)
+		if !seen[req.NamespacedName] {
+			seen[req.NamespacedName] = true
+			reqs = append(reqs, req)
+		}
+	}
+	for _, k := range r.View.Keys("") {
+		add(k.Namespace, k.Name)
+	}
+	list := &mcsv1beta1.ServiceImportList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ServiceImports to reconcile after the registry's reachability changed")
+	}
+	for i := range list.Items {
+		if isManaged(&list.Items[i]) {
+			add(list.Items[i].Namespace, list.Items[i].Name)
+		}
+	}
+	return reqs
+}
+
+func request(namespace, name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}
+}
+
+// forwardRegistry passes the View's changes to the controller's channel
+// source without ever blocking the View: keys wait, deduplicated, in a
+// queue while the controller is not reading (not started yet, or busy). It
+// also polls the View's reachability and sends one "all" trigger when it
+// changes. After ctx ends it keeps draining in so that the View's sends
+// still return.
+func forwardRegistry(ctx context.Context, view *clusterset.View, in <-chan registry.ServiceKey, out chan<- event.TypedGenericEvent[trigger], poll time.Duration) {
+	var (
+		queue   []registry.ServiceKey
+		pending = map[registry.ServiceKey]bool{}
+		all     bool
+	)
+	connected, _ := view.Connected()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		var (
+			send chan<- event.TypedGenericEvent[trigger]
+			next event.TypedGenericEvent[trigger]
+		)
+		switch {
+		case all:
+			send, next = out, event.TypedGenericEvent[trigger]{Object: trigger{all: true}}
+		case len(queue) > 0:
+			send, next = out, event.TypedGenericEvent[trigger]{Object: trigger{key: queue[0]}}
+		}
+		select {
+		case k := <-in:
+			if !pending[k] {
+				pending[k] = true
+				queue = append(queue, k)
+			}
+		case <-tick.C:
+			if c, _ := view.Connected(); c != connected {
+				connected, all = c, true
+			}
+		case send <- next:
+			if next.Object.all {
+				all = false
+			} else {
+				delete(pending, queue[0])
+				queue = queue[1:]
+			}
+		case <-ctx.Done():
+			for range in {
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package imports
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/conditions"
+)
+
+// setStatus fills in the ServiceImport's status from what the phases found:
+// the exporting clusters, Ready, and no RegistryReachable condition (the
+// registry was read to get here).
+func (r *Reconciler) setStatus(s *scope) {
+	si := s.si
+	clusters := make([]mcsv1beta1.ClusterStatus, len(s.res.Clusters))
+	for i, c := range s.res.Clusters {
+		clusters[i] = mcsv1beta1.ClusterStatus{Cluster: c}
+	}
+	si.Status.Clusters = clusters
+	ready := readyCondition(s)
+	ready.ObservedGeneration = si.Generation
+	conditions.Set(&si.Status.Conditions, ready)
+	conditions.Remove(&si.Status.Conditions, ConditionRegistryReachable)
+}
+
+// readyCondition is the mcs-api Ready condition of s's import. The message
+// says what the user needs to know, with no value that changes on its own
+// (so that an unchanged import is not written again).
+func readyCondition(s *scope) metav1.Condition {
+	cond := func(status metav1.ConditionStatus, reason mcsv1beta1.ServiceImportConditionReason, format string, args ...any) metav1.Condition {
+		return metav1.Condition{
+			Type:    string(mcsv1beta1.ServiceImportConditionReady),
+			Status:  status,
+			Reason:  string(reason),
+			Message: capLen(fmt.Sprintf(format, args...), 1024),
+		}
+	}
+	const (
+		pending     = mcsv1beta1.ServiceImportReasonPending
+		unsupported = mcsv1beta1.ServiceImportReasonIPFamilyNotSupported
+	)
+	if s.res.Spec.Type == mcsv1beta1.Headless {
+		return cond(metav1.ConditionTrue, mcsv1beta1.ServiceImportReasonReady,
+			"Headless import: DNS answers with the endpoints of the exporting clusters")
+	}
+	switch {
+	case s.foreignSvc != nil:
+		return cond(metav1.ConditionFalse, ReasonDerivedServiceConflict,
+			"Service %s, which this import needs for its cluster IPs, exists and was not created by mcsd; delete or rename it", s.derivedName)
+	case len(s.unsupported) > 0:
+		return cond(metav1.ConditionFalse, unsupported,
+			"This cluster supports none of the import's IP families (%s): the import has no cluster IP here", joinFamilies(s.unsupported))
+	case len(s.res.Spec.Ports) == 0:
+		return cond(metav1.ConditionFalse, pending, "The import has no ports: a ClusterSetIP import needs at least one")
+	case s.svc == nil && s.svcErr != nil:
+		return cond(metav1.ConditionFalse, pending, "Creating the derived Service %s failed: %v", s.derivedName, s.svcErr)
+	case s.svc == nil:
+		return cond(metav1.ConditionFalse, pending, "Waiting for the derived Service %s to be created", s.derivedName)
+	case len(s.si.Spec.IPs) == 0:
+		return cond(metav1.ConditionFalse, pending, "Waiting for the derived Service %s to be given cluster IPs", s.derivedName)
+	}
+	if missing := missingFamilies(s.svc); len(missing) > 0 {
+		return cond(metav1.ConditionFalse, unsupported,
+			"This cluster does not support %s Services: the import has %s cluster IP %s only (derived Service %s)",
+			joinFamilies(missing), joinFamilies(s.si.Spec.IPFamilies), strings.Join(s.si.Spec.IPs, ", "), s.derivedName)
+	}
+	return cond(metav1.ConditionTrue, mcsv1beta1.ServiceImportReasonReady,
+		"Cluster IP %s from the derived Service %s", strings.Join(s.si.Spec.IPs, ", "), s.derivedName)
+}
+
+// eventClusters records an event on si when its source clusters are no
+// longer those of old.
+func (r *Reconciler) eventClusters(si *mcsv1beta1.ServiceImport, old []mcsv1beta1.ClusterStatus) {
+	ids := func(cs []mcsv1beta1.ClusterStatus) []string {
+		out := make([]string, len(cs))
+		for i, c := range cs {
+			out[i] = c.Cluster
+		}
+		slices.Sort(out)
+		return out
+	}
+	before, after := ids(old), ids(si.Status.Clusters)
+	if slices.Equal(before, after) {
+		return
+	}
+	var added, removed []string
+	for _, c := range after {
+		if !slices.Contains(before, c) {
+			added = append(added, c)
+		}
+	}
+	for _, c := range before {
+		if !slices.Contains(after, c) {
+			removed = append(removed, c)
+		}
+	}
+	msg := "Imported from clusters " + strings.Join(after, ", ")
+	if len(added) > 0 {
+		msg += "; added " + strings.Join(added, ", ")
+	}
+	if len(removed) > 0 {
+		msg += "; removed " + strings.Join(removed, ", ")
+	}
+	r.eventf(si, corev1.EventTypeNormal, eventClustersChanged, "%s", capLen(msg, 1024))
+}
+
+// capLen shortens s to at most n characters, marking the cut with "…".
+func capLen(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}

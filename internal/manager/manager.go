@@ -1,0 +1,275 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	aboutv1alpha1 "github.com/mcsd-io/mcsd/api/about/v1alpha1"
+	aboutv1beta1 "github.com/mcsd-io/mcsd/api/about/v1beta1"
+	"github.com/mcsd-io/mcsd/internal/clusterid"
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/controller/export"
+	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// Scheme holds every API mcsd reads or writes.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(mcsv1alpha1.AddToScheme(Scheme))
+	utilruntime.Must(mcsv1beta1.AddToScheme(Scheme))
+	utilruntime.Must(aboutv1alpha1.AddToScheme(Scheme))
+	utilruntime.Must(aboutv1beta1.AddToScheme(Scheme))
+}
+
+// OpenFunc opens the registry for an identity.
+type OpenFunc func(ctx context.Context, id registry.Identity) (registry.Registry, error)
+
+// Options configure Run.
+type Options struct {
+	// RESTConfig reaches this cluster's API server.
+	RESTConfig *rest.Config
+	// OpenRegistry opens the registry once the identity is known.
+	OpenRegistry OpenFunc
+	// MetricsAddr serves Prometheus metrics ("0" disables). Default ":8080".
+	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz ("0" disables). Default ":8081".
+	HealthAddr string
+	// LeaderElection makes only one replica run the controllers.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the leader lease. Default: the pod's
+	// namespace (POD_NAMESPACE is read by the command, not here) or "mcsd-system".
+	LeaderElectionNamespace string
+	// LeaderElectionID names the lease. Default "mcsd-leader".
+	LeaderElectionID string
+	// IdentityRetry is how often a missing identity is looked up again. Default 5s.
+	IdentityRetry time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.RESTConfig == nil {
+		return errors.New("manager: RESTConfig is required")
+	}
+	if o.OpenRegistry == nil {
+		return errors.New("manager: OpenRegistry is required")
+	}
+	if o.MetricsAddr == "" {
+		o.MetricsAddr = ":8080"
+	}
+	if o.HealthAddr == "" {
+		o.HealthAddr = ":8081"
+	}
+	if o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = "mcsd-system"
+	}
+	if o.LeaderElectionID == "" {
+		o.LeaderElectionID = "mcsd-leader"
+	}
+	if o.IdentityRetry == 0 {
+		o.IdentityRetry = 5 * time.Second
+	}
+	return nil
+}
+
+// errIdentityChanged ends one run so that the next starts with the new identity.
+var errIdentityChanged = errors.New("cluster identity changed")
+
+// Run runs mcsd until ctx ends. When the cluster's ClusterProperties change,
+// it stops the controllers and starts them again with the new identity.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.defaults(); err != nil {
+		return err
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	direct, err := client.New(opts.RESTConfig, client.Options{Scheme: Scheme})
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	for {
+		id, err := waitForIdentity(ctx, direct, opts.IdentityRetry)
+		if err != nil {
+			return err
+		}
+		log.Info("cluster identity", "cluster", id.Cluster, "clusterSet", id.ClusterSet)
+		err = runWithLeadership(ctx, opts, id)
+		if errors.Is(err, errIdentityChanged) {
+			log.Info("cluster identity changed, restarting controllers")
+			continue
+		}
+		return err
+	}
+}
+
+func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration) (registry.Identity, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	var last string
+	for {
+		id, err := clusterid.Read(ctx, c)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, clusterid.ErrMissing) && !errors.Is(err, clusterid.ErrInvalid) {
+			log.Error(err, "read cluster identity")
+		} else if err.Error() != last {
+			log.Error(err, "waiting for cluster identity; exporting and importing nothing until it is set")
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return registry.Identity{}, ctx.Err()
+		case <-time.After(retry):
+		}
+	}
+}
+
+func runWithLeadership(ctx context.Context, opts Options, id registry.Identity) error {
+	if !opts.LeaderElection {
+		return runControllers(ctx, opts, id)
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	hostname, _ := os.Hostname()
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, opts.LeaderElectionNamespace,
+		opts.LeaderElectionID, resourcelock.ResourceLockConfig{Identity: hostname + "-" + fmt.Sprint(os.Getpid())}, opts.RESTConfig, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("leader election lock: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var runErr error
+	leaderelection.RunOrDie(runCtx, leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   15 * time.Second,
+		RenewDeadline:   10 * time.Second,
+		RetryPeriod:     2 * time.Second,
+		ReleaseOnCancel: true,
+		Name:            opts.LeaderElectionID,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				runErr = runControllers(ctx, opts, id)
+				cancel()
+			},
+			OnStoppedLeading: func() { log.Info("leadership lost") },
+		},
+	})
+	if runErr == nil && ctx.Err() == nil {
+		return errors.New("leadership lost")
+	}
+	return runErr
+}
+
+func runControllers(ctx context.Context, opts Options, id registry.Identity) error {
+	log := logr.FromContextOrDiscard(ctx).WithValues("cluster", id.Cluster)
+	ctx = logr.NewContext(ctx, log)
+	reg, err := opts.OpenRegistry(ctx, id)
+	if err != nil {
+		return fmt.Errorf("open registry: %w", err)
+	}
+	defer func() { _ = reg.Close() }()
+
+	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
+		Scheme:                 Scheme,
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress: opts.HealthAddr,
+		LeaderElection:         false,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	view := clusterset.NewView()
+	if err := mgr.Add(&watchRunnable{reg: reg, view: view}); err != nil {
+		return err
+	}
+	recorder := mgr.GetEventRecorderFor("mcsd")
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view, ClusterID: id.Cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up export controller: %w", err)
+	}
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), View: view, ClusterID: id.Cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up import controller: %w", err)
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := setupIdentityWatch(mgr, id, cancel); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("registry-synced", func(_ *http.Request) error {
+		if !view.HasSynced() {
+			return errors.New("registry not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
+	err = mgr.Start(runCtx)
+	if cause := context.Cause(runCtx); errors.Is(cause, errIdentityChanged) {
+		return errIdentityChanged
+	}
+	return err
+}
+
+// watchRunnable feeds the view from the registry while the manager runs.
+type watchRunnable struct {
+	reg  registry.Watcher
+	view *clusterset.View
+}
+
+func (w *watchRunnable) Start(ctx context.Context) error {
+	err := w.reg.Watch(ctx, w.view)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("watch registry: %w", err)
+	}
+	return nil
+}
+
+// setupIdentityWatch ends the run when a ClusterProperty that mcsd reads
+// no longer holds the identity the controllers run with.
+func setupIdentityWatch(mgr ctrl.Manager, id registry.Identity, cancel context.CancelCauseFunc) error {
+	names := map[string]string{aboutv1beta1.ClusterIDName: id.Cluster, aboutv1beta1.ClusterSetIDName: id.ClusterSet}
+	c := mgr.GetClient()
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("clusterproperty").
+		For(&aboutv1beta1.ClusterProperty{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			_, ok := names[o.GetName()]
+			return ok
+		}))).
+		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+			p := &aboutv1beta1.ClusterProperty{}
+			err := c.Get(ctx, req.NamespacedName, p)
+			if client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, err
+			}
+			if err != nil || p.Spec.Value != names[req.Name] {
+				cancel(errIdentityChanged)
+			}
+			return reconcile.Result{}, nil
+		}))
+}
