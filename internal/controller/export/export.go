@@ -21,6 +21,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -33,7 +34,7 @@ const (
 	// ImportedSliceManagedBy is the endpointslice.kubernetes.io/managed-by
 	// value of the EndpointSlices that mcsd's import controller writes. The
 	// export controller ignores such slices.
-	ImportedSliceManagedBy = "mcsd.io/controller"
+	ImportedSliceManagedBy = imports.ManagedBy
 
 	// ControllerName names the controller in logs and metrics.
 	ControllerName = "serviceexport"

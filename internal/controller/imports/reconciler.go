@@ -32,7 +32,7 @@ const (
 	// EndpointSlice mcsd writes for an import. Kubernetes' own EndpointSlice
 	// controllers leave such slices alone, and mcsd's export controller
 	// ignores them, so that an import is never exported again.
-	ManagedBy = "mcsd.io/controller"
+	ManagedBy = "controller.mcsd.io"
 
 	// AnnotationManaged, set to "true", marks the ServiceImports, derived
 	// Services and EndpointSlices mcsd created. mcsd updates and deletes only

@@ -1,0 +1,311 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/mcsd-io/mcsd/internal/manager"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/test/testbed"
+)
+
+// Options configure an Env.
+type Options struct {
+	// Name makes the testbed's state directory unique.
+	Name string
+	// Clusters is the number of clusters. Default 3.
+	Clusters int
+	// TTL is the registry lease TTL. Default 5s.
+	TTL time.Duration
+}
+
+// Env is a running clusterset: clusters, a registry, controllers.
+type Env struct {
+	TB       *testbed.Testbed
+	opts     Options
+	dataDir  string
+	regMu    sync.Mutex
+	registry *embedded.Server
+	regURL   string
+
+	mu          sync.Mutex
+	controllers map[string]*Controller
+}
+
+// Start brings up the environment; Close tears it down.
+func Start(ctx context.Context, opts Options) (*Env, error) {
+	if opts.Clusters == 0 {
+		opts.Clusters = 3
+	}
+	if opts.TTL == 0 {
+		opts.TTL = 5 * time.Second
+	}
+	if opts.Name == "" {
+		opts.Name = "e2e"
+	}
+	tb, err := testbed.Start(ctx, testbed.Options{
+		Name:      fmt.Sprintf("%s-%d", opts.Name, os.Getpid()),
+		Clusters:  opts.Clusters,
+		Ephemeral: true,
+		Log:       os.Stderr,
+	})
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{TB: tb, opts: opts, dataDir: filepath.Join(tb.Dir(), "registry"), controllers: map[string]*Controller{}}
+	port, err := testbed.FreePort()
+	if err != nil {
+		_ = tb.Close(ctx)
+		return nil, err
+	}
+	e.regURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	if err := e.StartRegistry(ctx); err != nil {
+		_ = tb.Close(ctx)
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close stops controllers, the registry and the clusters.
+func (e *Env) Close(ctx context.Context) error {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.controllers))
+	for id := range e.controllers {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	for _, id := range ids {
+		e.StopController(id)
+	}
+	e.StopRegistry()
+	return e.TB.Close(ctx)
+}
+
+// StartRegistry starts the embedded etcd (again, on the same data and port).
+func (e *Env) StartRegistry(ctx context.Context) error {
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	if e.registry != nil {
+		return nil
+	}
+	peer, err := testbed.FreePort()
+	if err != nil {
+		return err
+	}
+	srv, err := embedded.Start(ctx, embedded.Config{
+		DataDir:         e.dataDir,
+		ListenClientURL: e.regURL,
+		ListenPeerURL:   fmt.Sprintf("http://127.0.0.1:%d", peer),
+		UnsafeNoFsync:   true,
+	})
+	if err != nil {
+		return fmt.Errorf("start registry: %w", err)
+	}
+	select {
+	case <-srv.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		srv.Close()
+		return errors.New("registry did not become ready in 30s")
+	}
+	e.registry = srv
+	return nil
+}
+
+// StopRegistry stops the embedded etcd, keeping its data.
+func (e *Env) StopRegistry() {
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
+	if e.registry != nil {
+		e.registry.Close()
+		e.registry = nil
+	}
+}
+
+// RegistryURL is the registry's client URL.
+func (e *Env) RegistryURL() string { return e.regURL }
+
+// OpenRegistry opens a registry client for an identity, as mcsd does.
+func (e *Env) OpenRegistry(ctx context.Context, id registry.Identity) (registry.Registry, error) {
+	return etcdregistry.New(ctx, etcdregistry.Options{Identity: id, Endpoints: []string{e.regURL}, TTL: e.opts.TTL})
+}
+
+// Controller is one cluster's mcsd running in the test process.
+type Controller struct {
+	Cluster *testbed.Cluster
+	cancel  context.CancelFunc
+	done    chan error
+	writes  *writeCounter
+}
+
+// StartController starts mcsd for cluster id. The returned controller's
+// Writes counts every API write it makes from now on.
+func (e *Env) StartController(ctx context.Context, id string) (*Controller, error) {
+	c := e.TB.Cluster(id)
+	if c == nil {
+		return nil, fmt.Errorf("no cluster %s", id)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if old := e.controllers[id]; old != nil {
+		return old, nil
+	}
+	wc := &writeCounter{byResource: map[string]int{}}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.Wrap(wc.wrap)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	log := zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter(id))).WithValues("testCluster", id)
+	ctx = logr.NewContext(ctx, log)
+	ctrl := &Controller{Cluster: c, cancel: cancel, done: make(chan error, 1), writes: wc}
+	go func() {
+		err := manager.Run(ctx, manager.Options{
+			RESTConfig:    cfg,
+			OpenRegistry:  e.OpenRegistry,
+			MetricsAddr:   "0",
+			HealthAddr:    "0",
+			IdentityRetry: 500 * time.Millisecond,
+		})
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "mcsd in %s stopped: %v\n", id, err)
+			log.Error(err, "mcsd stopped")
+		}
+		ctrl.done <- err
+	}()
+	e.controllers[id] = ctrl
+	return ctrl, nil
+}
+
+// StartControllers starts mcsd in every cluster.
+func (e *Env) StartControllers(ctx context.Context) error {
+	for _, c := range e.TB.Clusters {
+		if _, err := e.StartController(ctx, c.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StopController stops cluster id's mcsd, as a crash would: nothing is
+// withdrawn from the registry.
+func (e *Env) StopController(id string) {
+	e.mu.Lock()
+	ctrl := e.controllers[id]
+	delete(e.controllers, id)
+	e.mu.Unlock()
+	if ctrl == nil {
+		return
+	}
+	ctrl.cancel()
+	select {
+	case <-ctrl.done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// Writes returns the number of API writes the controller made, by
+// resource ("serviceimports", "endpointslices", ...).
+func (c *Controller) Writes() map[string]int { return c.writes.snapshot() }
+
+// Client returns an admin client for cluster id.
+func (e *Env) Client(t testing.TB, id string) client.Client {
+	t.Helper()
+	c := e.TB.Cluster(id)
+	if c == nil {
+		t.Fatalf("no cluster %s", id)
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// writeCounter counts API writes by resource.
+type writeCounter struct {
+	mu         sync.Mutex
+	byResource map[string]int
+	total      atomic.Int64
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			w.mu.Lock()
+			w.byResource[resourceOf(req.URL.Path)]++
+			w.mu.Unlock()
+			w.total.Add(1)
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (w *writeCounter) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.byResource))
+	for k, v := range w.byResource {
+		out[k] = v
+	}
+	return out
+}
+
+// resourceOf extracts the resource (and subresource) from an API path:
+// /apis/g/v/namespaces/ns/serviceimports/name/status -> serviceimports/status.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	// Skip the prefix: api/v1 or apis/group/version.
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "namespaces"
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// logWriter sends controller logs to a file per cluster when
+// MCSD_E2E_LOG_DIR is set, and nowhere otherwise.
+func logWriter(id string) io.Writer {
+	dir := os.Getenv("MCSD_E2E_LOG_DIR")
+	if dir == "" {
+		return io.Discard
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	f, err := os.OpenFile(filepath.Join(dir, id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return io.Discard
+	}
+	return f
+}

@@ -1,0 +1,169 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// Eventually calls cond until it returns true or timeout passes; the last
+// message cond gave is in the failure.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Consistently fails if cond turns false within d.
+func Consistently(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if ok, msg := cond(); !ok {
+			t.Fatalf("%s stopped holding: %s", what, msg)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// EnsureNamespace creates a namespace if it is missing.
+func EnsureNamespace(t testing.TB, cl client.Client, name string) {
+	t.Helper()
+	err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// App describes a Deployment and the Service in front of it.
+type App struct {
+	Namespace, Name string
+	Replicas        int32
+	Ports           []corev1.ServicePort // default: http 80 -> 8080
+	Headless        bool
+	StatefulSet     bool // pods get stable hostnames through the headless Service
+	SessionAffinity corev1.ServiceAffinity
+}
+
+// Deploy creates the app's workload and Service in a cluster.
+func Deploy(t testing.TB, cl client.Client, app App) {
+	t.Helper()
+	ctx := context.Background()
+	EnsureNamespace(t, cl, app.Namespace)
+	if app.Replicas == 0 {
+		app.Replicas = 2
+	}
+	if len(app.Ports) == 0 {
+		app.Ports = []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}
+	}
+	labels := map[string]string{"app": app.Name}
+	var containerPorts []corev1.ContainerPort
+	for _, p := range app.Ports {
+		containerPorts = append(containerPorts, corev1.ContainerPort{Name: p.Name, ContainerPort: p.TargetPort.IntVal, Protocol: p.Protocol})
+	}
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "example.invalid/app:1", Ports: containerPorts,
+		}}},
+	}
+	var workload client.Object
+	if app.StatefulSet {
+		workload = &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: app.Name, Namespace: app.Namespace},
+			Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(app.Replicas), ServiceName: app.Name,
+				Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
+		}
+	} else {
+		workload = &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: app.Name, Namespace: app.Namespace},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(app.Replicas),
+				Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
+		}
+	}
+	if err := cl.Create(ctx, workload); err != nil {
+		t.Fatalf("create workload %s/%s: %v", app.Namespace, app.Name, err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: app.Name, Namespace: app.Namespace},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: app.Ports, SessionAffinity: app.SessionAffinity},
+	}
+	if app.Headless {
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	if err := cl.Create(ctx, svc); err != nil {
+		t.Fatalf("create service %s/%s: %v", app.Namespace, app.Name, err)
+	}
+}
+
+// Export creates a ServiceExport for a Service.
+func Export(t testing.TB, cl client.Client, namespace, name string) {
+	t.Helper()
+	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if err := cl.Create(context.Background(), se); err != nil {
+		t.Fatalf("export %s/%s: %v", namespace, name, err)
+	}
+}
+
+// Unexport deletes a ServiceExport.
+func Unexport(t testing.TB, cl client.Client, namespace, name string) {
+	t.Helper()
+	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if err := cl.Delete(context.Background(), se); err != nil {
+		t.Fatalf("unexport %s/%s: %v", namespace, name, err)
+	}
+}
+
+// GetImport returns the ServiceImport or nil if it does not exist.
+func GetImport(t testing.TB, cl client.Client, namespace, name string) *mcsv1beta1.ServiceImport {
+	t.Helper()
+	si := &mcsv1beta1.ServiceImport{}
+	err := cl.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, si)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("get import: %v", err)
+	}
+	return si
+}
+
+// Condition returns a condition of a list by type, or nil.
+func Condition(conds []metav1.Condition, typ string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == typ {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// CondString renders conditions for failure messages.
+func CondString(conds []metav1.Condition) string {
+	s := ""
+	for _, c := range conds {
+		s += fmt.Sprintf("[%s=%s %s: %s] ", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return s
+}
