@@ -85,3 +85,13 @@ $(CONTROLLER_GEN):
 
 $(GOLANGCI_LINT):
 	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+##@ Demo
+
+.PHONY: demo
+demo: ## Start a local clusterset (2 clusters, registry, mcsd) and export a sample app from c1 to c2.
+	@hack/demo.sh up
+
+.PHONY: demo-down
+demo-down: ## Stop the demo and remove its state.
+	@hack/demo.sh down

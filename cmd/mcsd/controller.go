@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 )
 
@@ -56,8 +58,13 @@ clusterset's id, the same everywhere).
 Registries:
   etcd://HOST:PORT[,HOST:PORT...]    etcd over plain HTTP
   etcds://HOST:PORT[,HOST:PORT...]   etcd over TLS (--registry-ca, --registry-cert, --registry-key)
+  cloudmap://?region=REGION          AWS Cloud Map; credentials from the standard AWS chain
+      query options: region, endpoint (for testing), poll-interval (2s),
+      list-interval (30s), cleanup-empty (false), and rate=OPERATION:QPS:BURST
+      (repeatable, e.g. rate=RegisterInstance:5:10)
 Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd-etcd`,
-		Example: `  mcsd --kubeconfig ~/.kube/config --registry etcd://127.0.0.1:2379`,
+		Example: `  mcsd --kubeconfig ~/.kube/config --registry etcd://127.0.0.1:2379
+  mcsd --registry 'cloudmap://?region=eu-west-1&poll-interval=5s'`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -123,8 +130,9 @@ func runController(ctx context.Context, f *controllerFlags) error {
 
 // backends maps a registry URL scheme to the backend that serves it.
 var backends = map[string]func(u *url.URL, f *controllerFlags) (manager.OpenFunc, error){
-	"etcd":  openEtcd,
-	"etcds": openEtcd,
+	"etcd":     openEtcd,
+	"etcds":    openEtcd,
+	"cloudmap": openCloudMap,
 }
 
 func registryOpener(f *controllerFlags) (manager.OpenFunc, error) {
@@ -171,5 +179,47 @@ func openEtcd(u *url.URL, f *controllerFlags) (manager.OpenFunc, error) {
 		o := opts
 		o.Identity = id
 		return etcdregistry.New(ctx, o)
+	}, nil
+}
+
+func openCloudMap(u *url.URL, f *controllerFlags) (manager.OpenFunc, error) {
+	q := u.Query()
+	opts := cloudmap.Options{
+		Region:       q.Get("region"),
+		Endpoint:     q.Get("endpoint"),
+		TTL:          f.ttl,
+		CleanupEmpty: q.Get("cleanup-empty") == "true",
+	}
+	for name, dst := range map[string]*time.Duration{"poll-interval": &opts.PollInterval, "list-interval": &opts.ListInterval} {
+		if v := q.Get(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, fmt.Errorf("--registry: %s: %w", name, err)
+			}
+			*dst = d
+		}
+	}
+	for _, r := range q["rate"] {
+		parts := strings.Split(r, ":")
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("--registry: rate=%q: want OPERATION:QPS:BURST", r)
+		}
+		qps, err := strconv.ParseFloat(parts[1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("--registry: rate=%q: %w", r, err)
+		}
+		burst, err := strconv.Atoi(parts[2])
+		if err != nil {
+			return nil, fmt.Errorf("--registry: rate=%q: %w", r, err)
+		}
+		if opts.RateLimits == nil {
+			opts.RateLimits = cloudmap.DefaultRateLimits()
+		}
+		opts.RateLimits[parts[0]] = cloudmap.RateLimit{QPS: qps, Burst: burst}
+	}
+	return func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
+		o := opts
+		o.Identity = id
+		return cloudmap.New(ctx, o)
 	}, nil
 }

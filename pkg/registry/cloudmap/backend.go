@@ -1,0 +1,649 @@
+package cloudmap
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/go-logr/logr"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+var _ registry.Registry = (*Backend)(nil)
+
+// Backend is the Cloud Map registry backend opened for one cluster.
+type Backend struct {
+	opts Options
+	api  API
+	enc  encoder
+	log  logr.Logger
+	now  func() time.Time
+
+	// ctx is canceled by Close; it bounds the heartbeat.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+
+	// sem serializes writes; it guards own.
+	sem chan struct{}
+	own map[registry.ServiceKey]*ownService
+
+	// knownMu guards known, the Cloud Map services this backend wrote to,
+	// which its watches read without waiting for their next listing, and
+	// heartbeats, the Cloud Map service of the heartbeats.
+	knownMu    sync.Mutex
+	known      map[string]service
+	heartbeats service
+}
+
+// ownService is what this cluster has in one Cloud Map service.
+type ownService struct {
+	svc service
+	// created is the export's creation time in Unix ms, fixed for as long
+	// as the cluster has any record of the Service.
+	created int64
+	// st is the state last written in full.
+	st state
+	// stored is every instance of this cluster in the service as Cloud
+	// Map holds it, attributes of others included.
+	stored map[string]map[string]string
+}
+
+// New builds a Cloud Map client (see NewClient) and opens the backend for
+// opts.Identity. It takes its logger from ctx, and ctx bounds the start only.
+func New(ctx context.Context, opts Options) (*Backend, error) {
+	opts.Default()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("cloudmap registry options: %w", err)
+	}
+	client, err := NewClient(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, client, opts)
+}
+
+// NewFromAPI opens the backend over api, for tests and callers that build
+// their own client. The client fields of opts (Region, Endpoint,
+// Credentials, MaxAttempts, MaxBackoff) are ignored.
+func NewFromAPI(ctx context.Context, api API, opts Options) (*Backend, error) {
+	opts.Default()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("cloudmap registry options: %w", err)
+	}
+	return open(ctx, api, opts)
+}
+
+func open(ctx context.Context, api API, opts Options) (*Backend, error) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("clusterSet", opts.Identity.ClusterSet, "cluster", opts.Identity.Cluster)
+	bctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
+	b := &Backend{
+		opts:   opts,
+		api:    newLimitedAPI(api, opts.RateLimits),
+		enc:    newEncoder(opts.Identity),
+		log:    log,
+		now:    time.Now,
+		ctx:    bctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+		sem:    make(chan struct{}, 1),
+		own:    map[registry.ServiceKey]*ownService{},
+		known:  map[string]service{},
+	}
+	if err := b.start(ctx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("open cloudmap registry: %w", err)
+	}
+	go b.heartbeatLoop()
+	return b, nil
+}
+
+// Close stops the heartbeat. It withdraws nothing: importers ignore the
+// cluster's records once its heartbeat is older than the TTL, and the
+// cluster deletes them when it starts again after that.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.cancel()
+		<-b.done
+	})
+	return nil
+}
+
+// start takes over the cluster's records, or deletes them when its
+// heartbeat has expired, and writes the heartbeat.
+func (b *Backend) start(ctx context.Context) error {
+	hb, err := b.ensureService(ctx, b.opts.SystemNamespace, heartbeatService)
+	if err != nil {
+		return fmt.Errorf("heartbeat service: %w", err)
+	}
+	b.heartbeats = hb
+	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet, attrClusterID: b.opts.Identity.Cluster}
+	beats, err := b.discover(ctx, hb, query)
+	if err != nil {
+		return fmt.Errorf("read own heartbeat: %w", err)
+	}
+	// The records live while the heartbeat is younger than the TTL the
+	// previous run published with it.
+	var last int64
+	ttl := b.opts.TTL
+	for _, in := range beats {
+		if in.ID == heartbeatID(b.enc.prefix) {
+			last, _ = strconv.ParseInt(in.Attrs[attrHeartbeat], 10, 64)
+			if v, err := strconv.ParseInt(in.Attrs[attrTTL], 10, 64); err == nil && v > 0 {
+				ttl = time.Duration(v) * time.Millisecond
+			}
+		}
+	}
+	alive := last > 0 && b.now().Sub(time.UnixMilli(last)) <= ttl
+
+	found, err := b.scanOwn(ctx, query)
+	if err != nil {
+		return err
+	}
+	stale := 0
+	for key, o := range found {
+		if alive {
+			b.own[key] = o
+			b.remember(o.svc)
+			continue
+		}
+		ids := slices.Sorted(maps.Keys(o.stored))
+		err := b.parallel(ctx, len(ids), func(ctx context.Context, i int) error {
+			return b.deregister(ctx, o.svc, ids[i])
+		}, func(int) { stale++ })
+		if err != nil {
+			return fmt.Errorf("delete expired records of %s: %w", key, err)
+		}
+	}
+	if alive {
+		b.log.Info("took over records", "services", len(b.own))
+	} else if stale > 0 {
+		b.log.Info("deleted expired records", "instances", stale)
+	}
+	if err := b.beat(ctx); err != nil {
+		return fmt.Errorf("write heartbeat: %w", err)
+	}
+	return nil
+}
+
+// scanOwn finds this cluster's instances in every namespace.
+func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[registry.ServiceKey]*ownService, error) {
+	nss, err := listNamespaces(ctx, b.api)
+	if err != nil {
+		return nil, err
+	}
+	out := map[registry.ServiceKey]*ownService{}
+	for _, ns := range nss {
+		if !ns.usable() || !validName(ns.Name) {
+			continue
+		}
+		svcs, err := listServices(ctx, b.api, ns)
+		if isAccessDenied(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, svc := range svcs {
+			insts, err := b.discover(ctx, svc, query)
+			if isNotFound(err) || isAccessDenied(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read own records: %w", err)
+			}
+			var mine []instance
+			for _, in := range insts {
+				if r := in.Attrs[attrRecord]; r == recordService || r == recordEndpoint {
+					mine = append(mine, in)
+				}
+			}
+			if len(mine) == 0 {
+				continue
+			}
+			key := registry.ServiceKey{Namespace: ns.Name, Name: svc.Name}
+			o := &ownService{svc: svc, stored: map[string]map[string]string{}}
+			for _, in := range mine {
+				o.stored[in.ID] = in.Attrs
+			}
+			if st, ok := decodeOwn(b.opts.Identity, key, mine); ok {
+				o.st = st
+				o.created = st.Created
+			}
+			if o.created == 0 {
+				// Endpoint instances without their service record: keep
+				// their creation time.
+				for _, in := range mine {
+					if c, err := strconv.ParseInt(in.Attrs[attrCreation], 10, 64); err == nil && (o.created == 0 || c < o.created) {
+						o.created = c
+					}
+				}
+			}
+			out[key] = o
+		}
+	}
+	return out, nil
+}
+
+// discover reads the instances of svc that match query: DiscoverInstances
+// returns at most 1,000 and has no pagination, so a service with more is
+// read again with ListInstances, page by page, and filtered here.
+func (b *Backend) discover(ctx context.Context, svc service, query map[string]string) ([]instance, error) {
+	out, err := b.api.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+		NamespaceName:   aws.String(svc.NS.HTTPName),
+		ServiceName:     aws.String(svc.Name),
+		MaxResults:      aws.Int32(discoverMax),
+		QueryParameters: query,
+		HealthStatus:    types.HealthStatusFilterAll,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("discover instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
+	}
+	if len(out.Instances) < discoverMax {
+		insts := make([]instance, 0, len(out.Instances))
+		for _, in := range out.Instances {
+			insts = append(insts, instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
+		}
+		return insts, nil
+	}
+	var insts []instance
+	p := sd.NewListInstancesPaginator(b.api, &sd.ListInstancesInput{ServiceId: aws.String(svc.ID), MaxResults: aws.Int32(100)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
+		}
+	next:
+		for _, in := range page.Instances {
+			for k, v := range query {
+				if in.Attributes[k] != v {
+					continue next
+				}
+			}
+			insts = append(insts, instance{ID: aws.ToString(in.Id), Attrs: in.Attributes})
+		}
+	}
+	return insts, nil
+}
+
+// discoverMax is the most instances one DiscoverInstances call returns.
+const discoverMax = 1000
+
+// remember records svc for the watches.
+func (b *Backend) remember(svc service) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	b.known[svc.ID] = svc
+}
+
+func (b *Backend) forget(svc service) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	delete(b.known, svc.ID)
+}
+
+func (b *Backend) knownServices() []service {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	return slices.Collect(maps.Values(b.known))
+}
+
+// lock takes the write lock.
+func (b *Backend) lock(ctx context.Context) error {
+	select {
+	case <-b.ctx.Done():
+		return registry.ErrClosed
+	default:
+	}
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.ctx.Done():
+		return registry.ErrClosed
+	}
+	if b.ctx.Err() != nil {
+		b.unlock()
+		return registry.ErrClosed
+	}
+	return nil
+}
+
+func (b *Backend) unlock() { <-b.sem }
+
+// PutExport stores this cluster's export of a Service.
+func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
+	if err := b.validService(key); err != nil {
+		return err
+	}
+	if spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
+		return fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	st := b.current(key)
+	st.Spec = &spec
+	if err := b.apply(ctx, key, st); err != nil {
+		return fmt.Errorf("put export %s: %w", key, err)
+	}
+	return nil
+}
+
+// PutEndpoints stores this cluster's endpoints of an exported Service.
+func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
+	if err := b.validService(key); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	st := b.current(key)
+	st.HasEndpoints = true
+	st.Groups = groups
+	if err := b.apply(ctx, key, st); err != nil {
+		return fmt.Errorf("put endpoints %s: %w", key, err)
+	}
+	return nil
+}
+
+// DeleteExport withdraws this cluster's export and endpoints of a Service:
+// its endpoint instances first, its service record last.
+func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) error {
+	if err := b.validService(key); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	if err := b.apply(ctx, key, state{}); err != nil {
+		return fmt.Errorf("delete export %s: %w", key, err)
+	}
+	return nil
+}
+
+// Exported lists the Services this cluster has exports of.
+func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.unlock()
+	var out []registry.ServiceKey
+	for k, o := range b.own {
+		if o.st.Spec != nil {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(x, y registry.ServiceKey) int {
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
+	})
+	return out, nil
+}
+
+// current is the state last written for key.
+func (b *Backend) current(key registry.ServiceKey) state {
+	if o := b.own[key]; o != nil {
+		return o.st
+	}
+	return state{}
+}
+
+// apply makes this cluster's instances of key those of st: it registers the
+// new and changed instances (the service record first) and deregisters the
+// others (the service record last). It writes only what differs.
+func (b *Backend) apply(ctx context.Context, key registry.ServiceKey, st state) error {
+	o := b.own[key]
+	if o == nil {
+		if st.Spec == nil && !st.HasEndpoints {
+			return nil
+		}
+		o = &ownService{created: b.now().UnixMilli(), stored: map[string]map[string]string{}}
+	}
+	st.Created = o.created
+	desired, err := b.enc.instances(st)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		err = b.applyTo(ctx, key, o, desired)
+		if err == nil || attempt > 0 || !isNotFound(err) {
+			break
+		}
+		// The service or namespace was deleted under us (for example by
+		// another cluster's cleanup): its instances went with it.
+		b.log.V(1).Info("cloud map service gone, creating it again", "service", key.String())
+		b.forget(o.svc)
+		o.svc = service{}
+		clear(o.stored)
+	}
+	if err != nil {
+		if len(o.stored) > 0 {
+			b.own[key] = o
+		}
+		return err
+	}
+	o.st = st
+	if len(desired) > 0 {
+		b.own[key] = o
+		return nil
+	}
+	delete(b.own, key)
+	if b.opts.CleanupEmpty && o.svc.ID != "" {
+		b.cleanup(ctx, o.svc)
+	}
+	return nil
+}
+
+func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, desired map[string]instance) error {
+	recordID := serviceRecordID(b.enc.prefix)
+	var puts []instance
+	for _, id := range slices.Sorted(maps.Keys(desired)) {
+		in := desired[id]
+		old, ok := o.stored[id]
+		if ok && sameOwned(old, in.Attrs) {
+			continue
+		}
+		if ok {
+			// Keep what others added to the instance, if it still fits.
+			merged := maps.Clone(in.Attrs)
+			for k, v := range old {
+				if !owned(k) {
+					merged[k] = v
+				}
+			}
+			if checkLimits(merged) == nil {
+				in.Attrs = merged
+			}
+		}
+		puts = append(puts, in)
+	}
+	var dels []string
+	for _, id := range slices.Sorted(maps.Keys(o.stored)) {
+		if _, ok := desired[id]; !ok {
+			dels = append(dels, id)
+		}
+	}
+	if len(puts) == 0 && len(dels) == 0 {
+		return nil
+	}
+	if o.svc.ID == "" {
+		svc, err := b.ensureService(ctx, key.Namespace, key.Name)
+		if err != nil {
+			return err
+		}
+		o.svc = svc
+		b.remember(svc)
+	}
+	// The service record goes first, so that importers see the export
+	// before its endpoints; on withdrawal it goes last.
+	slices.SortStableFunc(puts, func(x, y instance) int { return boolRank(y.ID == recordID) - boolRank(x.ID == recordID) })
+	slices.SortStableFunc(dels, func(x, y string) int { return boolRank(x == recordID) - boolRank(y == recordID) })
+	if i := slices.IndexFunc(puts, func(in instance) bool { return in.ID == recordID }); i == 0 {
+		if err := b.register(ctx, o.svc, puts[0]); err != nil {
+			return err
+		}
+		o.stored[recordID] = puts[0].Attrs
+		puts = puts[1:]
+	}
+	err := b.parallel(ctx, len(puts), func(ctx context.Context, i int) error {
+		return b.register(ctx, o.svc, puts[i])
+	}, func(i int) { o.stored[puts[i].ID] = puts[i].Attrs })
+	if err != nil {
+		return err
+	}
+	var last []string
+	if n := len(dels); n > 0 && dels[n-1] == recordID {
+		dels, last = dels[:n-1], dels[n-1:]
+	}
+	err = b.parallel(ctx, len(dels), func(ctx context.Context, i int) error {
+		return b.deregister(ctx, o.svc, dels[i])
+	}, func(i int) { delete(o.stored, dels[i]) })
+	if err != nil {
+		return err
+	}
+	for _, id := range last {
+		if err := b.deregister(ctx, o.svc, id); err != nil {
+			return err
+		}
+		delete(o.stored, id)
+	}
+	return nil
+}
+
+func boolRank(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// parallel runs do for 0..n-1 with at most Concurrency at once, calls ok
+// (serially) for each that succeeded, and returns the errors.
+func (b *Backend) parallel(ctx context.Context, n int, do func(context.Context, int) error, ok func(int)) error {
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result)
+	sem := make(chan struct{}, b.opts.Concurrency)
+	go func() {
+		for i := range n {
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				results <- result{i: i, err: do(ctx, i)}
+			}()
+		}
+	}()
+	var errs []error
+	for range n {
+		r := <-results
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		ok(r.i)
+	}
+	return errors.Join(errs...)
+}
+
+// register writes one instance and waits until Cloud Map has stored it.
+func (b *Backend) register(ctx context.Context, svc service, in instance) error {
+	out, err := b.api.RegisterInstance(ctx, &sd.RegisterInstanceInput{
+		ServiceId:  aws.String(svc.ID),
+		InstanceId: aws.String(in.ID),
+		Attributes: in.Attrs,
+	})
+	if err != nil {
+		return fmt.Errorf("register instance %s: %w", in.ID, err)
+	}
+	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
+		return fmt.Errorf("register instance %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// deregister deletes one instance and waits until Cloud Map has deleted it.
+// Deleting what is not there is not an error.
+func (b *Backend) deregister(ctx context.Context, svc service, id string) error {
+	out, err := b.api.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{
+		ServiceId:  aws.String(svc.ID),
+		InstanceId: aws.String(id),
+	})
+	if errorCode(err) == "InstanceNotFound" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deregister instance %s: %w", id, err)
+	}
+	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
+		return fmt.Errorf("deregister instance %s: %w", id, err)
+	}
+	return nil
+}
+
+// cleanup deletes svc if mcsd created it and it is empty, then its namespace
+// if mcsd created it and it is empty. Cloud Map refuses to delete what still
+// holds instances or services, which makes the check and the deletion one
+// step; a refusal is no error.
+func (b *Backend) cleanup(ctx context.Context, svc service) {
+	if !svc.Ours {
+		return
+	}
+	_, err := b.api.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(svc.ID)})
+	switch {
+	case isInUse(err):
+		return
+	case isNotFound(err):
+	case err != nil:
+		b.log.Error(err, "cannot delete empty cloud map service", "namespace", svc.NS.Name, "name", svc.Name)
+		return
+	default:
+		b.log.Info("deleted empty cloud map service", "namespace", svc.NS.Name, "name", svc.Name)
+	}
+	b.forget(svc)
+	if !svc.NS.Ours || svc.NS.Name == b.opts.SystemNamespace {
+		return
+	}
+	out, err := b.api.DeleteNamespace(ctx, &sd.DeleteNamespaceInput{Id: aws.String(svc.NS.ID)})
+	switch {
+	case isInUse(err), isNotFound(err):
+		return
+	case err != nil:
+		b.log.Error(err, "cannot delete empty cloud map namespace", "namespace", svc.NS.Name)
+		return
+	}
+	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
+		b.log.V(1).Info("namespace deletion did not succeed", "namespace", svc.NS.Name, "reason", err.Error())
+		return
+	}
+	b.log.Info("deleted empty cloud map namespace", "namespace", svc.NS.Name)
+}
+
+// nameRE is a DNS label, which every Kubernetes namespace and Service name
+// is.
+var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+func validName(s string) bool { return len(s) <= 63 && nameRE.MatchString(s) }
+
+func (b *Backend) validService(key registry.ServiceKey) error {
+	if !validName(key.Namespace) || !validName(key.Name) {
+		return fmt.Errorf("service %q: %w", key, registry.ErrInvalid)
+	}
+	return nil
+}

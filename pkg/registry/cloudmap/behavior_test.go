@@ -1,0 +1,327 @@
+package cloudmap
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
+)
+
+// countingAPI counts the calls made through it, by operation.
+type countingAPI struct {
+	API
+	skipInstance string
+	mu           sync.Mutex
+	calls        map[string]int
+}
+
+func (c *countingAPI) count(op, instanceID string) {
+	if instanceID != "" && instanceID == c.skipInstance {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = map[string]int{}
+	}
+	c.calls[op]++
+}
+
+func (c *countingAPI) get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[op]
+}
+
+func (c *countingAPI) RegisterInstance(ctx context.Context, in *sd.RegisterInstanceInput, optFns ...func(*sd.Options)) (*sd.RegisterInstanceOutput, error) {
+	c.count(OpRegisterInstance, aws.ToString(in.InstanceId))
+	return c.API.RegisterInstance(ctx, in, optFns...)
+}
+
+func (c *countingAPI) DeregisterInstance(ctx context.Context, in *sd.DeregisterInstanceInput, optFns ...func(*sd.Options)) (*sd.DeregisterInstanceOutput, error) {
+	c.count(OpDeregisterInstance, aws.ToString(in.InstanceId))
+	return c.API.DeregisterInstance(ctx, in, optFns...)
+}
+
+func (c *countingAPI) ListInstances(ctx context.Context, in *sd.ListInstancesInput, optFns ...func(*sd.Options)) (*sd.ListInstancesOutput, error) {
+	c.count(OpListInstances, "")
+	return c.API.ListInstances(ctx, in, optFns...)
+}
+
+func webGroups(addrs ...string) []registry.EndpointGroup {
+	g := registry.EndpointGroup{
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []registry.EndpointPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}},
+	}
+	for _, a := range addrs {
+		g.Endpoints = append(g.Endpoints, registry.Endpoint{Addresses: []string{a}, Ready: true, Serving: true})
+	}
+	return []registry.EndpointGroup{g}
+}
+
+var webSpec = registry.ServiceSpec{Type: registry.ClusterSetIP, Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
+
+// TestForeignAttributesDoNotCauseWrites checks that attributes someone else
+// added to mcsd's instances neither make it write them again, including
+// after a restart, nor get lost when it does write them.
+func TestForeignAttributesDoNotCauseWrites(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	id := registry.Identity{ClusterSet: randName("foreign"), Cluster: "east"}
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	opts := motoOptions(srv, id, 30*time.Second)
+	a := openBackend(t, opts)
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+
+	// Another tool re-registers mcsd's instances with an attribute of its own.
+	prefix := ownerPrefix(id)
+	svcID := a.own[key].svc.ID
+	for instID, at := range rawInstances(t, c, key.Namespace, key.Name) {
+		at["TEAM_TAG"] = "blue"
+		_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(instID), Attributes: at})
+		mustDo(t, err)
+	}
+	mustDo(t, a.Close())
+
+	client, err := NewClient(ctx, opts)
+	mustDo(t, err)
+	counting := &countingAPI{API: client, skipInstance: heartbeatID(prefix)}
+	b, err := NewFromAPI(ctx, counting, opts)
+	mustDo(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	for range 3 {
+		mustDo(t, b.PutExport(ctx, key, webSpec))
+		mustDo(t, b.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	}
+	if n := counting.get(OpRegisterInstance); n != 0 {
+		t.Errorf("identical puts after a restart made %d registrations, want 0", n)
+	}
+
+	groups := webGroups("10.0.0.1")
+	groups[0].Endpoints[0].Ready = false
+	mustDo(t, b.PutEndpoints(ctx, key, groups))
+	if n := counting.get(OpRegisterInstance); n != 1 {
+		t.Errorf("one changed endpoint made %d registrations, want 1", n)
+	}
+	inst := rawInstances(t, c, key.Namespace, key.Name)[endpointInstanceID(prefix, "10.0.0.1", &groups[0].Ports[0])]
+	if inst[attrReady] != "false" || inst["TEAM_TAG"] != "blue" {
+		t.Errorf("rewritten instance: %v, want READY=false and TEAM_TAG kept", inst)
+	}
+}
+
+// TestExpiredRecordsDeletedOnStart checks that a cluster that starts again
+// after its heartbeat expired deletes what it had written.
+func TestExpiredRecordsDeletedOnStart(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	id := registry.Identity{ClusterSet: randName("stale"), Cluster: "east"}
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	opts := motoOptions(srv, id, time.Second)
+	a := openBackend(t, opts)
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
+	if n := len(rawInstances(t, c, key.Namespace, key.Name)); n != 3 {
+		t.Fatalf("%d instances, want 3", n)
+	}
+	mustDo(t, a.Close())
+	time.Sleep(1500 * time.Millisecond)
+
+	b := openBackend(t, opts)
+	if n := len(rawInstances(t, c, key.Namespace, key.Name)); n != 0 {
+		t.Errorf("%d instances left after a start past the TTL, want 0", n)
+	}
+	got, err := b.Exported(ctx)
+	mustDo(t, err)
+	if len(got) != 0 {
+		t.Errorf("Exported() = %v, want none", got)
+	}
+}
+
+// TestCleanupEmpty checks that the last export withdrawn deletes the Cloud
+// Map service and namespace mcsd created, and only those.
+func TestCleanupEmpty(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	cs := randName("tidy")
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	open := func(cluster string) *Backend {
+		opts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: cluster}, 30*time.Second)
+		opts.CleanupEmpty = true
+		return openBackend(t, opts)
+	}
+	a, b := open("a"), open("b")
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, b.PutExport(ctx, key, webSpec))
+	mustDo(t, b.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+
+	mustDo(t, a.DeleteExport(ctx, key))
+	if len(namespacesNamed(t, c, key.Namespace)) != 1 || len(rawInstances(t, c, key.Namespace, key.Name)) != 2 {
+		t.Fatalf("a's withdrawal removed b's records")
+	}
+	mustDo(t, b.DeleteExport(ctx, key))
+	if got := namespacesNamed(t, c, key.Namespace); len(got) != 0 {
+		t.Errorf("namespace %s left after the last withdrawal", key.Namespace)
+	}
+
+	// A namespace someone else created stays.
+	other := randName("theirs")
+	_, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(other)})
+	mustDo(t, err)
+	okey := registry.ServiceKey{Namespace: other, Name: "web"}
+	mustDo(t, a.PutExport(ctx, okey, webSpec))
+	mustDo(t, a.DeleteExport(ctx, okey))
+	if got := namespacesNamed(t, c, other); len(got) != 1 {
+		t.Errorf("namespace %s that mcsd did not create was deleted", other)
+	}
+}
+
+// throttlingProxy forwards to moto, or answers every request with a
+// ThrottlingException while throttling is set.
+type throttlingProxy struct {
+	*httptest.Server
+	throttling atomic.Bool
+	throttled  atomic.Int64
+}
+
+func newThrottlingProxy(t *testing.T, target string) *throttlingProxy {
+	u, err := url.Parse(target)
+	mustDo(t, err)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p := &throttlingProxy{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p.throttling.Load() {
+			p.throttled.Add(1)
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"__type":"ThrottlingException","message":"Rate exceeded"}`))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+// TestThrottling puts Cloud Map behind a proxy that throttles every call for
+// a while: writes retry with backoff and succeed after, the watcher reports
+// the connection lost and back, and no import is lost on the way.
+func TestThrottling(t *testing.T) {
+	srv := moto(t)
+	proxy := newThrottlingProxy(t, srv.URL)
+	ctx := t.Context()
+	cs := randName("throttle")
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+
+	aOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second)
+	aOpts.Endpoint = proxy.URL
+	aOpts.MaxAttempts = 50
+	aOpts.MaxBackoff = 300 * time.Millisecond
+	a := openBackend(t, aOpts)
+	bOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "b"}, 30*time.Second)
+	bOpts.Endpoint = proxy.URL
+	bOpts.MaxAttempts = 1
+	b := openBackend(t, bOpts)
+
+	rec := registrytest.StartWatch(t, b)
+	aID := registry.RecordID{Cluster: "a", Service: key}
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	rec.WaitFor(t, 15*time.Second, "a's records", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 1
+	})
+
+	const window = 3 * time.Second
+	proxy.throttling.Store(true)
+	time.AfterFunc(window, func() { proxy.throttling.Store(false) })
+	start := time.Now()
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
+	took := time.Since(start)
+	if took < window/2 {
+		t.Errorf("PutEndpoints returned after %s, before the throttling was over", took)
+	}
+
+	var disconnected bool
+	events := rec.WaitFor(t, 20*time.Second, "reconnection and a's new endpoints", func(e registrytest.Event, v *registrytest.View) bool {
+		if e.Update == nil && !e.Connected {
+			disconnected = true
+		}
+		return disconnected && v.Connected && len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 2
+	})
+	for _, e := range events {
+		if u := e.Update; u != nil && (u.Full || len(u.DeletedExports) > 0 || len(u.DeletedEndpoints) > 0 || len(u.DeletedClusters) > 0) {
+			t.Errorf("throttling deleted or replaced imports: %s", e)
+		}
+	}
+	t.Logf("%d calls throttled; PutEndpoints took %s through a %s throttling window", proxy.throttled.Load(), took.Round(100*time.Millisecond), window)
+	if proxy.throttled.Load() < 3 {
+		t.Errorf("only %d calls throttled", proxy.throttled.Load())
+	}
+}
+
+// TestPaginationPast1000 checks that a Service with more than 1,000
+// instances, more than one DiscoverInstances call returns, is read in full
+// through ListInstances pages. It has a moto server of its own: every other
+// test's watchers would check the large service's revision, which moto
+// computes slowly.
+func TestPaginationPast1000(t *testing.T) {
+	moto(t)
+	srv := mototest.Start(t)
+	ctx := t.Context()
+	cs := randName("many")
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	fast := func(cluster string) Options {
+		o := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: cluster}, 30*time.Second)
+		o.RateLimits = map[string]RateLimit{
+			OpRegisterInstance: {QPS: 10000, Burst: 1000},
+			OpGetOperation:     {QPS: 10000, Burst: 1000},
+		}
+		o.Concurrency = 16
+		o.PollInterval = time.Second
+		return o
+	}
+	a := openBackend(t, fast("a"))
+	const n = 1050
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)
+	}
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups(addrs...)))
+
+	opts := fast("b")
+	client, err := NewClient(ctx, opts)
+	mustDo(t, err)
+	counting := &countingAPI{API: client}
+	b, err := NewFromAPI(ctx, counting, opts)
+	mustDo(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	rec := registrytest.StartWatch(t, b)
+	rec.WaitFor(t, 30*time.Second, fmt.Sprintf("a's %d endpoints", n), func(_ registrytest.Event, v *registrytest.View) bool {
+		g := v.Endpoints[registry.RecordID{Cluster: "a", Service: key}].Groups
+		return len(g) == 1 && len(g[0].Endpoints) == n
+	})
+	if got := counting.get(OpListInstances); got < (n+1)/100 {
+		t.Errorf("%d ListInstances calls, want the pages of %d instances", got, n+1)
+	}
+}

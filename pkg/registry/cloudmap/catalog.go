@@ -1,0 +1,274 @@
+package cloudmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/aws/smithy-go"
+)
+
+// namespace is a Cloud Map namespace mcsd can use.
+type namespace struct {
+	ID   string
+	Name string
+	// HTTPName is the name DiscoverInstances takes.
+	HTTPName string
+	Type     types.NamespaceType
+	// Ours is set when mcsd created it.
+	Ours bool
+}
+
+// service is a Cloud Map service.
+type service struct {
+	ID   string
+	Name string
+	NS   namespace
+	Ours bool
+}
+
+func newNamespace(s types.NamespaceSummary) namespace {
+	ns := namespace{
+		ID:       aws.ToString(s.Id),
+		Name:     aws.ToString(s.Name),
+		Type:     s.Type,
+		Ours:     aws.ToString(s.Description) == createdBy,
+		HTTPName: aws.ToString(s.Name),
+	}
+	if s.Properties != nil && s.Properties.HttpProperties != nil && aws.ToString(s.Properties.HttpProperties.HttpName) != "" {
+		ns.HTTPName = aws.ToString(s.Properties.HttpProperties.HttpName)
+	}
+	return ns
+}
+
+// usable reports whether mcsd reads and writes Services in the namespace:
+// HTTP namespaces and private DNS namespaces.
+func (ns namespace) usable() bool {
+	return ns.Type == types.NamespaceTypeHttp || ns.Type == types.NamespaceTypeDnsPrivate
+}
+
+// listNamespaces lists every namespace of the account and region.
+func listNamespaces(ctx context.Context, api API) ([]namespace, error) {
+	var out []namespace
+	p := sd.NewListNamespacesPaginator(api, &sd.ListNamespacesInput{})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list namespaces: %w", err)
+		}
+		for _, s := range page.Namespaces {
+			out = append(out, newNamespace(s))
+		}
+	}
+	return out, nil
+}
+
+// listServices lists the services of a namespace.
+func listServices(ctx context.Context, api API, ns namespace) ([]service, error) {
+	var out []service
+	p := sd.NewListServicesPaginator(api, &sd.ListServicesInput{Filters: []types.ServiceFilter{{
+		Name:      types.ServiceFilterNameNamespaceId,
+		Values:    []string{ns.ID},
+		Condition: types.FilterConditionEq,
+	}}})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list services of namespace %s: %w", ns.Name, err)
+		}
+		for _, s := range page.Services {
+			out = append(out, service{
+				ID:   aws.ToString(s.Id),
+				Name: aws.ToString(s.Name),
+				NS:   ns,
+				Ours: aws.ToString(s.Description) == createdBy,
+			})
+		}
+	}
+	return out, nil
+}
+
+// findNamespace returns the usable namespace called name, if there is one.
+// An HTTP namespace is preferred to a private DNS one of the same name.
+func findNamespace(ctx context.Context, api API, name string) (namespace, bool, error) {
+	all, err := listNamespaces(ctx, api)
+	if err != nil {
+		return namespace{}, false, err
+	}
+	var found namespace
+	ok := false
+	for _, ns := range all {
+		if ns.Name != name {
+			continue
+		}
+		if !ns.usable() {
+			return namespace{}, false, fmt.Errorf("namespace %s is of type %s, mcsd needs HTTP or DNS_PRIVATE", name, ns.Type)
+		}
+		if !ok || ns.Type == types.NamespaceTypeHttp {
+			found, ok = ns, true
+		}
+	}
+	return found, ok, nil
+}
+
+// ensureNamespace returns the namespace called name, creating an HTTP
+// namespace when there is none.
+func (b *Backend) ensureNamespace(ctx context.Context, name string) (namespace, error) {
+	if ns, ok, err := findNamespace(ctx, b.api, name); err != nil || ok {
+		return ns, err
+	}
+	out, err := b.api.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{
+		Name:        aws.String(name),
+		Description: aws.String(createdBy),
+	})
+	switch {
+	case errorCode(err) == "NamespaceAlreadyExists":
+		// Another cluster created it meanwhile.
+	case err != nil:
+		return namespace{}, fmt.Errorf("create namespace %s: %w", name, err)
+	default:
+		if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
+			// A concurrent creation of the same name may fail the
+			// operation; the namespace is then there all the same.
+			b.log.V(1).Info("namespace creation did not succeed, looking it up", "namespace", name, "reason", err.Error())
+		} else {
+			b.log.Info("created namespace", "namespace", name)
+		}
+	}
+	ns, ok, err := findNamespace(ctx, b.api, name)
+	if err != nil {
+		return namespace{}, err
+	}
+	if !ok {
+		return namespace{}, fmt.Errorf("create namespace %s: not found after creation", name)
+	}
+	return ns, nil
+}
+
+// ensureService returns the Cloud Map service name of namespace nsName,
+// creating the namespace and the service when they do not exist.
+func (b *Backend) ensureService(ctx context.Context, nsName, name string) (service, error) {
+	ns, err := b.ensureNamespace(ctx, nsName)
+	if err != nil {
+		return service{}, err
+	}
+	find := func() (service, bool, error) {
+		svcs, err := listServices(ctx, b.api, ns)
+		if err != nil {
+			return service{}, false, err
+		}
+		for _, s := range svcs {
+			if s.Name == name {
+				return s, true, nil
+			}
+		}
+		return service{}, false, nil
+	}
+	if s, ok, err := find(); err != nil || ok {
+		return s, err
+	}
+	in := &sd.CreateServiceInput{
+		Name:        aws.String(name),
+		NamespaceId: aws.String(ns.ID),
+		Description: aws.String(createdBy),
+	}
+	if ns.Type != types.NamespaceTypeHttp {
+		// Discoverable through the API only: no DNS records, so that
+		// instances without an address (the service record) are allowed.
+		in.Type = types.ServiceTypeOptionHttp
+	}
+	out, err := b.api.CreateService(ctx, in)
+	switch {
+	case errorCode(err) == "ServiceAlreadyExists":
+		if s, ok, err := find(); err != nil || ok {
+			return s, err
+		}
+		return service{}, fmt.Errorf("create service %s/%s: exists but not found", nsName, name)
+	case err != nil:
+		return service{}, fmt.Errorf("create service %s/%s: %w", nsName, name, err)
+	}
+	b.log.Info("created service", "namespace", nsName, "name", name)
+	return service{ID: aws.ToString(out.Service.Id), Name: name, NS: ns, Ours: true}, nil
+}
+
+// errOperationFailed is returned for a Cloud Map operation that failed.
+var errOperationFailed = errors.New("operation failed")
+
+// waitOperation waits until the asynchronous operation id succeeds or fails,
+// and returns its targets.
+func (b *Backend) waitOperation(ctx context.Context, id string) (map[string]string, error) {
+	if id == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.opts.OperationTimeout)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		out, err := b.api.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)})
+		if err != nil {
+			return nil, fmt.Errorf("get operation %s: %w", id, err)
+		}
+		if op := out.Operation; op != nil {
+			switch op.Status {
+			case types.OperationStatusSuccess:
+				return op.Targets, nil
+			case types.OperationStatusFail:
+				return nil, fmt.Errorf("operation %s %s: %s: %w", id, op.Type, aws.ToString(op.ErrorMessage), errOperationFailed)
+			}
+		}
+		if !sleep(ctx, delay) {
+			return nil, fmt.Errorf("wait for operation %s: %w", id, ctx.Err())
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// sleep waits d, and reports false if ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// errorCode is the Cloud Map error code of err, "" for other errors. Codes
+// are compared rather than types: an operation's deserializer types only the
+// errors its model lists.
+func errorCode(err error) string {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode()
+	}
+	return ""
+}
+
+// isNotFound reports whether err says a namespace, service or instance does
+// not exist.
+func isNotFound(err error) bool {
+	switch errorCode(err) {
+	case "NamespaceNotFound", "ServiceNotFound", "InstanceNotFound":
+		return true
+	}
+	return false
+}
+
+// isAccessDenied reports whether err says the caller may not do this: a
+// namespace outside what the IAM policy grants, which reads skip.
+func isAccessDenied(err error) bool {
+	switch errorCode(err) {
+	case "AccessDeniedException", "AccessDenied":
+		return true
+	}
+	return false
+}
+
+// isInUse reports whether err says a resource still holds others.
+func isInUse(err error) bool { return errorCode(err) == "ResourceInUse" }

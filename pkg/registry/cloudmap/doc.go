@@ -1,0 +1,25 @@
+// Package cloudmap is the registry backend over AWS Cloud Map
+// (aws-sdk-go-v2 service/servicediscovery), with the data model of the AWS
+// Cloud Map MCS controller, so that clusters running either controller
+// import each other's exports.
+//
+// A Backend is opened for one cluster of one clusterset over a narrow
+// interface of the SDK client (API). A Kubernetes namespace is a Cloud Map
+// namespace (an HTTP namespace created on demand, or an existing private DNS
+// namespace of that name), a Service is a Cloud Map service, and every
+// endpoint address and port is one instance carrying the AWS controller's
+// attributes plus mcsd's own (MCSD_*). Each cluster also keeps one service
+// record instance per Service, without an address, holding its export (so
+// that an export without endpoints is visible) and its creation time, which
+// is the export's Order and survives restarts.
+//
+// Cloud Map has no leases: each cluster refreshes a heartbeat instance in the
+// system namespace every TTL/3, and watchers deliver the records of a
+// cluster whose heartbeat is older than the TTL as deleted. A cluster that
+// starts after its heartbeat expired deletes its old instances first.
+//
+// Watch polls: every PollInterval it reads DiscoverInstancesRevision of each
+// known service and DiscoverInstances only for those whose revision moved;
+// every ListInterval it lists namespaces and services to find new ones.
+// README.md describes the data model, the options and the IAM policy.
+package cloudmap

@@ -1,0 +1,161 @@
+package cloudmap
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
+)
+
+// TestInteropAWSController checks that mcsd imports what the AWS Cloud Map
+// MCS controller registers (its namespace, service, instance ids and
+// attributes), and that mcsd's instances carry everything that controller
+// reads.
+func TestInteropAWSController(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	cs := randName("interop")
+	nsName := randName("aws")
+	key := registry.ServiceKey{Namespace: nsName, Name: "web"}
+
+	// The AWS controller: an HTTP namespace, a service, and an instance per
+	// endpoint and port with id <proto>-<ip>-<port>.
+	nsOut, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(nsName)})
+	mustDo(t, err)
+	op, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: nsOut.OperationId})
+	mustDo(t, err)
+	svcOut, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("web"), NamespaceId: aws.String(op.Operation.Targets["NAMESPACE"])})
+	mustDo(t, err)
+	awsInst := awsControllerInstance("aws-east", cs, "10.1.0.5", 8080, true, "1665108776000")
+	_, err = c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svcOut.Service.Id, InstanceId: aws.String(awsInst.ID), Attributes: awsInst.Attrs})
+	mustDo(t, err)
+
+	b := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "mcsd-west"}, 30*time.Second))
+	rec := registrytest.StartWatch(t, b)
+	awsID := registry.RecordID{Cluster: "aws-east", Service: key}
+	wantExport := registry.Export{Cluster: "aws-east", Service: key, Order: 1665108776000, Spec: registry.ServiceSpec{
+		Type:  registry.ClusterSetIP,
+		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+	}}
+	wantGroups := []registry.EndpointGroup{{
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []registry.EndpointPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}},
+		Endpoints: []registry.Endpoint{{Addresses: []string{"10.1.0.5"}, Ready: true, Serving: true,
+			NodeName: "ip-10-10-77-143.ap-southeast-2.compute.internal"}},
+	}}
+	rec.WaitFor(t, 15*time.Second, "the AWS controller's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, live := v.Clusters["aws-east"]
+		return cmp.Equal(wantExport, v.Exports[awsID]) && cmp.Equal(wantGroups, v.Endpoints[awsID].Groups) && live
+	})
+
+	// mcsd exports into the same Cloud Map service.
+	spec := registry.ServiceSpec{Type: registry.ClusterSetIP, Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
+	mustDo(t, b.PutExport(ctx, key, spec))
+	mustDo(t, b.PutEndpoints(ctx, key, []registry.EndpointGroup{{
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []registry.EndpointPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}},
+		Endpoints:   []registry.Endpoint{{Addresses: []string{"10.2.0.7"}, Ready: true, Serving: true, Hostname: "web-0", NodeName: "n1"}},
+	}}))
+	if got := namespacesNamed(t, c, nsName); len(got) != 1 {
+		t.Errorf("%d namespaces named %s, want the AWS controller's only", len(got), nsName)
+	}
+	raw := rawInstances(t, c, nsName, "web")
+	if len(raw) != 3 {
+		t.Fatalf("got instances %v, want the AWS controller's, mcsd's endpoint and mcsd's service record", raw)
+	}
+	prefix := ownerPrefix(registry.Identity{ClusterSet: cs, Cluster: "mcsd-west"})
+	for id, at := range raw {
+		switch id {
+		case awsInst.ID:
+			continue
+		case serviceRecordID(prefix):
+			// The AWS controller skips instances without an address.
+			if _, ok := at[attrIPv4]; ok {
+				t.Errorf("service record has an address: %v", at)
+			}
+			continue
+		}
+		// What the AWS controller parses, as it parses it.
+		for _, k := range []string{attrIPv4, attrEndpointPortName, attrServiceTargetPort, attrServicePortName, attrServiceType, attrClusterID, attrClusterSetID, attrHostname, attrNodeName} {
+			if _, ok := at[k]; !ok {
+				t.Errorf("instance %s lacks %s", id, k)
+			}
+		}
+		for _, k := range []string{attrPort, attrServicePort} {
+			if _, err := strconv.ParseUint(at[k], 10, 16); err != nil {
+				t.Errorf("instance %s: %s=%q: %v", id, k, at[k], err)
+			}
+		}
+		for _, k := range []string{attrEndpointProtocol, attrServiceProtocol} {
+			if at[k] != "TCP" {
+				t.Errorf("instance %s: %s=%q", id, k, at[k])
+			}
+		}
+		if _, err := strconv.ParseBool(at[attrReady]); err != nil {
+			t.Errorf("instance %s: READY=%q", id, at[attrReady])
+		}
+		if _, err := strconv.ParseInt(at[attrCreation], 10, 64); err != nil {
+			t.Errorf("instance %s: %s=%q", id, attrCreation, at[attrCreation])
+		}
+		if at[attrClusterSetID] != cs || at[attrClusterID] != "mcsd-west" || at[attrServiceType] != "ClusterSetIP" {
+			t.Errorf("instance %s: ids or type wrong: %v", id, at)
+		}
+	}
+
+	// The AWS controller withdraws its export.
+	_, err = c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: svcOut.Service.Id, InstanceId: aws.String(awsInst.ID)})
+	mustDo(t, err)
+	rec.WaitFor(t, 15*time.Second, "the AWS controller's records deleted", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[awsID]
+		_, p := v.Endpoints[awsID]
+		_, live := v.Clusters["aws-east"]
+		return !x && !p && !live
+	})
+	if _, ok := rec.View().Exports[registry.RecordID{Cluster: "mcsd-west", Service: key}]; !ok {
+		t.Errorf("mcsd's own export missing")
+	}
+}
+
+// TestExistingPrivateDNSNamespace checks that mcsd uses a private DNS
+// namespace of the Service's namespace name as it is, with an API-only
+// service in it.
+func TestExistingPrivateDNSNamespace(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	nsName := randName("dns")
+	_, err := c.CreatePrivateDnsNamespace(ctx, &sd.CreatePrivateDnsNamespaceInput{Name: aws.String(nsName), Vpc: aws.String(randName("vpc"))})
+	mustDo(t, err)
+
+	cs := randName("dnsset")
+	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second))
+	b := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "b"}, 30*time.Second))
+	key := registry.ServiceKey{Namespace: nsName, Name: "db"}
+	spec := registry.ServiceSpec{Type: registry.Headless}
+	mustDo(t, a.PutExport(ctx, key, spec))
+
+	nss := namespacesNamed(t, c, nsName)
+	if len(nss) != 1 || nss[0].Type != types.NamespaceTypeDnsPrivate {
+		t.Fatalf("namespaces named %s: %+v, want the private DNS one only", nsName, nss)
+	}
+	svcs, err := c.ListServices(ctx, &sd.ListServicesInput{Filters: []types.ServiceFilter{{Name: types.ServiceFilterNameNamespaceId, Values: []string{aws.ToString(nss[0].Id)}}}})
+	mustDo(t, err)
+	if len(svcs.Services) != 1 || svcs.Services[0].Type != types.ServiceTypeHttp {
+		t.Errorf("services: %+v, want one of type HTTP", svcs.Services)
+	}
+	rec := registrytest.StartWatch(t, b)
+	rec.WaitFor(t, 15*time.Second, "a's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		x, ok := v.Exports[registry.RecordID{Cluster: "a", Service: key}]
+		return ok && x.Spec.Type == registry.Headless
+	})
+}

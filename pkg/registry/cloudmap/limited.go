@@ -1,0 +1,121 @@
+package cloudmap
+
+import (
+	"context"
+	"fmt"
+
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"golang.org/x/time/rate"
+)
+
+// limitedAPI is an API that waits for its operation's rate limiter before
+// each call. It is an API itself, so the SDK's paginators work over it.
+type limitedAPI struct {
+	api      API
+	limiters map[string]*rate.Limiter
+}
+
+var _ API = (*limitedAPI)(nil)
+
+func newLimitedAPI(api API, limits map[string]RateLimit) *limitedAPI {
+	l := &limitedAPI{api: api, limiters: make(map[string]*rate.Limiter, len(limits))}
+	for op, lim := range limits {
+		l.limiters[op] = rate.NewLimiter(rate.Limit(lim.QPS), lim.Burst)
+	}
+	return l
+}
+
+func (l *limitedAPI) wait(ctx context.Context, op string) error {
+	lim, ok := l.limiters[op]
+	if !ok {
+		return nil
+	}
+	if err := lim.Wait(ctx); err != nil {
+		return fmt.Errorf("%s rate limit: %w", op, err)
+	}
+	return nil
+}
+
+func (l *limitedAPI) ListNamespaces(ctx context.Context, in *sd.ListNamespacesInput, optFns ...func(*sd.Options)) (*sd.ListNamespacesOutput, error) {
+	if err := l.wait(ctx, OpListNamespaces); err != nil {
+		return nil, err
+	}
+	return l.api.ListNamespaces(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) ListServices(ctx context.Context, in *sd.ListServicesInput, optFns ...func(*sd.Options)) (*sd.ListServicesOutput, error) {
+	if err := l.wait(ctx, OpListServices); err != nil {
+		return nil, err
+	}
+	return l.api.ListServices(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) ListInstances(ctx context.Context, in *sd.ListInstancesInput, optFns ...func(*sd.Options)) (*sd.ListInstancesOutput, error) {
+	if err := l.wait(ctx, OpListInstances); err != nil {
+		return nil, err
+	}
+	return l.api.ListInstances(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) CreateHttpNamespace(ctx context.Context, in *sd.CreateHttpNamespaceInput, optFns ...func(*sd.Options)) (*sd.CreateHttpNamespaceOutput, error) {
+	if err := l.wait(ctx, OpCreateHTTPNamespace); err != nil {
+		return nil, err
+	}
+	return l.api.CreateHttpNamespace(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) CreateService(ctx context.Context, in *sd.CreateServiceInput, optFns ...func(*sd.Options)) (*sd.CreateServiceOutput, error) {
+	if err := l.wait(ctx, OpCreateService); err != nil {
+		return nil, err
+	}
+	return l.api.CreateService(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) DeleteNamespace(ctx context.Context, in *sd.DeleteNamespaceInput, optFns ...func(*sd.Options)) (*sd.DeleteNamespaceOutput, error) {
+	if err := l.wait(ctx, OpDeleteNamespace); err != nil {
+		return nil, err
+	}
+	return l.api.DeleteNamespace(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) DeleteService(ctx context.Context, in *sd.DeleteServiceInput, optFns ...func(*sd.Options)) (*sd.DeleteServiceOutput, error) {
+	if err := l.wait(ctx, OpDeleteService); err != nil {
+		return nil, err
+	}
+	return l.api.DeleteService(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) GetOperation(ctx context.Context, in *sd.GetOperationInput, optFns ...func(*sd.Options)) (*sd.GetOperationOutput, error) {
+	if err := l.wait(ctx, OpGetOperation); err != nil {
+		return nil, err
+	}
+	return l.api.GetOperation(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) RegisterInstance(ctx context.Context, in *sd.RegisterInstanceInput, optFns ...func(*sd.Options)) (*sd.RegisterInstanceOutput, error) {
+	if err := l.wait(ctx, OpRegisterInstance); err != nil {
+		return nil, err
+	}
+	return l.api.RegisterInstance(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) DeregisterInstance(ctx context.Context, in *sd.DeregisterInstanceInput, optFns ...func(*sd.Options)) (*sd.DeregisterInstanceOutput, error) {
+	if err := l.wait(ctx, OpDeregisterInstance); err != nil {
+		return nil, err
+	}
+	return l.api.DeregisterInstance(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) DiscoverInstances(ctx context.Context, in *sd.DiscoverInstancesInput, optFns ...func(*sd.Options)) (*sd.DiscoverInstancesOutput, error) {
+	if err := l.wait(ctx, OpDiscoverInstances); err != nil {
+		return nil, err
+	}
+	return l.api.DiscoverInstances(ctx, in, optFns...)
+}
+
+func (l *limitedAPI) DiscoverInstancesRevision(ctx context.Context, in *sd.DiscoverInstancesRevisionInput, optFns ...func(*sd.Options)) (*sd.DiscoverInstancesRevisionOutput, error) {
+	if err := l.wait(ctx, OpDiscoverInstancesRevision); err != nil {
+		return nil, err
+	}
+	return l.api.DiscoverInstancesRevision(ctx, in, optFns...)
+}

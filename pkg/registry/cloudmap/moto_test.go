@@ -1,0 +1,154 @@
+package cloudmap
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
+)
+
+// One moto server serves every test of the package; the tests keep apart by
+// clusterset, namespace and cluster names.
+var (
+	motoOnce sync.Once
+	motoSrv  *mototest.Server
+	motoErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if motoSrv != nil {
+		motoSrv.Stop()
+	}
+	os.Exit(code)
+}
+
+// moto returns the shared server, starting it on first use.
+func moto(t *testing.T) *mototest.Server {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("moto tests need python3 on PATH: ", err)
+	}
+	motoOnce.Do(func() { motoSrv, motoErr = mototest.Run(context.Background()) })
+	if motoErr != nil {
+		t.Fatal(motoErr)
+	}
+	return motoSrv
+}
+
+// motoOptions are the options of a backend against srv, with short
+// intervals.
+func motoOptions(srv *mototest.Server, id registry.Identity, ttl time.Duration) Options {
+	return Options{
+		Identity:     id,
+		Region:       mototest.Region,
+		Endpoint:     srv.URL,
+		Credentials:  mototest.Credentials,
+		TTL:          ttl,
+		PollInterval: 250 * time.Millisecond,
+		ListInterval: time.Second,
+		MaxAttempts:  5,
+		MaxBackoff:   500 * time.Millisecond,
+	}
+}
+
+func openBackend(t *testing.T, opts Options) *Backend {
+	t.Helper()
+	b, err := New(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// rawClient is a plain client of srv, for what other writers do.
+func rawClient(t *testing.T, srv *mototest.Server) *sd.Client {
+	t.Helper()
+	opts := Options{Identity: registry.Identity{ClusterSet: "raw", Cluster: "raw"}, Region: mototest.Region, Endpoint: srv.URL, Credentials: mototest.Credentials}
+	opts.Default()
+	c, err := NewClient(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func randName(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// TestConformance runs the shared suite on a moto server of its own: every
+// watcher checks every Cloud Map service of the account each poll, and the
+// other tests' services would slow moto down.
+func TestConformance(t *testing.T) {
+	moto(t)
+	srv := mototest.Start(t)
+	registrytest.Run(t, func(t *testing.T, id registry.Identity, ttl time.Duration) registry.Registry {
+		return openBackend(t, motoOptions(srv, id, ttl))
+	})
+}
+
+// rawInstances reads every instance of nsName/name.
+func rawInstances(t *testing.T, c *sd.Client, nsName, name string) map[string]map[string]string {
+	t.Helper()
+	out, err := c.DiscoverInstances(t.Context(), &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(nsName), ServiceName: aws.String(name), MaxResults: aws.Int32(1000),
+	})
+	if err != nil {
+		t.Fatalf("discover %s/%s: %v", nsName, name, err)
+	}
+	m := map[string]map[string]string{}
+	for _, in := range out.Instances {
+		m[aws.ToString(in.InstanceId)] = in.Attributes
+	}
+	return m
+}
+
+// namespaceNamed returns the namespaces called name.
+func namespacesNamed(t *testing.T, c *sd.Client, name string) []types.NamespaceSummary {
+	t.Helper()
+	out, err := c.ListNamespaces(t.Context(), &sd.ListNamespacesInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []types.NamespaceSummary
+	for _, ns := range out.Namespaces {
+		if aws.ToString(ns.Name) == name {
+			found = append(found, ns)
+		}
+	}
+	return found
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

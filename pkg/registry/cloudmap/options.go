@@ -1,0 +1,205 @@
+package cloudmap
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// Defaults of Options.
+const (
+	DefaultTTL              = 60 * time.Second
+	DefaultPollInterval     = 2 * time.Second
+	DefaultListInterval     = 30 * time.Second
+	DefaultSystemNamespace  = "mcsd.system"
+	DefaultMaxAttempts      = 8
+	DefaultMaxBackoff       = 20 * time.Second
+	DefaultOperationTimeout = 2 * time.Minute
+	DefaultConcurrency      = 8
+)
+
+// The Cloud Map operations the backend calls, the keys of Options.RateLimits.
+const (
+	OpListNamespaces            = "ListNamespaces"
+	OpListServices              = "ListServices"
+	OpListInstances             = "ListInstances"
+	OpCreateHTTPNamespace       = "CreateHttpNamespace"
+	OpCreateService             = "CreateService"
+	OpDeleteNamespace           = "DeleteNamespace"
+	OpDeleteService             = "DeleteService"
+	OpGetOperation              = "GetOperation"
+	OpRegisterInstance          = "RegisterInstance"
+	OpDeregisterInstance        = "DeregisterInstance"
+	OpDiscoverInstances         = "DiscoverInstances"
+	OpDiscoverInstancesRevision = "DiscoverInstancesRevision"
+)
+
+// RateLimit is a token bucket: QPS calls a second on average, Burst at once.
+type RateLimit struct {
+	QPS   float64
+	Burst int
+}
+
+// DefaultRateLimits are the client-side limits per operation, below Cloud
+// Map's default API quotas so that several clusters of one account fit in
+// them. The data-plane calls (Discover*) have the highest quotas.
+func DefaultRateLimits() map[string]RateLimit {
+	return map[string]RateLimit{
+		OpListNamespaces:            {QPS: 1, Burst: 5},
+		OpListServices:              {QPS: 2, Burst: 10},
+		OpListInstances:             {QPS: 5, Burst: 20},
+		OpCreateHTTPNamespace:       {QPS: 0.5, Burst: 2},
+		OpCreateService:             {QPS: 2, Burst: 10},
+		OpDeleteNamespace:           {QPS: 0.5, Burst: 2},
+		OpDeleteService:             {QPS: 2, Burst: 10},
+		OpGetOperation:              {QPS: 50, Burst: 100},
+		OpRegisterInstance:          {QPS: 50, Burst: 100},
+		OpDeregisterInstance:        {QPS: 50, Burst: 100},
+		OpDiscoverInstances:         {QPS: 200, Burst: 400},
+		OpDiscoverInstancesRevision: {QPS: 200, Burst: 400},
+	}
+}
+
+// Options configure a Backend. The zero value of every field but Identity
+// takes its default.
+type Options struct {
+	// Identity is the cluster the backend publishes for and its clusterset.
+	Identity registry.Identity
+
+	// Region is the AWS region of the Cloud Map namespaces. Empty means the
+	// SDK's default chain (AWS_REGION, shared config, IMDS).
+	Region string
+	// Endpoint overrides the Cloud Map endpoint URL, for testing against a
+	// local server such as moto. The SDK's "data-" host prefix of
+	// DiscoverInstances and DiscoverInstancesRevision is then disabled.
+	Endpoint string
+	// Credentials replaces the SDK's default credential chain when set.
+	Credentials aws.CredentialsProvider
+
+	// TTL is how long a cluster's records outlive its last heartbeat: the
+	// backend refreshes its heartbeat every TTL/3, and importers deliver the
+	// records of a cluster whose heartbeat is older than TTL as deleted.
+	// Default 60s, at least 1s.
+	TTL time.Duration
+	// PollInterval is how often a Watch checks the revision of every known
+	// Cloud Map service and reads those that changed. Default 2s.
+	PollInterval time.Duration
+	// ListInterval is how often a Watch lists namespaces and services to
+	// find new ones. Default 30s, at least PollInterval.
+	ListInterval time.Duration
+	// SystemNamespace is the HTTP namespace holding the heartbeats. Its name
+	// is not a valid Kubernetes namespace name, so it never collides with an
+	// exported Service's namespace. Default "mcsd.system".
+	SystemNamespace string
+	// CleanupEmpty deletes the Cloud Map services and namespaces that mcsd
+	// created once the last instance in them is withdrawn.
+	CleanupEmpty bool
+
+	// RateLimits are client-side limits per operation (the Op* constants);
+	// missing operations take DefaultRateLimits.
+	RateLimits map[string]RateLimit
+	// MaxAttempts is how many times the SDK tries one call that fails with a
+	// throttling error, a 5xx or a network error, with exponential backoff
+	// and jitter between tries. Default 8.
+	MaxAttempts int
+	// MaxBackoff caps the backoff between two tries. Default 20s.
+	MaxBackoff time.Duration
+	// OperationTimeout bounds the wait for one asynchronous Cloud Map
+	// operation (namespace creation, instance registration). Default 2m.
+	OperationTimeout time.Duration
+	// Concurrency is how many instance registrations one call makes at once.
+	// Default 8.
+	Concurrency int
+}
+
+// Default fills the unset fields with their defaults.
+func (o *Options) Default() {
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.ListInterval == 0 {
+		o.ListInterval = max(DefaultListInterval, o.PollInterval)
+	}
+	if o.SystemNamespace == "" {
+		o.SystemNamespace = DefaultSystemNamespace
+	}
+	limits := DefaultRateLimits()
+	for op, l := range o.RateLimits {
+		limits[op] = l
+	}
+	o.RateLimits = limits
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.OperationTimeout == 0 {
+		o.OperationTimeout = DefaultOperationTimeout
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+}
+
+// Validate reports whether the options can open a Backend.
+func (o *Options) Validate() error {
+	var errs []error
+	if err := o.Identity.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("identity: %w", err))
+	}
+	if len(o.Identity.Cluster) > maxAttrValue || len(o.Identity.ClusterSet) > maxAttrValue {
+		errs = append(errs, fmt.Errorf("cluster and clusterset ids must be at most %d characters", maxAttrValue))
+	}
+	if o.Endpoint != "" {
+		if u, err := url.Parse(o.Endpoint); err != nil || u.Scheme == "" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("endpoint %q is not an absolute URL", o.Endpoint))
+		}
+	}
+	if o.TTL < time.Second {
+		errs = append(errs, fmt.Errorf("ttl %s is shorter than 1s", o.TTL))
+	}
+	if o.PollInterval <= 0 {
+		errs = append(errs, errors.New("poll interval must be positive"))
+	}
+	if o.ListInterval < o.PollInterval {
+		errs = append(errs, fmt.Errorf("list interval %s is shorter than the poll interval %s", o.ListInterval, o.PollInterval))
+	}
+	if o.SystemNamespace == "" || !strings.Contains(o.SystemNamespace, ".") {
+		errs = append(errs, fmt.Errorf("system namespace %q must contain a dot, so that it is no Kubernetes namespace", o.SystemNamespace))
+	}
+	known := DefaultRateLimits()
+	for _, op := range slices.Sorted(maps.Keys(o.RateLimits)) {
+		l := o.RateLimits[op]
+		if _, ok := known[op]; !ok {
+			errs = append(errs, fmt.Errorf("rate limit for unknown operation %q", op))
+		}
+		if l.QPS <= 0 || l.Burst < 1 {
+			errs = append(errs, fmt.Errorf("rate limit for %s: qps and burst must be positive", op))
+		}
+	}
+	if o.MaxAttempts < 1 {
+		errs = append(errs, errors.New("max attempts must be at least 1"))
+	}
+	if o.MaxBackoff <= 0 || o.OperationTimeout <= 0 {
+		errs = append(errs, errors.New("max backoff and operation timeout must be positive"))
+	}
+	if o.Concurrency < 1 {
+		errs = append(errs, errors.New("concurrency must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// heartbeatInterval is how often the heartbeat is refreshed.
+func (o *Options) heartbeatInterval() time.Duration { return o.TTL / 3 }
