@@ -55,15 +55,15 @@ type Port struct {
 
 // ServiceSpec is what one cluster publishes about a Service it exports.
 type ServiceSpec struct {
-	Type                  ServiceType                           `json:"type"`
-	Ports                 []Port                                `json:"ports,omitempty"`
-	SessionAffinity       corev1.ServiceAffinity                `json:"sessionAffinity,omitempty"`
-	SessionAffinityConfig *corev1.SessionAffinityConfig         `json:"sessionAffinityConfig,omitempty"`
-	IPFamilies            []corev1.IPFamily                     `json:"ipFamilies,omitempty"`
+	Type                  ServiceType                          `json:"type"`
+	Ports                 []Port                               `json:"ports,omitempty"`
+	SessionAffinity       corev1.ServiceAffinity               `json:"sessionAffinity,omitempty"`
+	SessionAffinityConfig *corev1.SessionAffinityConfig        `json:"sessionAffinityConfig,omitempty"`
+	IPFamilies            []corev1.IPFamily                    `json:"ipFamilies,omitempty"`
 	InternalTrafficPolicy *corev1.ServiceInternalTrafficPolicy `json:"internalTrafficPolicy,omitempty"`
-	TrafficDistribution   *string                               `json:"trafficDistribution,omitempty"`
-	ExportedLabels        map[string]string                     `json:"exportedLabels,omitempty"`
-	ExportedAnnotations   map[string]string                     `json:"exportedAnnotations,omitempty"`
+	TrafficDistribution   *string                              `json:"trafficDistribution,omitempty"`
+	ExportedLabels        map[string]string                    `json:"exportedLabels,omitempty"`
+	ExportedAnnotations   map[string]string                    `json:"exportedAnnotations,omitempty"`
 }
 
 // Export is one cluster's export of one Service as the registry holds it.

@@ -28,8 +28,9 @@
 //
 // On start the backend reuses the lease attached to its cluster's alive key if
 // that lease still lives, so a controller that restarts within the TTL rewrites
-// nothing and watchers see no change. Otherwise it grants a new lease; the old
-// records expired with the old lease. If the lease expires while the backend
+// nothing and watchers see no change. Otherwise it grants a new lease: the old
+// records expired with the old lease, or, if only the TTL changed, they move
+// to the new lease unchanged. If the lease expires while the backend
 // runs (for example while the cluster is partitioned from etcd for longer than
 // the TTL), the backend grants a new lease and stores again everything it had
 // published, from its in-memory copy.
@@ -38,7 +39,10 @@
 //
 // Watch reads the clusterset's prefix into one full Update and then follows an
 // etcd watch from the next revision, delivering one Update per watch response.
-// After a compaction, a lost leader, or a failed health check it reports the
-// connection state and reads everything again into a new full Update; it never
-// delivers deletions just because etcd cannot be reached.
+// When the watch ends (a compaction, a lost leader) it reads everything again
+// into a new full Update. A linearizable read every Options.HealthInterval
+// without events checks that etcd can be read; when it or a full read fails,
+// Watch reports OnConnection(false, err), retries, and reports
+// OnConnection(true, nil) after the next full Update. It never delivers
+// deletions just because etcd cannot be reached.
 package etcd

@@ -33,41 +33,44 @@ func (b *Backend) start(ctx context.Context) error {
 			oldLease = clientv3.LeaseID(kv.Lease)
 		}
 	}
-	reused := false
+	// The old lease is reused if it lives and has the TTL asked for.
+	oldLives := false
 	if oldLease != clientv3.NoLease {
 		ttl, err := b.lessor.TimeToLive(ctx, oldLease)
 		if err != nil {
-			return fmt.Errorf("look up lease %x: %w", int64(oldLease), err)
+			return fmt.Errorf("look up lease %s: %w", leaseString(oldLease), err)
 		}
-		reused = ttl.TTL > 0
+		oldLives = ttl.TTL > 0
+		if oldLives && ttl.GrantedTTL == b.opts.ttlSeconds() {
+			b.lease = oldLease
+		}
 	}
-	if reused {
-		b.lease = oldLease
-		b.log.Info("reusing lease", "lease", fmt.Sprintf("%x", int64(b.lease)))
+	if b.lease != clientv3.NoLease {
+		b.log.Info("reusing lease", "lease", leaseString(b.lease))
 	} else {
 		grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
 		if err != nil {
 			return fmt.Errorf("grant lease: %w", err)
 		}
 		b.lease = grant.ID
-		b.log.Info("granted lease", "lease", fmt.Sprintf("%x", int64(b.lease)), "ttlSeconds", grant.TTL)
+		b.log.Info("granted lease", "lease", leaseString(b.lease), "ttlSeconds", grant.TTL)
 	}
 
-	// Records on the expired lease are gone or about to be; any others
-	// (written without this cluster's lease) are attached to it.
-	var ops []clientv3.Op
+	// Records on an expired lease are gone or about to be; all others are
+	// attached to the lease (which changes nothing else, not even Order).
+	var writes []string
 	for _, kv := range resp.Kvs {
 		key := string(kv.Key)
 		if kind, _, _ := b.keys.parse(key); kind == kindUnknown {
 			continue
 		}
 		lease := clientv3.LeaseID(kv.Lease)
-		if !reused && lease == oldLease && oldLease != clientv3.NoLease {
+		if !oldLives && lease == oldLease && oldLease != clientv3.NoLease {
 			continue
 		}
 		b.stored[key] = string(kv.Value)
 		if lease != b.lease {
-			ops = append(ops, clientv3.OpPut(key, string(kv.Value), clientv3.WithLease(b.lease)))
+			writes = append(writes, key)
 		}
 	}
 	alive, err := json.Marshal(aliveValue{Cluster: own})
@@ -76,7 +79,14 @@ func (b *Backend) start(ctx context.Context) error {
 	}
 	if v, ok := b.stored[aliveKey]; !ok || v != string(alive) {
 		b.stored[aliveKey] = string(alive)
-		ops = append(ops, clientv3.OpPut(aliveKey, string(alive), clientv3.WithLease(b.lease)))
+		if !slices.Contains(writes, aliveKey) {
+			writes = append(writes, aliveKey)
+		}
+	}
+	slices.Sort(writes)
+	ops := make([]clientv3.Op, 0, len(writes))
+	for _, k := range writes {
+		ops = append(ops, clientv3.OpPut(k, b.stored[k], clientv3.WithLease(b.lease)))
 	}
 	if err := b.commit(ctx, ops); err != nil {
 		return fmt.Errorf("attach records to lease: %w", err)
@@ -87,6 +97,7 @@ func (b *Backend) start(ctx context.Context) error {
 // keepAlive renews the lease until Close, and repairs it when it is lost.
 func (b *Backend) keepAlive() {
 	defer close(b.done)
+	delay := retryMin
 	for b.ctx.Err() == nil {
 		if err := b.lock(b.ctx); err != nil {
 			return
@@ -95,9 +106,20 @@ func (b *Backend) keepAlive() {
 		b.unlock()
 
 		ch, err := b.lessor.KeepAlive(b.ctx, id)
-		if err == nil {
-			for range ch {
+		if err != nil {
+			if b.ctx.Err() != nil {
+				return
 			}
+			b.log.Error(err, "cannot keep lease alive, retrying", "lease", leaseString(id), "retryIn", delay)
+			if !sleep(b.ctx, delay) {
+				return
+			}
+			delay = nextDelay(delay)
+			continue
+		}
+		renewed := false
+		for range ch {
+			renewed = true
 		}
 		if b.ctx.Err() != nil {
 			return
@@ -105,6 +127,15 @@ func (b *Backend) keepAlive() {
 		// The renewals stopped: the lease expired, was revoked, or etcd
 		// could not be reached for a whole TTL.
 		b.recoverLease(id)
+		if renewed {
+			delay = retryMin
+			continue
+		}
+		// Not a single renewal: do not spin.
+		if !sleep(b.ctx, delay) {
+			return
+		}
+		delay = nextDelay(delay)
 	}
 }
 
@@ -119,7 +150,7 @@ func (b *Backend) recoverLease(id clientv3.LeaseID) {
 		if b.ctx.Err() != nil {
 			return
 		}
-		b.log.Error(err, "cannot renew lease, retrying", "lease", fmt.Sprintf("%x", int64(id)), "retryIn", delay)
+		b.log.Error(err, "cannot renew lease, retrying", "lease", leaseString(id), "retryIn", delay)
 		if !sleep(b.ctx, delay) {
 			return
 		}
@@ -168,8 +199,7 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	if err := b.commit(ctx, ops); err != nil {
 		return fmt.Errorf("write records again: %w", err)
 	}
-	b.log.Info("lease lost, records written again", "oldLease", fmt.Sprintf("%x", int64(b.lease)),
-		"lease", fmt.Sprintf("%x", int64(grant.ID)), "records", len(ops))
+	b.log.Info("lease lost, records written again", "oldLease", leaseString(b.lease), "lease", leaseString(grant.ID), "records", len(ops))
 	b.lease = grant.ID
 	return nil
 }
@@ -183,6 +213,8 @@ func (b *Backend) commit(ctx context.Context, ops []clientv3.Op) error {
 	}
 	return nil
 }
+
+func leaseString(id clientv3.LeaseID) string { return fmt.Sprintf("%x", int64(id)) }
 
 func isLeaseNotFound(err error) bool {
 	return errors.Is(err, rpctypes.ErrLeaseNotFound)

@@ -14,12 +14,12 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
-// errResync ends following the watch when a full read is needed but the
-// connection is fine (a compaction).
-var errResync = errors.New("watch position lost")
+// errResync ends following the watch when the watch failed but etcd may
+// still be readable: the next full read tells.
+var errResync = errors.New("watch ended")
 
 // Watch delivers the clusterset's records to h until ctx is done or the
-// backend is closed.
+// backend is closed. It logs to the logger of ctx, or else of New's ctx.
 func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 	if b.ctx.Err() != nil {
 		return registry.ErrClosed
@@ -29,7 +29,11 @@ func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 	stop := context.AfterFunc(b.ctx, cancel)
 	defer stop()
 
-	w := &watch{b: b, h: h, log: logr.FromContextOrDiscard(ctx).WithValues("clusterSet", b.opts.Identity.ClusterSet)}
+	log := b.log // the logger New was given
+	if l, err := logr.FromContext(ctx); err == nil {
+		log = l.WithValues("clusterSet", b.opts.Identity.ClusterSet, "cluster", b.opts.Identity.Cluster)
+	}
+	w := &watch{b: b, h: h, log: log}
 	w.run(ctx)
 	if b.ctx.Err() != nil {
 		return registry.ErrClosed
@@ -54,17 +58,20 @@ func (w *watch) run(ctx context.Context) {
 		rev, err := w.sync(ctx)
 		if err == nil {
 			w.setConnected(true, nil)
-			delay = retryMin
+			started := time.Now()
 			err = w.follow(ctx, rev)
+			if time.Since(started) > retryMax {
+				delay = retryMin
+			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		if errors.Is(err, errResync) {
-			w.log.V(1).Info("watch lost its position, reading all records again", "reason", err.Error())
-			continue
+			w.log.Info("watch ended, reading all records again", "reason", err.Error())
+		} else {
+			w.setConnected(false, err)
 		}
-		w.setConnected(false, err)
 		if !sleep(ctx, delay) {
 			return
 		}
@@ -107,20 +114,25 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 func (w *watch) follow(ctx context.Context, rev int64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch := w.b.cli.Watch(clientv3.WithRequireLeader(ctx), w.b.keys.clusters(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	// Watch blocks until etcd has created the watch; check health meanwhile.
+	created := make(chan clientv3.WatchChan, 1)
+	go func() {
+		created <- w.b.cli.Watch(clientv3.WithRequireLeader(ctx), w.b.keys.clusters(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	}()
+	var ch clientv3.WatchChan
 	health := time.NewTimer(w.b.opts.HealthInterval)
 	defer health.Stop()
 	for {
 		select {
+		case ch = <-created:
+			created = nil
 		case resp, ok := <-ch:
 			if !ok {
-				return errors.New("watch closed")
-			}
-			if resp.CompactRevision != 0 {
-				return fmt.Errorf("%w: compacted at revision %d", errResync, resp.CompactRevision)
+				return fmt.Errorf("%w: channel closed", errResync)
 			}
 			if err := resp.Err(); err != nil {
-				return fmt.Errorf("watch: %w", err)
+				// Compacted, canceled, or no leader.
+				return fmt.Errorf("%w: %w", errResync, err)
 			}
 			if u := w.changes(resp.Events); !u.Empty() {
 				w.h.OnUpdate(u)

@@ -1,0 +1,414 @@
+package etcd_test
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
+)
+
+const prefix = "/test"
+
+var (
+	web  = registry.ServiceKey{Namespace: "shop", Name: "web"}
+	spec = registry.ServiceSpec{
+		Type:  registry.ClusterSetIP,
+		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+	}
+	spec2 = registry.ServiceSpec{
+		Type:  registry.ClusterSetIP,
+		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 81}},
+	}
+	groups = []registry.EndpointGroup{{
+		AddressType: "IPv4",
+		Endpoints:   []registry.Endpoint{{Addresses: []string{"10.0.0.1"}, Ready: true, Serving: true}},
+	}}
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	registrytest.Run(t, func(t *testing.T, id registry.Identity, ttl time.Duration) registry.Registry {
+		return open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = ttl })
+	})
+}
+
+func TestKeyLayout(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	cli := client(t, srv.ClientURL())
+	b := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) { o.TTL = 7 * time.Second })
+	must(t, b.PutExport(t.Context(), web, spec))
+	must(t, b.PutEndpoints(t.Context(), web, groups))
+
+	resp, err := cli.Get(t.Context(), prefix+"/", clientv3.WithPrefix())
+	must(t, err)
+	got := map[string]string{}
+	var lease int64
+	for _, kv := range resp.Kvs {
+		got[string(kv.Key)] = string(kv.Value)
+		if lease == 0 {
+			lease = kv.Lease
+		}
+		if kv.Lease == 0 || kv.Lease != lease {
+			t.Errorf("key %s on lease %x, want all on one lease", kv.Key, kv.Lease)
+		}
+	}
+	want := map[string]string{
+		"/test/set1/clusters/a/alive":              `{"cluster":"a"}`,
+		"/test/set1/clusters/a/exports/shop/web":   mustJSON(t, map[string]any{"spec": spec}),
+		"/test/set1/clusters/a/endpoints/shop/web": mustJSON(t, map[string]any{"groups": groups}),
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
+	}
+	ttl, err := cli.TimeToLive(t.Context(), clientv3.LeaseID(lease))
+	must(t, err)
+	if ttl.GrantedTTL != 7 {
+		t.Errorf("lease granted for %ds, want 7", ttl.GrantedTTL)
+	}
+
+	// PutEndpoints writes the endpoints key only.
+	exportRev := modRevision(t, cli, "/test/set1/clusters/a/exports/shop/web")
+	must(t, b.PutEndpoints(t.Context(), web, nil))
+	if got := modRevision(t, cli, "/test/set1/clusters/a/exports/shop/web"); got != exportRev {
+		t.Errorf("PutEndpoints rewrote the export (revision %d, was %d)", got, exportRev)
+	}
+
+	if err := b.PutExport(t.Context(), registry.ServiceKey{Namespace: "a/b", Name: "web"}, spec); !errors.Is(err, registry.ErrInvalid) {
+		t.Errorf("PutExport with a slash in the namespace = %v, want registry.ErrInvalid", err)
+	}
+	if err := b.PutExport(t.Context(), web, registry.ServiceSpec{}); !errors.Is(err, registry.ErrInvalid) {
+		t.Errorf("PutExport without a type = %v, want registry.ErrInvalid", err)
+	}
+}
+
+// TestRestartWritesNothing reopens a cluster within its TTL: the lease and
+// records are taken over as they are.
+func TestRestartWritesNothing(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	cli := client(t, srv.ClientURL())
+	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
+	b := open(t, srv.ClientURL(), id)
+	must(t, b.PutExport(t.Context(), web, spec))
+	must(t, b.PutEndpoints(t.Context(), web, groups))
+	must(t, b.Close())
+	before := revision(t, cli)
+
+	b = open(t, srv.ClientURL(), id)
+	must(t, b.PutExport(t.Context(), web, spec))
+	must(t, b.PutEndpoints(t.Context(), web, groups))
+	if after := revision(t, cli); after != before {
+		t.Errorf("reopening and putting the same records moved the revision from %d to %d", before, after)
+	}
+	got, err := b.Exported(t.Context())
+	must(t, err)
+	if diff := cmp.Diff([]registry.ServiceKey{web}, got); diff != "" {
+		t.Errorf("Exported() after reopening (-want +got):\n%s", diff)
+	}
+}
+
+// TestLeaseLossHeals revokes the cluster's lease behind its back: the
+// backend writes its records again on a new lease, whether its renewals or a
+// write notice first.
+func TestLeaseLossHeals(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	cli := client(t, srv.ClientURL())
+	for _, tc := range []struct {
+		name string
+		// writeAtOnce puts a change right after the revocation.
+		writeAtOnce bool
+	}{
+		{"renewal", false},
+		{"write", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			set := "set-" + tc.name
+			a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: set, Cluster: "a"}, func(o *etcd.Options) { o.TTL = 3 * time.Second })
+			b := open(t, srv.ClientURL(), registry.Identity{ClusterSet: set, Cluster: "b"})
+			rec := registrytest.StartWatch(t, b)
+			must(t, a.PutExport(t.Context(), web, spec))
+			must(t, a.PutEndpoints(t.Context(), web, groups))
+			id := registry.RecordID{Cluster: "a", Service: web}
+			rec.WaitFor(t, 10*time.Second, "a's records", func(_ registrytest.Event, v *registrytest.View) bool {
+				_, x := v.Exports[id]
+				_, p := v.Endpoints[id]
+				return x && p
+			})
+
+			order := rec.View().Exports[id].Order
+			aliveKey := prefix + "/" + set + "/clusters/a/alive"
+			lease := leaseOf(t, cli, aliveKey)
+			_, err := cli.Revoke(t.Context(), lease)
+			must(t, err)
+			want := spec
+			if tc.writeAtOnce {
+				want = spec2
+				must(t, a.PutExport(t.Context(), web, spec2))
+			}
+			// Written again, the export is a new key with a new Order.
+			rec.WaitFor(t, 10*time.Second, "a's records and cluster back", func(_ registrytest.Event, v *registrytest.View) bool {
+				x, ok := v.Exports[id]
+				_, p := v.Endpoints[id]
+				_, live := v.Clusters["a"]
+				return ok && x.Order != order && cmp.Equal(x.Spec, want) && p && live
+			})
+			newLease := leaseOf(t, cli, aliveKey)
+			for _, key := range []string{prefix + "/" + set + "/clusters/a/exports/shop/web", prefix + "/" + set + "/clusters/a/endpoints/shop/web"} {
+				if got := leaseOf(t, cli, key); got == lease || got != newLease {
+					t.Errorf("%s on lease %x after the repair, want %x (old lease %x)", key, got, newLease, lease)
+				}
+			}
+
+			// The repaired backend goes on writing, and renewing its lease.
+			must(t, a.PutExport(t.Context(), web, registry.ServiceSpec{Type: registry.Headless}))
+			rec.WaitFor(t, 10*time.Second, "a's change", func(_ registrytest.Event, v *registrytest.View) bool {
+				return v.Exports[id].Spec.Type == registry.Headless
+			})
+			rec.Quiet(t, 4*time.Second, "a's records deleted", func(e registrytest.Event) bool {
+				return e.Update != nil && len(e.Update.DeletedExports) > 0
+			})
+		})
+	}
+}
+
+// TestReopenWithOtherTTL moves the records to a lease with the new TTL
+// without changing their Order.
+func TestReopenWithOtherTTL(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	cli := client(t, srv.ClientURL())
+	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
+	a := open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 5 * time.Second })
+	must(t, a.PutExport(t.Context(), web, spec))
+	exportKey := "/test/set1/clusters/a/exports/shop/web"
+	created := createRevision(t, cli, exportKey)
+	must(t, a.Close())
+
+	open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 7 * time.Second })
+	ttl, err := cli.TimeToLive(t.Context(), leaseOf(t, cli, exportKey))
+	must(t, err)
+	if ttl.GrantedTTL != 7 {
+		t.Errorf("export on a lease of %ds, want 7", ttl.GrantedTTL)
+	}
+	if got := leaseOf(t, cli, "/test/set1/clusters/a/alive"); got != leaseOf(t, cli, exportKey) {
+		t.Errorf("alive key and export on different leases")
+	}
+	if got := createRevision(t, cli, exportKey); got != created {
+		t.Errorf("export's create revision moved from %d to %d", created, got)
+	}
+}
+
+// TestReopenAfterExpiry opens a cluster whose records expired: it starts
+// empty.
+func TestReopenAfterExpiry(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	cli := client(t, srv.ClientURL())
+	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
+	a := open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 2 * time.Second })
+	must(t, a.PutExport(t.Context(), web, spec))
+	aliveKey := "/test/set1/clusters/a/alive"
+	gone := cli.Watch(t.Context(), aliveKey, clientv3.WithRev(revision(t, cli)+1), clientv3.WithFilterPut())
+	must(t, a.Close())
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("alive key not deleted 10s after Close")
+	}
+
+	a = open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 2 * time.Second })
+	got, err := a.Exported(t.Context())
+	must(t, err)
+	if len(got) != 0 {
+		t.Errorf("Exported() after the records expired = %v, want none", got)
+	}
+	leaseOf(t, cli, aliveKey)
+}
+
+// TestServerRestart stops etcd under a running watch: the watch reports the
+// disconnection, delivers no deletion, and after the restart reads everything
+// again.
+func TestServerRestart(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "etcd")
+	srv := startServer(t, dir, "")
+	url := srv.ClientURL()
+	fast := func(o *etcd.Options) {
+		o.HealthInterval = 200 * time.Millisecond
+		o.RequestTimeout = time.Second
+	}
+	a := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "a"}, fast)
+	b := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "b"}, fast)
+	must(t, a.PutExport(t.Context(), web, spec))
+	must(t, a.PutEndpoints(t.Context(), web, groups))
+	rec := registrytest.StartWatch(t, b)
+	id := registry.RecordID{Cluster: "a", Service: web}
+	rec.WaitFor(t, 10*time.Second, "a's records", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[id]
+		_, p := v.Endpoints[id]
+		return x && p
+	})
+	order := rec.View().Exports[id].Order
+
+	stopped := time.Now()
+	srv.Close()
+	t.Logf("etcd stopped in %s", time.Since(stopped).Round(time.Millisecond))
+	events := rec.WaitFor(t, 10*time.Second, "disconnection", func(e registrytest.Event, _ *registrytest.View) bool {
+		return e.Update == nil && !e.Connected
+	})
+	if err := events[len(events)-1].Err; err == nil {
+		t.Errorf("disconnection reported without an error")
+	}
+
+	startServer(t, dir, url)
+	var full bool
+	events = append(events, rec.WaitFor(t, 20*time.Second, "reconnection after a full update", func(e registrytest.Event, _ *registrytest.View) bool {
+		full = full || (e.Update != nil && e.Update.Full)
+		return full && e.Update == nil && e.Connected
+	})...)
+	for _, e := range events {
+		if u := e.Update; u != nil && (len(u.DeletedExports) > 0 || len(u.DeletedEndpoints) > 0 || len(u.DeletedClusters) > 0) {
+			t.Errorf("deletion delivered over the restart: %s", e)
+		}
+	}
+	v := rec.View()
+	if x, ok := v.Exports[id]; !ok || x.Order != order {
+		t.Errorf("after the restart a's export is %+v (present %t), want Order %d", x, ok, order)
+	}
+	if _, ok := v.Endpoints[id]; !ok {
+		t.Errorf("after the restart a's endpoints are missing")
+	}
+
+	// Both backends work on: a's lease is renewed, b's watch follows.
+	must(t, a.PutExport(t.Context(), web, spec2))
+	rec.WaitFor(t, 10*time.Second, "a's change after the restart", func(_ registrytest.Event, v *registrytest.View) bool {
+		return cmp.Equal(v.Exports[id].Spec, spec2)
+	})
+
+	// Disconnect before the second server's cleanup, which would otherwise
+	// wait for the watch stream to end.
+	must(t, a.Close())
+	must(t, b.Close())
+}
+
+func startServer(t *testing.T, dir, url string) *embedded.Server {
+	t.Helper()
+	if url == "" {
+		url = "http://127.0.0.1:0"
+	}
+	s, err := embedded.Start(t.Context(), embedded.Config{
+		DataDir:         dir,
+		ListenClientURL: url,
+		ListenPeerURL:   "http://127.0.0.1:0",
+		UnsafeNoFsync:   true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	select {
+	case <-s.ReadyNotify():
+	case err := <-s.Err():
+		t.Fatalf("etcd failed: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd not ready after 30s")
+	}
+	return s
+}
+
+func open(t *testing.T, url string, id registry.Identity, modify ...func(*etcd.Options)) *etcd.Backend {
+	t.Helper()
+	opts := etcd.Options{Identity: id, Endpoints: []string{url}, Prefix: prefix}
+	for _, m := range modify {
+		m(&opts)
+	}
+	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
+	b, err := etcd.New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	})
+	return b
+}
+
+func client(t *testing.T, url string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func revision(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(t.Context(), "any")
+	must(t, err)
+	return resp.Header.Revision
+}
+
+func modRevision(t *testing.T, cli *clientv3.Client, key string) int64 {
+	t.Helper()
+	resp, err := cli.Get(t.Context(), key)
+	must(t, err)
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("key %s missing", key)
+	}
+	return resp.Kvs[0].ModRevision
+}
+
+func createRevision(t *testing.T, cli *clientv3.Client, key string) int64 {
+	t.Helper()
+	resp, err := cli.Get(t.Context(), key)
+	must(t, err)
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("key %s missing", key)
+	}
+	return resp.Kvs[0].CreateRevision
+}
+
+func leaseOf(t *testing.T, cli *clientv3.Client, key string) clientv3.LeaseID {
+	t.Helper()
+	resp, err := cli.Get(t.Context(), key)
+	must(t, err)
+	if len(resp.Kvs) != 1 {
+		t.Fatalf("key %s missing", key)
+	}
+	return clientv3.LeaseID(resp.Kvs[0].Lease)
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	must(t, err)
+	return string(b)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,10 @@
+// Package registrytest is the conformance suite every registry backend
+// passes. A backend's tests call Run with a Factory that opens the backend on
+// a real (or embedded) registry; the suite checks, through the
+// registry.Registry interface only, what the importers and exporters rely on:
+// watch delivery, write skipping, withdrawal, isolation between clusters and
+// clustersets, export order, and liveness.
+//
+// Recorder, a registry.Handler that queues what a Watch delivers, is exported
+// for backend-specific tests.
+package registrytest
