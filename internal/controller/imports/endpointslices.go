@@ -125,7 +125,7 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 				sets[id] = st
 			}
 			for _, e := range g.Endpoints {
-				st.endpoints = append(st.endpoints, sliceEndpoint(e))
+				st.endpoints = append(st.endpoints, sliceEndpoint(e, cluster == s.localCluster))
 			}
 		}
 		for _, id := range slices.Sorted(maps.Keys(sets)) {
@@ -204,9 +204,16 @@ func portsID(ports []discoveryv1.EndpointPort) string {
 }
 
 // sliceEndpoint copies a registry endpoint into an EndpointSlice endpoint:
-// addresses, conditions, hostname (headless DNS names depend on it), node
-// name and zone.
-func sliceEndpoint(e registry.Endpoint) discoveryv1.Endpoint {
+// addresses, conditions, hostname (headless DNS names depend on it) and
+// zone. The node name is kept only for this cluster's own endpoints: another
+// cluster's node name means nothing here, and kube-proxy would take an
+// endpoint on a node of the same name for a local one
+// (internalTrafficPolicy: Local).
+func sliceEndpoint(e registry.Endpoint, local bool) discoveryv1.Endpoint {
+	nodeName := ""
+	if local {
+		nodeName = e.NodeName
+	}
 	return discoveryv1.Endpoint{
 		Addresses: slices.Clone(e.Addresses),
 		Conditions: discoveryv1.EndpointConditions{
@@ -215,7 +222,7 @@ func sliceEndpoint(e registry.Endpoint) discoveryv1.Endpoint {
 			Terminating: ptr.To(e.Terminating),
 		},
 		Hostname: optional(e.Hostname),
-		NodeName: optional(e.NodeName),
+		NodeName: optional(nodeName),
 		Zone:     optional(e.Zone),
 	}
 }

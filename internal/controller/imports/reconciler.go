@@ -108,9 +108,11 @@ type Reconciler struct {
 
 // scope is what the phases of one reconcile share.
 type scope struct {
-	key registry.ServiceKey
-	res merge.Result
-	si  *mcsv1beta1.ServiceImport
+	// localCluster is this cluster's id.
+	localCluster string
+	key          registry.ServiceKey
+	res          merge.Result
+	si           *mcsv1beta1.ServiceImport
 
 	// derivedName is the derived Service's name (whatever the import type).
 	derivedName string
@@ -187,7 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			"ServiceImport %s was not created by mcsd (no %s annotation): mcsd will not manage it. Delete it to let mcsd import the Service exported by the clusterset", key, AnnotationManaged)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.reconcileNormal(ctx, &scope{key: key, res: merge.Merge(exports), si: si, derivedName: DerivedServiceName(key.Name)})
+	return ctrl.Result{}, r.reconcileNormal(ctx, &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si, derivedName: DerivedServiceName(key.Name)})
 }
 
 var errNotManaged = errors.New("ServiceImport not created by mcsd")

@@ -147,11 +147,12 @@ func TestEndpointSlicesPerCluster(t *testing.T) {
 	if d := cmp.Diff([]string{"http:8081"}, portNames(byCluster["west"][0].Ports)); d != "" {
 		t.Errorf("west ports (-want +got):\n%s", d)
 	}
-	// Endpoints are copied with their conditions, hostname, node and zone.
+	// Endpoints are copied with their conditions, hostname and zone; another
+	// cluster's node name is dropped (this test's reconciler runs in "east").
 	wantWest := []discoveryv1.Endpoint{{
 		Addresses:  []string{"10.2.0.1"},
 		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-		Hostname:   ptr.To("web-0"), NodeName: ptr.To("w1"), Zone: ptr.To("z2"),
+		Hostname:   ptr.To("web-0"), Zone: ptr.To("z2"),
 	}}
 	if d := cmp.Diff(wantWest, byCluster["west"][0].Endpoints); d != "" {
 		t.Errorf("west endpoints (-want +got):\n%s", d)
