@@ -109,6 +109,11 @@ type Endpoints struct {
 	Cluster string          `json:"cluster"`
 	Service ServiceKey      `json:"service"`
 	Groups  []EndpointGroup `json:"groups,omitempty"`
+	// Updated is when the publishing cluster last wrote a change of these
+	// endpoints (its clock), for measuring propagation; zero when the
+	// backend does not record it. It is not part of the content: a put of
+	// identical groups writes nothing and keeps it.
+	Updated time.Time `json:"updated,omitempty"`
 }
 
 // Cluster is a live member of the clusterset.
