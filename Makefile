@@ -11,8 +11,10 @@ N ?= 3
 
 CONTROLLER_GEN_VERSION := v0.20.1
 GOLANGCI_LINT_VERSION := v2.15.0
+HELM_VERSION := v3.22.0
 CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+HELM := $(TOOLS)/helm-$(HELM_VERSION)/helm
 
 # Test timeouts: the first run also builds the testbed binaries (minutes).
 TEST_TIMEOUT ?= 45m
@@ -54,6 +56,10 @@ vet: ## go vet.
 lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
+.PHONY: helm
+helm: $(HELM) ## Build the pinned helm into .cache/tools and print its path.
+	@echo $(HELM)
+
 ##@ Testbed
 
 .PHONY: testbed-binaries
@@ -86,10 +92,13 @@ $(CONTROLLER_GEN):
 $(GOLANGCI_LINT):
 	GOBIN=$(dir $@) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
+$(HELM):
+	GOBIN=$(dir $@) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
 ##@ Demo
 
 .PHONY: demo
-demo: ## Start a local clusterset (2 clusters, registry, mcsd) and export a sample app from c1 to c2.
+demo: ## Start a local clusterset (2 clusters, registry, mcsd), export a sample app from c1 to c2 and resolve it through CoreDNS.
 	@hack/demo.sh up
 
 .PHONY: demo-down

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Brings up a local clusterset: two testbed clusters, an embedded registry and
-# one mcsd per cluster; exports a sample app from c1 and shows its import in c2.
+# one mcsd per cluster; exports a sample app from c1, shows its import in c2,
+# and resolves web.demo.svc.clusterset.local through a stock CoreDNS for c2.
 # Everything keeps running until `hack/demo.sh down` (make demo-down).
 set -euo pipefail
 
@@ -84,6 +85,17 @@ k --context c2 -n demo get endpointslices -l multicluster.kubernetes.io/service-
 log "c1: the pods behind them"
 k --context c1 -n demo get pods -o wide
 
+log "c2: DNS from stock CoreDNS (kubernetes plugin, multicluster clusterset.local; see config/coredns)"
+go build -o bin/dnsq ./test/testbed/cmd/dnsq
+dns_addr=$(go run ./test/testbed/cmd/testbed coredns -name "$name" -cluster c2 -pid-file "$state/coredns-c2.pid")
+dnsq="bin/dnsq -server $dns_addr"
+for q in "web.demo.svc.clusterset.local" "-type SRV _http._tcp.web.demo.svc.clusterset.local"; do
+  echo "\$ $dnsq $q"
+  # shellcheck disable=SC2086
+  $dnsq $q
+done
+echo "c2's ServiceImport IPs: $(k --context c2 -n demo get serviceimport web -o jsonpath='{.spec.ips}')"
+
 cat <<MSG
 
 The clusterset keeps running. Try:
@@ -91,6 +103,7 @@ The clusterset keeps running. Try:
   $kubectl --context c2 -n demo get serviceimport web -o yaml
   $kubectl --context c1 -n demo scale deployment web --replicas 4    # then look at c2's EndpointSlices
   $kubectl --context c1 -n demo get serviceexport web -o yaml         # Valid / Ready / Conflict conditions
+  $root/$dnsq web.demo.svc.clusterset.local                           # c2's CoreDNS (log and Corefile under .cache/testbed-runs/$name/coredns-c2-*)
 Logs: $state/logs/
 Stop everything with: make demo-down
 MSG

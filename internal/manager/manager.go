@@ -231,6 +231,18 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity) err
 	}); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
+	// Ready also needs the caches: until they have synced, the controllers
+	// have not looked at this cluster's objects yet.
+	if err := mgr.AddReadyzCheck("caches-synced", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("caches not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
 	err = mgr.Start(runCtx)
 	if cause := context.Cause(runCtx); errors.Is(cause, errIdentityChanged) {
 		return errIdentityChanged

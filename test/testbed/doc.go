@@ -7,4 +7,6 @@
 //
 // Each cluster gets distinct pod and service CIDRs, mcsd's CRDs and its
 // KEP-2149 ClusterProperties (cluster.clusterset.k8s.io = c1..cN).
+// Cluster.StartCoreDNS runs a stock CoreDNS for a cluster that answers
+// cluster.local and, from the cluster's ServiceImports, clusterset.local.
 package testbed

@@ -509,3 +509,42 @@ func KubeconfigPath(opts Options) (string, error) {
 	}
 	return filepath.Join(opts.StateRoot, opts.Name, "kubeconfig"), nil
 }
+
+// Open returns the running testbed named in opts without starting or
+// preparing anything: for commands that act on a testbed `up` started.
+func Open(ctx context.Context, opts Options) (*Testbed, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	tb := &Testbed{opts: opts, dir: filepath.Join(opts.StateRoot, opts.Name)}
+	tb.Kubeconfig = filepath.Join(tb.dir, "kubeconfig")
+	if _, err := os.Stat(tb.Kubeconfig); err != nil {
+		return nil, fmt.Errorf("testbed %s is not up: %w", opts.Name, err)
+	}
+	if opts.Binaries != nil {
+		tb.bin = *opts.Binaries
+	} else {
+		b, err := EnsureBinaries(ctx, opts.Log)
+		if err != nil {
+			return nil, err
+		}
+		tb.bin = b
+	}
+	for i := 1; ; i++ {
+		c := &Cluster{ID: fmt.Sprintf("c%d", i), Index: i, PodCIDR: PodCIDRFor(i), ServiceCIDRs: ServiceCIDRsFor(i), tb: tb}
+		c.Kubeconfig = filepath.Join(c.clusterDir(), "kubeconfig.yaml")
+		if _, err := os.Stat(c.Kubeconfig); err != nil {
+			break
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig of %s: %w", c.ID, err)
+		}
+		c.Config = cfg
+		tb.Clusters = append(tb.Clusters, c)
+	}
+	if len(tb.Clusters) == 0 {
+		return nil, fmt.Errorf("testbed %s has no clusters", opts.Name)
+	}
+	return tb, nil
+}

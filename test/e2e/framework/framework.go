@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcsd-io/mcsd/internal/manager"
@@ -34,6 +35,12 @@ type Options struct {
 	Clusters int
 	// TTL is the registry lease TTL. Default 5s.
 	TTL time.Duration
+	// RegistryHealthInterval and RegistryRequestTimeout are the etcd
+	// backend's HealthInterval and RequestTimeout: together they bound how
+	// long a controller takes to notice that the registry is down. Default:
+	// the backend's (5s and 10s).
+	RegistryHealthInterval time.Duration
+	RegistryRequestTimeout time.Duration
 }
 
 // Env is a running clusterset: clusters, a registry, controllers.
@@ -60,6 +67,8 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if opts.Name == "" {
 		opts.Name = "e2e"
 	}
+	// Parts of controller-runtime log through its global logger.
+	ctrllog.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter("controller-runtime"))))
 	tb, err := testbed.Start(ctx, testbed.Options{
 		Name:      fmt.Sprintf("%s-%d", opts.Name, os.Getpid()),
 		Clusters:  opts.Clusters,
@@ -143,8 +152,17 @@ func (e *Env) RegistryURL() string { return e.regURL }
 
 // OpenRegistry opens a registry client for an identity, as mcsd does.
 func (e *Env) OpenRegistry(ctx context.Context, id registry.Identity) (registry.Registry, error) {
-	return etcdregistry.New(ctx, etcdregistry.Options{Identity: id, Endpoints: []string{e.regURL}, TTL: e.opts.TTL})
+	return etcdregistry.New(ctx, etcdregistry.Options{
+		Identity:       id,
+		Endpoints:      []string{e.regURL},
+		TTL:            e.opts.TTL,
+		HealthInterval: e.opts.RegistryHealthInterval,
+		RequestTimeout: e.opts.RegistryRequestTimeout,
+	})
 }
+
+// TTL is the registry lease TTL the controllers run with.
+func (e *Env) TTL() time.Duration { return e.opts.TTL }
 
 // Controller is one cluster's mcsd running in the test process.
 type Controller struct {
@@ -152,6 +170,8 @@ type Controller struct {
 	cancel  context.CancelFunc
 	done    chan error
 	writes  *writeCounter
+	// healthURL serves the manager's /readyz.
+	healthURL string
 }
 
 // StartController starts mcsd for cluster id. The returned controller's
@@ -166,6 +186,11 @@ func (e *Env) StartController(ctx context.Context, id string) (*Controller, erro
 	if old := e.controllers[id]; old != nil {
 		return old, nil
 	}
+	healthPort, err := testbed.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	healthAddr := fmt.Sprintf("127.0.0.1:%d", healthPort)
 	wc := &writeCounter{byResource: map[string]int{}}
 	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS, cfg.Burst = 500, 1000
@@ -173,13 +198,13 @@ func (e *Env) StartController(ctx context.Context, id string) (*Controller, erro
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	log := zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter(id))).WithValues("testCluster", id)
 	ctx = logr.NewContext(ctx, log)
-	ctrl := &Controller{Cluster: c, cancel: cancel, done: make(chan error, 1), writes: wc}
+	ctrl := &Controller{Cluster: c, cancel: cancel, done: make(chan error, 1), writes: wc, healthURL: "http://" + healthAddr}
 	go func() {
 		err := manager.Run(ctx, manager.Options{
 			RESTConfig:    cfg,
 			OpenRegistry:  e.OpenRegistry,
 			MetricsAddr:   "0",
-			HealthAddr:    "0",
+			HealthAddr:    healthAddr,
 			IdentityRetry: 500 * time.Millisecond,
 		})
 		if err != nil && ctx.Err() == nil {
@@ -202,6 +227,13 @@ func (e *Env) StartControllers(ctx context.Context) error {
 	return nil
 }
 
+// Controller returns cluster id's running mcsd, or nil.
+func (e *Env) Controller(id string) *Controller {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.controllers[id]
+}
+
 // StopController stops cluster id's mcsd, as a crash would: nothing is
 // withdrawn from the registry.
 func (e *Env) StopController(id string) {
@@ -216,6 +248,35 @@ func (e *Env) StopController(id string) {
 	select {
 	case <-ctrl.done:
 	case <-time.After(30 * time.Second):
+	}
+}
+
+// WaitReady waits until the controller reports ready (/readyz): it has read
+// the registry and its caches have synced.
+func (c *Controller) WaitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := "no answer"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.healthURL+"/readyz?verbose", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err != nil {
+			last = err.Error()
+		} else {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("mcsd in %s not ready after %s: %s", c.Cluster.ID, timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

@@ -4,6 +4,10 @@
 //	testbed build          build the testbed binaries into the cache
 //	testbed up -n 3        start clusters c1..c3 (safe to run again)
 //	testbed down           stop every process and remove the state
+//	testbed coredns -cluster c2
+//	                       start a CoreDNS for cluster c2 that answers
+//	                       clusterset.local; print its address and leave it
+//	                       running until `down`
 package main
 
 import (
@@ -13,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/mcsd-io/mcsd/test/testbed"
@@ -30,8 +35,10 @@ func run() error {
 	n := fs.Int("n", 2, "number of clusters (c1..cN)")
 	name := fs.String("name", "mcsd", "name of the testbed (its state directory)")
 	nodes := fs.Int("nodes", 2, "kwok nodes per cluster")
+	cluster := fs.String("cluster", "c1", "cluster to start CoreDNS for (coredns)")
+	pidFile := fs.String("pid-file", "", "file to write the CoreDNS process id to (coredns)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: testbed build | up [-n N] [-name NAME] [-nodes K] | down [-name NAME] | kubeconfig [-name NAME]")
+		fmt.Fprintln(os.Stderr, "usage: testbed build | up [-n N] [-name NAME] [-nodes K] | down [-name NAME] | kubeconfig [-name NAME] | coredns [-name NAME] [-cluster ID] [-pid-file FILE]")
 		fs.PrintDefaults()
 	}
 	if len(os.Args) < 2 {
@@ -75,9 +82,37 @@ func run() error {
 		}
 		fmt.Println(p)
 		return nil
+	case "coredns":
+		return startCoreDNS(ctx, *name, *cluster, *pidFile)
 	default:
 		fs.Usage()
 		os.Exit(2)
 	}
+	return nil
+}
+
+// startCoreDNS starts a CoreDNS for one cluster of a running testbed and
+// leaves it running: `down` stops it with the rest of the testbed.
+func startCoreDNS(ctx context.Context, name, cluster, pidFile string) error {
+	tb, err := testbed.Open(ctx, testbed.Options{Name: name, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	c := tb.Cluster(cluster)
+	if c == nil {
+		return fmt.Errorf("testbed %q has no cluster %s", name, cluster)
+	}
+	d, err := c.StartCoreDNS(ctx)
+	if err != nil {
+		return err
+	}
+	if pidFile != "" {
+		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(d.Pid())+"\n"), 0o644); err != nil {
+			_ = d.Close()
+			return fmt.Errorf("write pid file: %w", err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "CoreDNS for %s answers on %s (pid %d; Corefile and log in %s)\n", c.ID, d.Addr(), d.Pid(), d.Dir())
+	fmt.Println(d.Addr())
 	return nil
 }
