@@ -19,6 +19,9 @@ HELM := $(TOOLS)/helm-$(HELM_VERSION)/helm
 # Test timeouts: the first run also builds the testbed binaries (minutes).
 TEST_TIMEOUT ?= 45m
 
+# The architecture of the linux binary that the image is built from (make image-binary).
+IMAGE_GOARCH ?= $(shell $(GO) env GOARCH)
+
 ##@ General
 
 .PHONY: help
@@ -31,6 +34,10 @@ help: ## Show this help.
 build: ## Build the mcsd binary into bin/.
 	$(GO) build -o bin/mcsd ./cmd/mcsd
 
+.PHONY: image-binary
+image-binary: ## Build the static linux binary that the Dockerfile puts in the image: bin/linux-<IMAGE_GOARCH>/mcsd.
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_GOARCH) $(GO) build -trimpath -ldflags "-s -w" -o bin/linux-$(IMAGE_GOARCH)/mcsd ./cmd/mcsd
+
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code for api/.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
@@ -39,10 +46,12 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code for api/.
 manifests: $(CONTROLLER_GEN) ## Generate CRDs into config/crd/bases (ClusterProperty from api/, the MCS CRDs from the mcs-api module).
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(GO) run ./hack/mcscrds config/crd/bases
+	cp config/crd/bases/*.yaml charts/mcsd/crds/
 
 .PHONY: verify
 verify: generate manifests ## Fail if generated files are out of date.
 	@git diff --exit-code -- api config/crd || { echo "generated files are out of date: run 'make generate manifests' and commit"; exit 1; }
+	@git diff --exit-code -- charts/mcsd/crds || { echo "charts/mcsd/crds differs from config/crd/bases: run 'make manifests' and commit"; exit 1; }
 
 .PHONY: fmt
 fmt: ## gofmt the tree.
@@ -59,6 +68,20 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint.
 .PHONY: helm
 helm: $(HELM) ## Build the pinned helm into .cache/tools and print its path.
 	@echo $(HELM)
+
+.PHONY: helm-lint
+helm-lint: $(HELM) ## Lint the Helm chart charts/mcsd, with an etcd and with a Cloud Map registry.
+	$(HELM) lint --strict charts/mcsd
+	$(HELM) lint --strict charts/mcsd --set registry.type=cloudmap --set registry.cloudmap.region=eu-west-1
+
+.PHONY: manifests-render
+manifests-render: $(HELM) ## Render the install manifests (config/default, config/overlays/*, the Helm chart) into _output/manifests.
+	@mkdir -p _output/manifests
+	$(GO) run ./hack/kustomize config/default > _output/manifests/default.yaml
+	$(GO) run ./hack/kustomize config/overlays/etcd > _output/manifests/etcd.yaml
+	$(GO) run ./hack/kustomize config/overlays/cloudmap > _output/manifests/cloudmap.yaml
+	$(HELM) template mcsd charts/mcsd --namespace mcsd-system --include-crds > _output/manifests/helm-etcd.yaml
+	$(HELM) template mcsd charts/mcsd --namespace mcsd-system --include-crds --set registry.type=cloudmap --set registry.cloudmap.region=eu-west-1 > _output/manifests/helm-cloudmap.yaml
 
 ##@ Testbed
 

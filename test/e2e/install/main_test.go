@@ -1,0 +1,54 @@
+// Package install tests what a cluster operator installs: the kustomize
+// manifests of config/ (config/default and the etcd and Cloud Map overlays)
+// and the Helm chart charts/mcsd. They render, say the same thing, and a real
+// API server accepts them; and mcsd, running as the ServiceAccount they ship
+// with exactly their RBAC, exports and imports across two clusters, while
+// one permission less breaks the import.
+//
+// With -short only the renders are checked: no testbed, no helm build.
+package install
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/mcsd-io/mcsd/test/e2e/framework"
+)
+
+// env is the testbed (two clusters and a registry), nil with -short.
+var env *framework.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
+	ctx := context.Background()
+	var err error
+	env, err = framework.Start(ctx, framework.Options{Name: "e2e-install", Clusters: 2})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start e2e environment:", err)
+		return 1
+	}
+	defer func() {
+		if err := env.Close(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "close e2e environment:", err)
+		}
+	}()
+	return m.Run()
+}
+
+// needTestbed skips t when the testbed is not running (-short).
+func needTestbed(t *testing.T) {
+	t.Helper()
+	if env == nil {
+		t.Skip("needs the testbed; skipped with -short")
+	}
+}

@@ -1,0 +1,193 @@
+package install
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/mcsd-io/mcsd/test/testbed"
+)
+
+// Values that select each registry in the Helm chart, as the Makefile's
+// helm-lint and manifests-render use them.
+var (
+	helmEtcd     []string
+	helmCloudMap = []string{"--set", "registry.type=cloudmap", "--set", "registry.cloudmap.region=eu-west-1",
+		"--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::111122223333:role/mcsd"}
+)
+
+// manifests are rendered objects.
+type manifests []*unstructured.Unstructured
+
+// repoPath returns the absolute path of a repository file.
+func repoPath(t testing.TB, rel string) string {
+	t.Helper()
+	root, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, rel)
+}
+
+// kustomize builds a kustomization directory as kubectl apply -k does.
+func kustomize(t testing.TB, dir string) manifests {
+	t.Helper()
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy
+	res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return decode(t, out)
+}
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helmBinary returns the pinned helm, built by `make helm` the first time.
+func helmBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the pinned helm (make helm); skipped with -short")
+	}
+	helmOnce.Do(func() {
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command("make", "-s", "--no-print-directory", "helm")
+		cmd.Dir = repoPath(t, ".")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			helmErr = fmt.Errorf("make helm: %w: %s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		helmPath = lines[len(lines)-1]
+	})
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
+	return helmPath
+}
+
+// helm runs the pinned helm in the repository root and returns its stdout.
+func helm(t testing.TB, args ...string) ([]byte, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(helmBinary(t), args...)
+	cmd.Dir = repoPath(t, ".")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// helmTemplate renders the chart as release mcsd in namespace mcsd-system,
+// CRDs included.
+func helmTemplate(t testing.TB, values ...string) manifests {
+	t.Helper()
+	out, err := helm(t, append([]string{"template", "mcsd", "charts/mcsd", "--namespace", "mcsd-system", "--include-crds"}, values...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decode(t, out)
+}
+
+// decode splits a YAML stream into objects, skipping empty documents.
+func decode(t testing.TB, data []byte) manifests {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out manifests
+	for {
+		u := &unstructured.Unstructured{}
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("decode manifests: %v", err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+// ofKind returns the objects of a kind.
+func (m manifests) ofKind(kind string) manifests {
+	var out manifests
+	for _, u := range m {
+		if u.GetKind() == kind {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// one converts the only object of obj's kind into obj.
+func (m manifests) one(t testing.TB, kind string, obj any) {
+	t.Helper()
+	objs := m.ofKind(kind)
+	if len(objs) != 1 {
+		t.Fatalf("want one %s, have %d", kind, len(objs))
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, obj); err != nil {
+		t.Fatalf("convert %s: %v", kind, err)
+	}
+}
+
+func (m manifests) deployment(t testing.TB) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	m.one(t, "Deployment", d)
+	return d
+}
+
+func (m manifests) clusterRole(t testing.TB) *rbacv1.ClusterRole {
+	t.Helper()
+	r := &rbacv1.ClusterRole{}
+	m.one(t, "ClusterRole", r)
+	return r
+}
+
+func (m manifests) role(t testing.TB) *rbacv1.Role {
+	t.Helper()
+	r := &rbacv1.Role{}
+	m.one(t, "Role", r)
+	return r
+}
+
+func (m manifests) configMap(t testing.TB) *corev1.ConfigMap {
+	t.Helper()
+	c := &corev1.ConfigMap{}
+	m.one(t, "ConfigMap", c)
+	return c
+}
+
+func (m manifests) serviceAccount(t testing.TB) *corev1.ServiceAccount {
+	t.Helper()
+	sa := &corev1.ServiceAccount{}
+	m.one(t, "ServiceAccount", sa)
+	return sa
+}
