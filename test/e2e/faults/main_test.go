@@ -1,0 +1,51 @@
+// Package faults holds the end-to-end scenarios of failures: a cluster down
+// past the registry TTL, a controller restarted within it, the registry
+// down, and a ServiceExport deleted while its controller is down. The tests
+// stop and start shared parts of one environment (three clusters, one
+// registry), so they run one after the other, never in parallel, and each
+// puts back what it stopped.
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/mcsd-io/mcsd/test/e2e/framework"
+)
+
+var env *framework.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	var err error
+	env, err = framework.Start(ctx, framework.Options{
+		Name:     "e2e-faults",
+		Clusters: 3,
+		TTL:      5 * time.Second,
+		// The backend's defaults (5s, 10s) suit its 30s default TTL; scaled
+		// to a 5s TTL, a registry outage is noticed within about 3s.
+		RegistryHealthInterval: time.Second,
+		RegistryRequestTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start e2e environment:", err)
+		return 1
+	}
+	defer func() {
+		if err := env.Close(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "close e2e environment:", err)
+		}
+	}()
+	if err := env.StartControllers(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "start controllers:", err)
+		return 1
+	}
+	return m.Run()
+}
