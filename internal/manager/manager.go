@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -110,13 +108,20 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
+	h := &health{}
+	stop, err := h.serve(ctx, opts.HealthAddr)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	for {
+		h.notReady("waiting for the cluster identity (ClusterProperties cluster.clusterset.k8s.io and clusterset.k8s.io)")
 		id, err := waitForIdentity(ctx, direct, opts.IdentityRetry)
 		if err != nil {
 			return err
 		}
 		log.Info("cluster identity", "cluster", id.Cluster, "clusterSet", id.ClusterSet)
-		err = runWithLeadership(ctx, opts, id)
+		err = runWithLeadership(ctx, opts, id, h)
 		if errors.Is(err, errIdentityChanged) {
 			log.Info("cluster identity changed, restarting controllers")
 			continue
@@ -147,10 +152,12 @@ func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration) 
 	}
 }
 
-func runWithLeadership(ctx context.Context, opts Options, id registry.Identity) error {
+func runWithLeadership(ctx context.Context, opts Options, id registry.Identity, h *health) error {
 	if !opts.LeaderElection {
-		return runControllers(ctx, opts, id)
+		return runControllers(ctx, opts, id, h)
 	}
+	// A standby replica is healthy and ready: it takes over when the leader goes.
+	h.set(func() error { return nil })
 	log := logr.FromContextOrDiscard(ctx)
 	hostname, _ := os.Hostname()
 	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, opts.LeaderElectionNamespace,
@@ -170,7 +177,7 @@ func runWithLeadership(ctx context.Context, opts Options, id registry.Identity) 
 		Name:            opts.LeaderElectionID,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				runErr = runControllers(ctx, opts, id)
+				runErr = runControllers(ctx, opts, id, h)
 				cancel()
 			},
 			OnStoppedLeading: func() { log.Info("leadership lost") },
@@ -182,7 +189,7 @@ func runWithLeadership(ctx context.Context, opts Options, id registry.Identity) 
 	return runErr
 }
 
-func runControllers(ctx context.Context, opts Options, id registry.Identity) error {
+func runControllers(ctx context.Context, opts Options, id registry.Identity, h *health) error {
 	log := logr.FromContextOrDiscard(ctx).WithValues("cluster", id.Cluster)
 	ctx = logr.NewContext(ctx, log)
 	reg, err := opts.OpenRegistry(ctx, id)
@@ -195,8 +202,9 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity) err
 		Scheme:                 Scheme,
 		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
-		HealthProbeBindAddress: opts.HealthAddr,
-		LeaderElection:         false,
+		HealthProbeBindAddress: "0", // served by Run for its whole life
+
+		LeaderElection: false,
 		// Run starts the controllers again in the same process when the
 		// identity changes, so their names are registered more than once.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
@@ -220,29 +228,21 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity) err
 	if err := setupIdentityWatch(mgr, id, cancel); err != nil {
 		return err
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return fmt.Errorf("add health check: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("registry-synced", func(_ *http.Request) error {
+	// Ready once the first full read of the registry arrived and the caches
+	// have synced: before that the controllers have not seen this cluster's
+	// objects or the clusterset's state.
+	h.set(func() error {
 		if !view.HasSynced() {
 			return errors.New("registry not synced yet")
 		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("add ready check: %w", err)
-	}
-	// Ready also needs the caches: until they have synced, the controllers
-	// have not looked at this cluster's objects yet.
-	if err := mgr.AddReadyzCheck("caches-synced", func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return errors.New("caches not synced yet")
 		}
 		return nil
-	}); err != nil {
-		return fmt.Errorf("add ready check: %w", err)
-	}
+	})
+	defer h.notReady("controllers stopped")
 	err = mgr.Start(runCtx)
 	if cause := context.Cause(runCtx); errors.Is(cause, errIdentityChanged) {
 		return errIdentityChanged
