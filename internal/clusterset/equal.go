@@ -23,8 +23,12 @@ func exportsEqual(a, b map[string]registry.Export) bool {
 	return true
 }
 
+// endpointsOneEqual compares the groups semantically and the Updated stamps
+// as instants: a record that only got a new stamp is a change, so that the
+// View holds the stamp its content was published with.
 func endpointsOneEqual(a, b registry.Endpoints) bool {
-	return equality.Semantic.DeepEqual(a, b)
+	return a.Cluster == b.Cluster && a.Service == b.Service && a.Updated.Equal(b.Updated) &&
+		equality.Semantic.DeepEqual(a.Groups, b.Groups)
 }
 
 func endpointsEqual(a, b map[string]registry.Endpoints) bool {

@@ -31,6 +31,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/controller/export"
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -197,6 +198,7 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 		return fmt.Errorf("open registry: %w", err)
 	}
 	defer func() { _ = reg.Close() }()
+	reg = metrics.InstrumentRegistry(reg, id.Cluster, metrics.BackendOf(reg))
 
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
 		Scheme:                 Scheme,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +25,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/merge"
+	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -69,6 +72,24 @@ type Reconciler struct {
 	// holds it for reading, the cleanup for writing while it checks that a
 	// key has no ServiceExport and withdraws it.
 	writeMu sync.RWMutex
+
+	// metrics counts the ServiceExports by state; SetupWithManager sets it.
+	metrics *metrics.Exports
+
+	// actedMu guards acted: by ServiceExport, the conflict and the registry
+	// failure the last events were about. Events follow it rather than the
+	// cached ServiceExport, which may not show the last status patch yet.
+	actedMu sync.Mutex
+	acted   map[types.NamespacedName]acted
+}
+
+// acted is what the events of one ServiceExport last reported.
+type acted struct {
+	// conflict is the Conflict reason while it is True, else "".
+	conflict string
+	// failure is the message of the last registry failure, "" after a
+	// success.
+	failure string
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=get;list;watch;update;patch
@@ -84,6 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	se := &mcsv1beta1.ServiceExport{}
 	if err := r.Client.Get(ctx, req.NamespacedName, se); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get ServiceExport: %w", err)
@@ -96,6 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	defer r.writeMu.RUnlock()
 
 	if !se.DeletionTimestamp.IsZero() {
+		r.metrics.Forget(req.NamespacedName)
 		return ctrl.Result{}, r.reconcileDelete(ctx, se, key)
 	}
 	if err := r.ensureFinalizer(ctx, se); err != nil {
@@ -107,6 +130,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if err := r.patchStatus(ctx, before, se); err != nil {
 			retErr = errors.Join(retErr, err)
 		}
+		r.metrics.Set(req.NamespacedName, exportState(se.Status.Conditions))
 	}()
 	return ctrl.Result{}, r.reconcileNormal(ctx, se, key)
 }
@@ -125,6 +149,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, se *mcsv1beta1.Service
 	if err := r.publish(ctx, se, svc, key); err != nil {
 		return err
 	}
+	r.registrySucceeded(se)
 	r.updateConflict(se, key)
 	return nil
 }
@@ -155,12 +180,15 @@ func (r *Reconciler) validate(se *mcsv1beta1.ServiceExport, svc *corev1.Service)
 // fails; Conflict no longer applies and is removed.
 func (r *Reconciler) withdraw(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
 	conditions.Remove(&se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+	r.actConflict(se, "")
 	if r.withdrawn(key) {
+		r.registrySucceeded(se)
 		return nil
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {
 		return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
 	}
+	r.registrySucceeded(se)
 	ctrl.LoggerFrom(ctx).Info("Withdrew export")
 	return nil
 }
@@ -207,15 +235,15 @@ func (r *Reconciler) updateConflict(se *mcsv1beta1.ServiceExport, key registry.S
 	}
 	c := merge.Merge(exports).Conflict.Condition()
 	c.ObservedGeneration = se.Generation
-	var oldStatus metav1.ConditionStatus
-	var oldReason string
-	if old := conditions.Get(se.Status.Conditions, c.Type); old != nil {
-		oldStatus, oldReason = old.Status, old.Reason
+	var reason string
+	if c.Status == metav1.ConditionTrue {
+		reason = c.Reason
 	}
-	conditions.Set(&se.Status.Conditions, c)
-	if c.Status == metav1.ConditionTrue && (oldStatus != metav1.ConditionTrue || oldReason != c.Reason) {
+	// Before the condition is set: actConflict may compare with it.
+	if r.actConflict(se, reason) {
 		r.warn(se, EventReasonConflict, c.Message)
 	}
+	conditions.Set(&se.Status.Conditions, c)
 }
 
 // published returns what the view holds of this cluster's records of key, or
@@ -254,9 +282,18 @@ func (r *Reconciler) withdrawn(key registry.ServiceKey) bool {
 // err, so that the request is retried with backoff.
 func (r *Reconciler) registryFailed(se *mcsv1beta1.ServiceExport, err error) error {
 	msg := fmt.Sprintf("registry: %v", err)
+	// Before the condition is set: actFailure may compare with it.
+	if r.actFailure(se, msg) {
+		r.warn(se, EventReasonRegistryFailed, msg)
+	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, msg)
-	r.warn(se, EventReasonRegistryFailed, msg)
 	return err
+}
+
+// registrySucceeded records that the registry took this cluster's records
+// of se: a later failure is a new one.
+func (r *Reconciler) registrySucceeded(se *mcsv1beta1.ServiceExport) {
+	r.actFailure(se, "")
 }
 
 func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
@@ -265,7 +302,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {
 		err = fmt.Errorf("withdraw export: %w", err)
-		r.warn(se, EventReasonRegistryFailed, fmt.Sprintf("registry: %v", err))
+		if msg := fmt.Sprintf("registry: %v", err); r.actFailure(se, msg) {
+			r.warn(se, EventReasonRegistryFailed, msg)
+		}
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("Withdrew export of deleted ServiceExport")
@@ -274,6 +313,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 	if err := r.Client.Patch(ctx, se, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
 	}
+	r.forget(client.ObjectKeyFromObject(se))
 	return nil
 }
 
@@ -298,6 +338,90 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, se *mcsv1beta1.Ser
 		return client.IgnoreNotFound(fmt.Errorf("patch ServiceExport status: %w", err))
 	}
 	return nil
+}
+
+// actConflict records reason as the conflict of se ("" for none) and
+// reports whether it is a new one to warn about: True now, and not True with
+// the same reason when last acted on. A ServiceExport not acted on yet (the
+// controller restarted) is compared with its stored condition.
+func (r *Reconciler) actConflict(se *mcsv1beta1.ServiceExport, reason string) bool {
+	r.actedMu.Lock()
+	defer r.actedMu.Unlock()
+	key := client.ObjectKeyFromObject(se)
+	last, ok := r.acted[key]
+	if !ok {
+		last = actedFromStatus(se)
+	}
+	prev := last.conflict
+	last.conflict = reason
+	r.setActed(key, last)
+	return reason != "" && reason != prev
+}
+
+// actFailure records msg as the registry failure of se ("" for success) and
+// reports whether it is a new one to warn about: not the failure last acted
+// on (or, not acted on yet, the one Ready reports).
+func (r *Reconciler) actFailure(se *mcsv1beta1.ServiceExport, msg string) bool {
+	r.actedMu.Lock()
+	defer r.actedMu.Unlock()
+	key := client.ObjectKeyFromObject(se)
+	last, ok := r.acted[key]
+	if !ok {
+		last = actedFromStatus(se)
+	}
+	prev := last.failure
+	last.failure = msg
+	r.setActed(key, last)
+	return msg != "" && msg != prev
+}
+
+// setActed stores a; r.actedMu is held.
+func (r *Reconciler) setActed(key types.NamespacedName, a acted) {
+	if r.acted == nil {
+		r.acted = map[types.NamespacedName]acted{}
+	}
+	r.acted[key] = a
+}
+
+// actedFromStatus is what se's stored conditions say was last reported.
+func actedFromStatus(se *mcsv1beta1.ServiceExport) acted {
+	var a acted
+	if c := conditions.Get(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict)); c != nil && c.Status == metav1.ConditionTrue {
+		a.conflict = c.Reason
+	}
+	if c := conditions.Get(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)); c != nil &&
+		c.Status == metav1.ConditionFalse && c.Reason == string(mcsv1beta1.ServiceExportReasonFailed) {
+		a.failure = c.Message
+	}
+	return a
+}
+
+// forget drops what the controller keeps about a ServiceExport that is gone.
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.metrics.Forget(key)
+	r.actedMu.Lock()
+	delete(r.acted, key)
+	r.actedMu.Unlock()
+}
+
+// exportState is what the metrics count of a ServiceExport's conditions.
+func exportState(conds []metav1.Condition) metrics.ExportState {
+	st := metrics.ExportState{
+		Valid: conditions.IsTrue(conds, string(mcsv1beta1.ServiceExportConditionValid)),
+		Ready: metrics.ExportReadyPending,
+	}
+	if c := conditions.Get(conds, string(mcsv1beta1.ServiceExportConditionReady)); c != nil {
+		switch {
+		case c.Status == metav1.ConditionTrue:
+			st.Ready = metrics.ExportReadyExported
+		case c.Reason == string(mcsv1beta1.ServiceExportReasonFailed):
+			st.Ready = metrics.ExportReadyFailed
+		}
+	}
+	if c := conditions.Get(conds, string(mcsv1beta1.ServiceExportConditionConflict)); c != nil && c.Status == metav1.ConditionTrue {
+		st.Conflicts = strings.Split(c.Reason, ",")
+	}
+	return st
 }
 
 func (r *Reconciler) warn(se *mcsv1beta1.ServiceExport, reason, msg string) {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -32,9 +33,10 @@ const (
 	cleanupRetryMax = time.Minute
 )
 
-// SetupWithManager registers the controller and the startup cleanup with
-// mgr. It subscribes to the View at once, and keeps consuming its changes
-// until ctx ends, so that the View never blocks on this controller.
+// SetupWithManager registers the controller, the startup cleanup and the
+// cluster's export metrics with mgr. It subscribes to the View at once, and
+// keeps consuming its changes until ctx ends, so that the View never blocks
+// on this controller.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.Registry == nil || r.View == nil || r.ClusterID == "" {
 		return errors.New("export: Client, Registry, View and ClusterID are required")
@@ -54,6 +56,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	})
 	if err := mgr.Add(cleanup); err != nil {
 		return fmt.Errorf("add export cleanup: %w", err)
+	}
+	r.metrics = metrics.NewExports(r.ClusterID)
+	// The counts are this run's: when the manager stops, they go.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		r.metrics.Close()
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add export metrics: %w", err)
 	}
 
 	err := ctrl.NewControllerManagedBy(mgr).

@@ -30,7 +30,8 @@ const maxEndpointsPerSlice = 100
 // reconcileEndpointSlices makes the import's EndpointSlices those of
 // desiredEndpointSlices: it creates the missing ones, updates those whose
 // content differs and deletes the rest. A slice whose content is already
-// right is not written.
+// right is not written. Once all are in place, it reports the endpoint
+// records they reflect to the propagation metric.
 func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) error {
 	log := ctrl.LoggerFrom(ctx)
 	existing, err := r.listEndpointSlices(ctx, s.key)
@@ -42,7 +43,9 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 		byName[existing[i].Name] = &existing[i]
 	}
 	var created, updated, deleted int
-	for _, want := range desiredEndpointSlices(s, r.View.Endpoints(s.key)) {
+	endpoints := r.View.Endpoints(s.key)
+	inPlace := true
+	for _, want := range desiredEndpointSlices(s, endpoints) {
 		have, ok := byName[want.Name]
 		delete(byName, want.Name)
 		if ok && have.AddressType != want.AddressType {
@@ -60,6 +63,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 				// The cache has not seen it yet; its creation event brings
 				// this import back to compare it.
 				log.V(1).Info("EndpointSlice exists but is not in the cache yet", "endpointSlice", klog.KObj(want))
+				inPlace = false
 				continue
 			}
 			if err != nil {
@@ -82,6 +86,15 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 	}
 	if created+updated+deleted > 0 {
 		log.V(1).Info("Wrote EndpointSlices", "created", created, "updated", updated, "deleted", deleted)
+	}
+	if inPlace {
+		var applied []registry.Endpoints
+		for _, c := range s.res.Clusters {
+			if e, ok := endpoints[c]; ok {
+				applied = append(applied, e)
+			}
+		}
+		r.propagation.Applied(s.key, applied)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,6 +24,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/merge"
+	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -104,6 +108,18 @@ type Reconciler struct {
 	ClusterID string
 	// Recorder records events on ServiceImports; nil records none.
 	Recorder record.EventRecorder
+
+	// metrics counts the ServiceImports by state, and propagation times
+	// EndpointSlices; SetupWithManager sets both.
+	metrics     *metrics.Imports
+	propagation *metrics.Propagation
+
+	// clustersMu guards clusters: by ServiceImport, the source clusters the
+	// last ClustersChanged event reported (sorted). Events follow it rather
+	// than the cached ServiceImport, which may not show the last status
+	// patch yet.
+	clustersMu sync.Mutex
+	clusters   map[types.NamespacedName][]string
 }
 
 // scope is what the phases of one reconcile share.
@@ -138,11 +154,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ns := &corev1.Namespace{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: key.Namespace}, ns); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("get namespace: %w", err)
 	}
 	if ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+		r.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 
@@ -168,6 +186,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
+	if si == nil {
+		// None of mcsd's (yet): nothing to count until one is created.
+		r.metrics.Forget(req.NamespacedName)
+	}
 	connected, connErr := r.View.Connected()
 	if !connected {
 		if foreign != nil {
@@ -221,6 +243,7 @@ func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.S
 	if _, err := r.patchStatus(ctx, si, old); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.metrics.Set(client.ObjectKeyFromObject(si), metrics.ImportRegistryUnreachable)
 	return ctrl.Result{RequeueAfter: disconnectedRetry}, nil
 }
 
@@ -253,6 +276,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, key registry.ServiceKe
 			return fmt.Errorf("delete ServiceImport: %w", err)
 		}
 	}
+	r.forget(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
+	r.propagation.Forget(key)
 	return nil
 }
 
@@ -274,14 +299,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 	old := s.si.Status.DeepCopy()
 	defer func() {
 		r.setStatus(s)
-		changed, err := r.patchStatus(ctx, s.si, old)
-		if err != nil {
+		if _, err := r.patchStatus(ctx, s.si, old); err != nil {
 			retErr = errors.Join(retErr, err)
 			return
 		}
-		if changed {
-			r.eventClusters(s.si, old.Clusters)
-		}
+		r.metrics.Set(client.ObjectKeyFromObject(s.si), importState(s.si.Status.Conditions))
+		r.eventClusters(s.si, old.Clusters)
 	}()
 
 	var errs []error
@@ -403,6 +426,32 @@ func (r *Reconciler) listEndpointSlices(ctx context.Context, key registry.Servic
 		return nil, fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	return list.Items, nil
+}
+
+// forget drops what the controller keeps about an import that is gone,
+// except the propagation stamps (see reconcileDelete).
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.metrics.Forget(key)
+	r.clustersMu.Lock()
+	delete(r.clusters, key)
+	r.clustersMu.Unlock()
+}
+
+// actClusters records clusters (sorted) as the source clusters of the
+// import key and returns those last acted on, or, not acted on yet (the
+// controller restarted), stored.
+func (r *Reconciler) actClusters(key types.NamespacedName, clusters, stored []string) []string {
+	r.clustersMu.Lock()
+	defer r.clustersMu.Unlock()
+	last, ok := r.clusters[key]
+	if !ok {
+		last = stored
+	}
+	if r.clusters == nil {
+		r.clusters = map[types.NamespacedName][]string{}
+	}
+	r.clusters[key] = slices.Clone(clusters)
+	return last
 }
 
 func isManaged(o metav1.Object) bool { return o.GetAnnotations()[AnnotationManaged] == "true" }

@@ -13,11 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -32,7 +34,8 @@ const connectionPollInterval = 2 * time.Second
 // EndpointSlices mcsd writes, so that hand edits and deletions are repaired.
 //
 // It subscribes to the View at once and consumes its changes until ctx ends,
-// so that the View never blocks on this controller.
+// so that the View never blocks on this controller. It also makes the
+// cluster's import and propagation metrics; the import counts end with mgr.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.View == nil {
 		return errors.New("imports: Client and View are required")
@@ -52,6 +55,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("build import controller: %w", err)
+	}
+	r.metrics = metrics.NewImports(r.ClusterID)
+	r.propagation = metrics.NewPropagation(r.ClusterID)
+	// The counts are this run's: when the manager stops, they go.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		r.metrics.Close()
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add import metrics: %w", err)
 	}
 	return nil
 }

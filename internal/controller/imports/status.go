@@ -8,9 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/metrics"
 )
 
 // setStatus fills in the ServiceImport's status from what the phases found:
@@ -75,7 +77,9 @@ func readyCondition(s *scope) metav1.Condition {
 }
 
 // eventClusters records an event on si when its source clusters are no
-// longer those of old.
+// longer those the last event reported (or, after a restart, those of old,
+// the stored status): a cache that does not show the last status patch yet
+// brings no second event for one change.
 func (r *Reconciler) eventClusters(si *mcsv1beta1.ServiceImport, old []mcsv1beta1.ClusterStatus) {
 	ids := func(cs []mcsv1beta1.ClusterStatus) []string {
 		out := make([]string, len(cs))
@@ -85,7 +89,8 @@ func (r *Reconciler) eventClusters(si *mcsv1beta1.ServiceImport, old []mcsv1beta
 		slices.Sort(out)
 		return out
 	}
-	before, after := ids(old), ids(si.Status.Clusters)
+	after := ids(si.Status.Clusters)
+	before := r.actClusters(client.ObjectKeyFromObject(si), after, ids(old))
 	if slices.Equal(before, after) {
 		return
 	}
@@ -108,6 +113,23 @@ func (r *Reconciler) eventClusters(si *mcsv1beta1.ServiceImport, old []mcsv1beta
 		msg += "; removed " + strings.Join(removed, ", ")
 	}
 	r.eventf(si, corev1.EventTypeNormal, eventClustersChanged, "%s", capLen(msg, 1024))
+}
+
+// importState is the state the metrics count an import in, from its Ready
+// condition.
+func importState(conds []metav1.Condition) metrics.ImportState {
+	c := conditions.Get(conds, string(mcsv1beta1.ServiceImportConditionReady))
+	switch {
+	case c == nil:
+		return metrics.ImportPending
+	case c.Status == metav1.ConditionTrue:
+		return metrics.ImportReady
+	case c.Reason == string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported):
+		return metrics.ImportIPFamilyNotSupported
+	case c.Reason == ReasonDerivedServiceConflict:
+		return metrics.ImportDerivedServiceConflict
+	}
+	return metrics.ImportPending
 }
 
 // capLen shortens s to at most n characters, marking the cut with "…".
