@@ -41,6 +41,10 @@ type Options struct {
 	// the backend's (5s and 10s).
 	RegistryHealthInterval time.Duration
 	RegistryRequestTimeout time.Duration
+	// OpenRegistry, when set, opens another registry backend (Cloud Map on
+	// moto, say) instead of the embedded etcd; StartRegistry and
+	// StopRegistry then do nothing.
+	OpenRegistry func(ctx context.Context, id registry.Identity) (registry.Registry, error)
 }
 
 // Env is a running clusterset: clusters, a registry, controllers.
@@ -85,6 +89,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return nil, err
 	}
 	e.regURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	if opts.OpenRegistry != nil {
+		return e, nil
+	}
 	if err := e.StartRegistry(ctx); err != nil {
 		_ = tb.Close(ctx)
 		return nil, err
@@ -109,6 +116,9 @@ func (e *Env) Close(ctx context.Context) error {
 
 // StartRegistry starts the embedded etcd (again, on the same data and port).
 func (e *Env) StartRegistry(ctx context.Context) error {
+	if e.opts.OpenRegistry != nil {
+		return nil
+	}
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
 	if e.registry != nil {
@@ -152,6 +162,9 @@ func (e *Env) RegistryURL() string { return e.regURL }
 
 // OpenRegistry opens a registry client for an identity, as mcsd does.
 func (e *Env) OpenRegistry(ctx context.Context, id registry.Identity) (registry.Registry, error) {
+	if e.opts.OpenRegistry != nil {
+		return e.opts.OpenRegistry(ctx, id)
+	}
 	return etcdregistry.New(ctx, etcdregistry.Options{
 		Identity:       id,
 		Endpoints:      []string{e.regURL},
