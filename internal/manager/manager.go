@@ -40,8 +40,8 @@ var Scheme = runtime.NewScheme()
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
-	utilruntime.Must(mcsv1alpha1.AddToScheme(Scheme))
-	utilruntime.Must(mcsv1beta1.AddToScheme(Scheme))
+	utilruntime.Must(mcsv1alpha1.Install(Scheme))
+	utilruntime.Must(mcsv1beta1.Install(Scheme))
 	utilruntime.Must(aboutv1alpha1.AddToScheme(Scheme))
 	utilruntime.Must(aboutv1beta1.AddToScheme(Scheme))
 }
@@ -218,7 +218,10 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 	if err := mgr.Add(&watchRunnable{reg: reg, view: view}); err != nil {
 		return err
 	}
-	recorder := mgr.GetEventRecorderFor("mcsd")
+	// The controllers record through record.EventRecorder (core/v1 Events),
+	// which every API server and kubectl version shows.
+	recorder := mgr.GetEventRecorderFor("mcsd") //nolint:staticcheck // see above
+
 	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view, ClusterID: id.Cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up export controller: %w", err)
 	}

@@ -107,7 +107,7 @@ func (r *instrumented) Watch(ctx context.Context, h registry.Handler) error {
 	ih := &instrumentedHandler{h: h, r: r}
 	err := r.reg.Watch(ctx, ih)
 	r.m.registryConnected.WithLabelValues(r.cluster, r.backend).Set(0)
-	if err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
+	if err != nil && (!errors.Is(err, context.Canceled) || ctx.Err() == nil) {
 		r.m.registryErrors.WithLabelValues(r.cluster, r.backend, opWatch).Inc()
 	}
 	return err

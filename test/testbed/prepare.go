@@ -26,8 +26,8 @@ var Scheme = runtime.NewScheme()
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
-	utilruntime.Must(mcsv1alpha1.AddToScheme(Scheme))
-	utilruntime.Must(mcsv1beta1.AddToScheme(Scheme))
+	utilruntime.Must(mcsv1alpha1.Install(Scheme))
+	utilruntime.Must(mcsv1beta1.Install(Scheme))
 	utilruntime.Must(aboutv1alpha1.AddToScheme(Scheme))
 	utilruntime.Must(aboutv1beta1.AddToScheme(Scheme))
 }

@@ -472,7 +472,7 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		select {
 		case <-ctx.Done():
 			if last != nil {
-				return fmt.Errorf("wait for %s: %w (last error: %v)", what, ctx.Err(), last)
+				return fmt.Errorf("wait for %s: %w (last error: %w)", what, ctx.Err(), last)
 			}
 			return fmt.Errorf("wait for %s: %w", what, ctx.Err())
 		case <-time.After(200 * time.Millisecond):

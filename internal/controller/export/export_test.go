@@ -142,7 +142,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	if err := mcsv1beta1.AddToScheme(scheme); err != nil {
+	if err := mcsv1beta1.Install(scheme); err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, reg: newFakeRegistry(), view: clusterset.NewView(), rec: record.NewFakeRecorder(100)}

@@ -119,7 +119,7 @@ func TestSetupWithManager(t *testing.T) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	if err := mcsv1beta1.AddToScheme(scheme); err != nil {
+	if err := mcsv1beta1.Install(scheme); err != nil {
 		t.Fatal(err)
 	}
 	// The manager is built but never started: nothing reaches this address.

@@ -58,7 +58,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 		WithObjects(objs...).Build()
 	e := &env{t: t, ctx: ctrl.LoggerInto(context.Background(), ctrl.Log), api: api, view: clusterset.NewView(), rec: record.NewFakeRecorder(100)}
 	e.view.OnConnection(true, nil)
-	counted := interceptor.NewClient(api.(client.WithWatch), interceptor.Funcs{
+	counted := interceptor.NewClient(api, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			e.record("create", obj)
 			if e.createHook != nil {

@@ -189,9 +189,9 @@ func importedSlices(cl client.Client, ns, name string) (map[string][]discoveryv1
 	return out, nil
 }
 
-func readyAddresses(slices_ []discoveryv1.EndpointSlice) []string {
+func readyAddresses(eps []discoveryv1.EndpointSlice) []string {
 	var out []string
-	for _, s := range slices_ {
+	for _, s := range eps {
 		for _, ep := range s.Endpoints {
 			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
 				out = append(out, ep.Addresses...)

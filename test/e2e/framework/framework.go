@@ -259,7 +259,8 @@ func (e *Env) StopController(id string) {
 	}
 	ctrl.cancel()
 	select {
-	case <-ctrl.done:
+	case err := <-ctrl.done:
+		_ = err // an unexpected stop was reported when it happened
 	case <-time.After(30 * time.Second):
 	}
 }
@@ -269,7 +270,7 @@ func (e *Env) StopController(id string) {
 func (c *Controller) WaitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	last := "no answer"
+	var last string
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.healthURL+"/readyz?verbose", nil)
 		if err != nil {

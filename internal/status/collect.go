@@ -1,0 +1,170 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterid"
+	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// Watcher is a read-only watcher of a clusterset, as each backend's
+// NewWatcher opens it.
+type Watcher interface {
+	registry.Watcher
+	io.Closer
+}
+
+// Options configure Collect.
+type Options struct {
+	// ClusterSet is the clusterset to report on. When empty, it is read from
+	// the local cluster's ClusterProperty.
+	ClusterSet string
+	// OpenWatcher opens a read-only watcher of a clusterset.
+	OpenWatcher func(ctx context.Context, clusterSet string) (Watcher, error)
+	// Local reads the local cluster; nil for a report of the registry only.
+	Local client.Reader
+	// Namespace limits the services and local objects; "" for all.
+	Namespace string
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Collect reads the registry and the local cluster and builds their Report.
+// ctx bounds the whole: a registry that cannot be read fails it when ctx
+// ends.
+func Collect(ctx context.Context, opts Options) (Report, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	in := Input{ClusterSet: opts.ClusterSet, Namespace: opts.Namespace}
+	if opts.Local != nil {
+		in.Local = &LocalObjects{}
+		id, err := clusterid.Read(ctx, opts.Local)
+		switch {
+		case err == nil:
+			in.Local.Cluster = id.Cluster
+			if in.ClusterSet == "" {
+				in.ClusterSet = id.ClusterSet
+			} else if id.ClusterSet != in.ClusterSet {
+				in.Warnings = append(in.Warnings, fmt.Sprintf("the local cluster %s is in clusterset %s, not %s", id.Cluster, id.ClusterSet, in.ClusterSet))
+			}
+		case in.ClusterSet == "":
+			return Report{}, fmt.Errorf("no clusterset given and the local cluster's cannot be read: %w", err)
+		default:
+			in.Warnings = append(in.Warnings, fmt.Sprintf("the local cluster's id cannot be read: %v", err))
+		}
+	}
+	if in.ClusterSet == "" {
+		return Report{}, errors.New("no clusterset: give one, or a local cluster whose ClusterProperty names it")
+	}
+
+	w, err := opts.OpenWatcher(ctx, in.ClusterSet)
+	if err != nil {
+		return Report{}, fmt.Errorf("open registry: %w", err)
+	}
+	defer func() { _ = w.Close() }()
+	in.Snapshot, err = ReadSnapshot(ctx, w)
+	if err != nil {
+		return Report{}, err
+	}
+	in.Time = opts.Now()
+	if li, ok := w.(registry.LeaseInspector); ok {
+		in.Leases, err = li.Leases(ctx)
+		if err != nil {
+			in.Warnings = append(in.Warnings, fmt.Sprintf("leases cannot be read: %v", err))
+		}
+	}
+	if opts.Local != nil {
+		if err := readLocal(ctx, opts.Local, opts.Namespace, in.Local); err != nil {
+			return Report{}, err
+		}
+	}
+	return Build(in), nil
+}
+
+// ReadSnapshot watches w until its first full update and returns it. It
+// fails when ctx ends first, with the last reason the registry could not be
+// read.
+func ReadSnapshot(ctx context.Context, w registry.Watcher) (Snapshot, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h := &snapshotHandler{full: make(chan Snapshot, 1), cancel: cancel}
+	var err error
+	done := make(chan struct{})
+	go func() {
+		err = w.Watch(ctx, h)
+		close(done)
+	}()
+	select {
+	case s := <-h.full:
+		cancel()
+		<-done
+		return s, nil
+	case <-done:
+	}
+	select {
+	case s := <-h.full: // the full update came with the end of Watch
+		return s, nil
+	default:
+	}
+	if h.lastErr != nil {
+		err = fmt.Errorf("%w (last error: %w)", err, h.lastErr)
+	}
+	return Snapshot{}, fmt.Errorf("read registry: %w", err)
+}
+
+// snapshotHandler takes the first full update. Handler calls are never
+// concurrent, and lastErr is read only after Watch returned.
+type snapshotHandler struct {
+	full    chan Snapshot
+	cancel  context.CancelFunc
+	taken   bool
+	lastErr error
+}
+
+func (h *snapshotHandler) OnUpdate(u registry.Update) {
+	if !u.Full || h.taken {
+		return
+	}
+	h.taken = true
+	h.full <- Snapshot{Exports: u.Exports, Endpoints: u.Endpoints, Clusters: u.Clusters}
+	h.cancel()
+}
+
+func (h *snapshotHandler) OnConnection(connected bool, err error) {
+	if !connected {
+		h.lastErr = err
+	}
+}
+
+// readLocal reads the local cluster's ServiceExports, ServiceImports and
+// the EndpointSlices mcsd wrote for imports, in namespace or everywhere.
+func readLocal(ctx context.Context, c client.Reader, namespace string, out *LocalObjects) error {
+	var opts []client.ListOption
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	var ses mcsv1beta1.ServiceExportList
+	if err := c.List(ctx, &ses, opts...); err != nil {
+		return fmt.Errorf("list ServiceExports: %w", err)
+	}
+	var sis mcsv1beta1.ServiceImportList
+	if err := c.List(ctx, &sis, opts...); err != nil {
+		return fmt.Errorf("list ServiceImports: %w", err)
+	}
+	var eps discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &eps, append(opts, client.MatchingLabels{discoveryv1.LabelManagedBy: imports.ManagedBy})...); err != nil {
+		return fmt.Errorf("list EndpointSlices: %w", err)
+	}
+	out.Exports, out.Imports, out.Slices = ses.Items, sis.Items, eps.Items
+	return nil
+}

@@ -1,0 +1,84 @@
+package status
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+)
+
+// TestCollectFromEtcd reads a real registry: two clusters on leases export
+// one Service with conflicting ports.
+func TestCollectFromEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	srv, err := embedded.Start(t.Context(), embedded.Config{
+		DataDir:         filepath.Join(t.TempDir(), "etcd"),
+		ListenClientURL: "http://127.0.0.1:0",
+		ListenPeerURL:   "http://127.0.0.1:0",
+		UnsafeNoFsync:   true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	select {
+	case <-srv.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd not ready")
+	}
+	opts := func(cluster string) etcd.Options {
+		return etcd.Options{Identity: registry.Identity{ClusterSet: "prod", Cluster: cluster}, Endpoints: []string{srv.ClientURL()}, TTL: 5 * time.Second}
+	}
+	for _, c := range []struct {
+		id   string
+		port int32
+	}{{"c1", 80}, {"c2", 81}} {
+		b, err := etcd.New(t.Context(), opts(c.id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		if err := b.PutExport(t.Context(), web, spec(registry.ClusterSetIP, port("http", c.port))); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.PutEndpoints(t.Context(), web, eps(c.id, web, time.Time{}, 1, 0).Groups); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	start := time.Now()
+	r, err := Collect(t.Context(), Options{
+		ClusterSet: "prod",
+		OpenWatcher: func(ctx context.Context, cs string) (Watcher, error) {
+			o := opts("")
+			o.Identity.ClusterSet = cs
+			return etcd.NewWatcher(ctx, o)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Clusters) != 2 {
+		t.Fatalf("clusters %+v, want c1 and c2", r.Clusters)
+	}
+	for _, c := range r.Clusters {
+		if c.Liveness != LivenessLease || c.Lease == "" || c.TTLSeconds != 5 || c.Since.After(start) ||
+			start.Sub(c.LastSeen) > 5*time.Second || !c.Expires.After(start) || c.Exports != 1 {
+			t.Errorf("cluster %+v, want on a live 5s lease, with one export", c)
+		}
+	}
+	if len(r.Services) != 1 || r.Services[0].Conflict == nil || r.Services[0].Conflict.Winner != "c1" {
+		t.Fatalf("services %+v, want shop/web with a conflict won by c1", r.Services)
+	}
+	for _, x := range r.Services[0].Exports {
+		if x.Endpoints == nil || x.Endpoints.Updated.IsZero() || x.Endpoints.Updated.After(start) {
+			t.Errorf("export of %s: endpoints %+v, want them stamped before the report", x.Cluster, x.Endpoints)
+		}
+	}
+}

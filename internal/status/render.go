@@ -1,0 +1,250 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/duration"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// WriteJSON writes r as indented JSON.
+func WriteJSON(w io.Writer, r Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes r as tables for people: ages are relative to r.Time.
+func WriteTable(w io.Writer, r Report) error {
+	p := &printer{w: w, now: r.Time}
+	title := "Clusterset " + r.ClusterSet
+	if r.Namespace != "" {
+		title += ", namespace " + r.Namespace
+	}
+	p.line("%s, read at %s", title, r.Time.Format(time.RFC3339))
+
+	p.table("No live clusters.", len(r.Clusters), func(t *table) {
+		t.row("CLUSTER", "EXPORTS", "LAST SEEN", "EXPIRES IN", "TTL", "LIVE FOR", "LIVENESS")
+		for _, c := range r.Clusters {
+			id := c.ID
+			if c.Local {
+				id += " (local)"
+			}
+			ttl := "-"
+			if c.TTLSeconds > 0 {
+				ttl = duration.HumanDuration(time.Duration(c.TTLSeconds * float64(time.Second)))
+			}
+			t.row(id, strconv.Itoa(c.Exports), p.ago(c.LastSeen), p.until(c.Expires), ttl, p.age(c.Since), liveness(c))
+		}
+	})
+
+	p.table("No exported services.", len(r.Services), func(t *table) {
+		t.row("SERVICE", "TYPE", "PORTS", "CLUSTERS", "PUBLISHED", "CONFLICT")
+		for _, s := range r.Services {
+			conflict := "-"
+			if c := s.Conflict; c != nil {
+				conflict = fmt.Sprintf("%s (%s wins)", strings.Join(c.Reasons, ","), c.Winner)
+			}
+			t.row(s.Namespace+"/"+s.Name, s.Import.Type, ports(s.Import.Ports), list(s.Import.Clusters), p.ago(s.Import.Published), conflict)
+		}
+	})
+
+	if len(r.Services) > 0 {
+		p.table("", 1, func(t *table) {
+			t.row("EXPORT", "CLUSTER", "RANK", "TYPE", "PORTS", "ENDPOINTS", "UPDATED")
+			for _, s := range r.Services {
+				for _, x := range s.Exports {
+					eps, updated := "-", "-"
+					if e := x.Endpoints; e != nil {
+						eps = fmt.Sprintf("%d/%d ready", e.Ready, e.Total)
+						updated = p.ago(e.Updated)
+					}
+					t.row(s.Namespace+"/"+s.Name, x.Cluster, strconv.Itoa(x.Rank), x.Type, ports(x.Ports), eps, updated)
+				}
+			}
+		})
+	}
+
+	conflicts := 0
+	for _, s := range r.Services {
+		if s.Conflict != nil {
+			conflicts++
+		}
+	}
+	if conflicts > 0 {
+		p.table("", 1, func(t *table) {
+			t.row("CONFLICT", "WINNER", "REASONS", "MESSAGE")
+			for _, s := range r.Services {
+				if c := s.Conflict; c != nil {
+					t.row(s.Namespace+"/"+s.Name, c.Winner, strings.Join(c.Reasons, ","), c.Message)
+				}
+			}
+		})
+	}
+
+	if l := r.Local; l != nil {
+		id := l.Cluster
+		if id == "" {
+			id = "(id unknown)"
+		}
+		p.line("")
+		p.line("Local cluster %s", id)
+		p.table("No ServiceExports.", len(l.Exports), func(t *table) {
+			t.row("SERVICEEXPORT", "VALID", "READY", "CONFLICT", "IN REGISTRY")
+			for _, e := range l.Exports {
+				t.row(e.Namespace+"/"+e.Name,
+					conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionValid), "True"),
+					conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionReady), "True"),
+					conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionConflict), "False"),
+					yesNo(e.InRegistry))
+			}
+		})
+		p.table("No ServiceImports.", len(l.Imports), func(t *table) {
+			t.row("SERVICEIMPORT", "TYPE", "READY", "CLUSTERS", "SLICES", "ENDPOINTS", "CHANGED", "PUBLISHED", "MATCHES REGISTRY")
+			for _, i := range l.Imports {
+				ready := "-"
+				if i.Ready != nil {
+					ready = conditionCell([]Condition{*i.Ready}, i.Ready.Type, "True")
+				}
+				matches := "yes"
+				if len(i.Differs) > 0 {
+					matches = "no: " + strings.Join(i.Differs, ", ")
+				}
+				t.row(i.Namespace+"/"+i.Name, i.Type, ready, list(i.Clusters), strconv.Itoa(i.EndpointSlices), strconv.Itoa(i.Endpoints),
+					p.ago(i.LastChange), p.ago(i.Published), matches)
+			}
+		})
+	}
+
+	if len(r.Warnings) > 0 {
+		p.line("")
+		for _, w := range r.Warnings {
+			p.line("warning: %s", w)
+		}
+	}
+	return p.err
+}
+
+// printer writes lines and tables, keeping the first error.
+type printer struct {
+	w   io.Writer
+	now time.Time
+	err error
+}
+
+func (p *printer) line(format string, args ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format+"\n", args...)
+	}
+}
+
+// table writes a blank line and a table that fill fills, or empty when n is
+// 0.
+func (p *printer) table(empty string, n int, fill func(*table)) {
+	p.line("")
+	if n == 0 {
+		p.line("%s", empty)
+		return
+	}
+	t := &table{tw: tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)}
+	fill(t)
+	if p.err == nil {
+		p.err = t.tw.Flush()
+	}
+}
+
+type table struct{ tw *tabwriter.Writer }
+
+func (t *table) row(cells ...string) {
+	_, _ = fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+// ago is how long before now t was: "5s ago"; "-" when t is not known.
+func (p *printer) ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	if d := p.now.Sub(t); d < 0 {
+		return "in " + duration.HumanDuration(-d)
+	}
+	return duration.HumanDuration(p.now.Sub(t)) + " ago"
+}
+
+// age is how long before now t was, without "ago": "5m".
+func (p *printer) age(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return duration.HumanDuration(max(p.now.Sub(t), 0))
+}
+
+// until is how long after now t is: "4s"; "overdue 1s" when it is past.
+func (p *printer) until(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	if d := t.Sub(p.now); d >= 0 {
+		return duration.HumanDuration(d)
+	}
+	return "overdue " + duration.HumanDuration(p.now.Sub(t))
+}
+
+func liveness(c Cluster) string {
+	switch {
+	case c.Lease != "":
+		return c.Liveness + " " + c.Lease
+	case c.Liveness != "":
+		return c.Liveness
+	}
+	return "-"
+}
+
+// conditionCell is the status of the condition of type typ in conds, with
+// its reason when the status is not good.
+func conditionCell(conds []Condition, typ, good string) string {
+	for _, c := range conds {
+		if c.Type != typ {
+			continue
+		}
+		if c.Status == good || c.Reason == "" {
+			return c.Status
+		}
+		return c.Status + " (" + c.Reason + ")"
+	}
+	return "-"
+}
+
+// ports formats ports as "http:80/TCP,9000/UDP".
+func ports(ps []Port) string {
+	if len(ps) == 0 {
+		return "-"
+	}
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = fmt.Sprintf("%d/%s", p.Port, p.Protocol)
+		if p.Name != "" {
+			s[i] = p.Name + ":" + s[i]
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ",")
+}
+
+func yesNo(v bool) string {
+	if v {
+		return "yes"
+	}
+	return "no"
+}
