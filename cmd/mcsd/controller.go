@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcsd-io/mcsd/internal/manager"
+	"github.com/mcsd-io/mcsd/internal/status"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
@@ -27,13 +29,7 @@ type controllerFlags struct {
 	kubeContext    string
 	qps            float32
 	burst          int
-	registry       string
-	caFile         string
-	certFile       string
-	keyFile        string
-	username       string
-	password       string
-	ttl            time.Duration
+	registry       registryFlags
 	leaderElect    bool
 	leaderNS       string
 	metricsAddr    string
@@ -77,13 +73,8 @@ Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd
 	fl.StringVar(&f.kubeContext, "context", "", "kubeconfig context to use")
 	fl.Float32Var(&f.qps, "kube-api-qps", 50, "queries per second to this cluster's API server")
 	fl.IntVar(&f.burst, "kube-api-burst", 100, "burst of queries to this cluster's API server")
-	fl.StringVar(&f.registry, "registry", "", "registry URL (required): etcd://host:port[,host:port] or etcds://...")
-	fl.StringVar(&f.caFile, "registry-ca", "", "CA file that verifies the registry's servers")
-	fl.StringVar(&f.certFile, "registry-cert", "", "client certificate for the registry")
-	fl.StringVar(&f.keyFile, "registry-key", "", "client key for the registry")
-	fl.StringVar(&f.username, "registry-username", "", "etcd user name (etcd auth)")
-	fl.StringVar(&f.password, "registry-password", "", "etcd password (etcd auth; prefer the MCSD_REGISTRY_PASSWORD environment variable)")
-	fl.DurationVar(&f.ttl, "lease-ttl", 30*time.Second, "how long this cluster's records outlive it in the registry if it stops")
+	f.registry.bind(cmd)
+	fl.DurationVar(&f.registry.ttl, "lease-ttl", 30*time.Second, "how long this cluster's records outlive it in the registry if it stops")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one replica runs (for Deployments with several replicas)")
 	fl.StringVar(&f.leaderNS, "leader-election-namespace", "", "namespace of the leader lease (default: $POD_NAMESPACE or mcsd-system)")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables)")
@@ -93,16 +84,10 @@ Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd
 }
 
 func runController(ctx context.Context, f *controllerFlags) error {
-	if f.registry == "" {
-		return fmt.Errorf("--registry is required, e.g. --registry etcd://127.0.0.1:2379 (start one with: mcsd registry --data-dir DIR)")
-	}
-	if f.password == "" {
-		f.password = os.Getenv("MCSD_REGISTRY_PASSWORD")
-	}
 	if f.leaderNS == "" {
 		f.leaderNS = os.Getenv("POD_NAMESPACE")
 	}
-	open, err := registryOpener(f)
+	backend, err := openRegistryURL(&f.registry)
 	if err != nil {
 		return err
 	}
@@ -120,7 +105,7 @@ func runController(ctx context.Context, f *controllerFlags) error {
 	ctx = logr.NewContext(ctx, log)
 	return manager.Run(ctx, manager.Options{
 		RESTConfig:              cfg,
-		OpenRegistry:            open,
+		OpenRegistry:            backend.open,
 		MetricsAddr:             f.metricsAddr,
 		HealthAddr:              f.healthAddr,
 		LeaderElection:          f.leaderElect,
@@ -128,17 +113,55 @@ func runController(ctx context.Context, f *controllerFlags) error {
 	})
 }
 
+// registryFlags are the flags that name and reach the registry, shared by
+// the controller and the status command.
+type registryFlags struct {
+	url      string
+	caFile   string
+	certFile string
+	keyFile  string
+	username string
+	password string
+	// ttl is the controller's --lease-ttl; unused by readers.
+	ttl time.Duration
+}
+
+func (r *registryFlags) bind(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&r.url, "registry", "", "registry URL (required): etcd://host:port[,host:port], etcds://... or cloudmap://?region=...")
+	fl.StringVar(&r.caFile, "registry-ca", "", "CA file that verifies the registry's servers")
+	fl.StringVar(&r.certFile, "registry-cert", "", "client certificate for the registry")
+	fl.StringVar(&r.keyFile, "registry-key", "", "client key for the registry")
+	fl.StringVar(&r.username, "registry-username", "", "etcd user name (etcd auth)")
+	fl.StringVar(&r.password, "registry-password", "", "etcd password (etcd auth; prefer the MCSD_REGISTRY_PASSWORD environment variable)")
+}
+
+// registryBackend opens the registry a URL names: for a cluster, or
+// read-only.
+type registryBackend struct {
+	open  manager.OpenFunc
+	watch func(ctx context.Context, clusterSet string) (status.Watcher, error)
+}
+
 // backends maps a registry URL scheme to the backend that serves it.
-var backends = map[string]func(u *url.URL, f *controllerFlags) (manager.OpenFunc, error){
+var backends = map[string]func(u *url.URL, f *registryFlags) (registryBackend, error){
 	"etcd":     openEtcd,
 	"etcds":    openEtcd,
 	"cloudmap": openCloudMap,
 }
 
-func registryOpener(f *controllerFlags) (manager.OpenFunc, error) {
-	u, err := url.Parse(f.registry)
+// openRegistryURL checks the registry flags and returns the backend of the
+// URL.
+func openRegistryURL(f *registryFlags) (registryBackend, error) {
+	if f.url == "" {
+		return registryBackend{}, fmt.Errorf("--registry is required, e.g. --registry etcd://127.0.0.1:2379 (start one with: mcsd registry --data-dir DIR)")
+	}
+	if f.password == "" {
+		f.password = os.Getenv("MCSD_REGISTRY_PASSWORD")
+	}
+	u, err := url.Parse(f.url)
 	if err != nil {
-		return nil, fmt.Errorf("parse --registry: %w", err)
+		return registryBackend{}, fmt.Errorf("parse --registry: %w", err)
 	}
 	open, ok := backends[u.Scheme]
 	if !ok {
@@ -146,14 +169,15 @@ func registryOpener(f *controllerFlags) (manager.OpenFunc, error) {
 		for s := range backends {
 			schemes = append(schemes, s)
 		}
-		return nil, fmt.Errorf("--registry %q: unknown scheme %q (known: %s)", f.registry, u.Scheme, strings.Join(schemes, ", "))
+		slices.Sort(schemes)
+		return registryBackend{}, fmt.Errorf("--registry %q: unknown scheme %q (known: %s)", f.url, u.Scheme, strings.Join(schemes, ", "))
 	}
 	return open(u, f)
 }
 
-func openEtcd(u *url.URL, f *controllerFlags) (manager.OpenFunc, error) {
+func openEtcd(u *url.URL, f *registryFlags) (registryBackend, error) {
 	if u.Host == "" {
-		return nil, fmt.Errorf("--registry %q names no etcd endpoint", f.registry)
+		return registryBackend{}, fmt.Errorf("--registry %q names no etcd endpoint", f.url)
 	}
 	scheme := "http"
 	if u.Scheme == "etcds" {
@@ -175,14 +199,21 @@ func openEtcd(u *url.URL, f *controllerFlags) (manager.OpenFunc, error) {
 	if p := strings.TrimSuffix(u.Path, "/"); p != "" {
 		opts.Prefix = p
 	}
-	return func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
-		o := opts
-		o.Identity = id
-		return etcdregistry.New(ctx, o)
+	return registryBackend{
+		open: func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
+			o := opts
+			o.Identity = id
+			return etcdregistry.New(ctx, o)
+		},
+		watch: func(ctx context.Context, clusterSet string) (status.Watcher, error) {
+			o := opts
+			o.Identity = registry.Identity{ClusterSet: clusterSet}
+			return etcdregistry.NewWatcher(ctx, o)
+		},
 	}, nil
 }
 
-func openCloudMap(u *url.URL, f *controllerFlags) (manager.OpenFunc, error) {
+func openCloudMap(u *url.URL, f *registryFlags) (registryBackend, error) {
 	q := u.Query()
 	opts := cloudmap.Options{
 		Region:       q.Get("region"),
@@ -194,7 +225,7 @@ func openCloudMap(u *url.URL, f *controllerFlags) (manager.OpenFunc, error) {
 		if v := q.Get(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
-				return nil, fmt.Errorf("--registry: %s: %w", name, err)
+				return registryBackend{}, fmt.Errorf("--registry: %s: %w", name, err)
 			}
 			*dst = d
 		}
@@ -202,24 +233,31 @@ func openCloudMap(u *url.URL, f *controllerFlags) (manager.OpenFunc, error) {
 	for _, r := range q["rate"] {
 		parts := strings.Split(r, ":")
 		if len(parts) != 3 {
-			return nil, fmt.Errorf("--registry: rate=%q: want OPERATION:QPS:BURST", r)
+			return registryBackend{}, fmt.Errorf("--registry: rate=%q: want OPERATION:QPS:BURST", r)
 		}
 		qps, err := strconv.ParseFloat(parts[1], 64)
 		if err != nil {
-			return nil, fmt.Errorf("--registry: rate=%q: %w", r, err)
+			return registryBackend{}, fmt.Errorf("--registry: rate=%q: %w", r, err)
 		}
 		burst, err := strconv.Atoi(parts[2])
 		if err != nil {
-			return nil, fmt.Errorf("--registry: rate=%q: %w", r, err)
+			return registryBackend{}, fmt.Errorf("--registry: rate=%q: %w", r, err)
 		}
 		if opts.RateLimits == nil {
 			opts.RateLimits = cloudmap.DefaultRateLimits()
 		}
 		opts.RateLimits[parts[0]] = cloudmap.RateLimit{QPS: qps, Burst: burst}
 	}
-	return func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
-		o := opts
-		o.Identity = id
-		return cloudmap.New(ctx, o)
+	return registryBackend{
+		open: func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
+			o := opts
+			o.Identity = id
+			return cloudmap.New(ctx, o)
+		},
+		watch: func(ctx context.Context, clusterSet string) (status.Watcher, error) {
+			o := opts
+			o.Identity = registry.Identity{ClusterSet: clusterSet}
+			return cloudmap.NewWatcher(ctx, o)
+		},
 	}, nil
 }

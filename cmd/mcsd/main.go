@@ -19,5 +19,6 @@ func main() {
 func newRootCommand() *cobra.Command {
 	root := newControllerCommand()
 	root.AddCommand(newRegistryCommand())
+	root.AddCommand(newStatusCommand())
 	return root
 }

@@ -5,4 +5,6 @@
 //
 // A backend is opened for one cluster of one clusterset. It writes only that
 // cluster's records and reads every live cluster's records of the clusterset.
+// Each backend can also be opened read-only, as a Watcher of a clusterset
+// that writes nothing and is no member of it (for status reports and tools).
 package registry

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Registry is a backend opened for one cluster of one clusterset.
@@ -36,6 +37,30 @@ type Watcher interface {
 	// alive are delivered as deleted. Watch returns ctx.Err() or an error that
 	// retrying cannot fix.
 	Watch(ctx context.Context, h Handler) error
+}
+
+// LeaseInspector is implemented by read-only watchers of backends whose
+// watch cannot say when a cluster was last seen alive (etcd: a lease renewal
+// is no write). Leases looks up, on demand, the lease of every live cluster;
+// it is meant for status reports, not for controllers (it costs a request
+// per cluster).
+type LeaseInspector interface {
+	Leases(ctx context.Context) ([]Lease, error)
+}
+
+// Lease is what a backend's lease says about one live cluster.
+type Lease struct {
+	Cluster string `json:"cluster"`
+	// ID is the backend's id of the lease.
+	ID string `json:"id"`
+	// Granted is the TTL the lease was granted with; every renewal resets
+	// the lease to it.
+	Granted time.Duration `json:"granted"`
+	// Remaining is how long the lease lives without another renewal.
+	Remaining time.Duration `json:"remaining"`
+	// Renewed is about when the lease was last renewed (Granted less
+	// Remaining before the look-up, to the backend's precision).
+	Renewed time.Time `json:"renewed"`
 }
 
 // Handler receives what a Watch delivers. Calls are never concurrent.

@@ -119,9 +119,18 @@ type Endpoints struct {
 // Cluster is a live member of the clusterset.
 type Cluster struct {
 	ID string `json:"id"`
+	// Since is when the cluster's records last became live, by the
+	// cluster's clock: etcd, when its lease was granted; Cloud Map, when its
+	// heartbeats started after its records had expired. A controller that
+	// restarts within the TTL keeps it. Zero when the backend does not know.
+	Since time.Time `json:"since,omitempty"`
 	// LastSeen is when the backend last saw the cluster alive (its heartbeat
-	// or lease renewal), where the backend knows it.
+	// or lease renewal), where the backend knows it: Cloud Map's watch does;
+	// etcd's does not (see LeaseInspector).
 	LastSeen time.Time `json:"lastSeen,omitempty"`
+	// TTL is how long the cluster's records outlive its last renewal or
+	// heartbeat; zero when the backend does not know.
+	TTL time.Duration `json:"ttl,omitempty"`
 }
 
 // RecordID names one cluster's record of one Service.

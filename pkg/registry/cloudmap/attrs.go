@@ -62,6 +62,13 @@ const (
 	// attrTTL is the cluster's TTL in ms: how long after its last heartbeat
 	// its records are ignored.
 	attrTTL = "MCSD_TTL"
+	// attrSince is the Unix time in ms when the cluster's records last
+	// became live (registry.Cluster.Since), on its heartbeat.
+	attrSince = "MCSD_SINCE"
+	// attrEndpointsUpdated is the Unix time in ms of the last change of the
+	// cluster's endpoints (registry.Endpoints.Updated), on its service
+	// record.
+	attrEndpointsUpdated = "MCSD_ENDPOINTS_UPDATED"
 )
 
 const (
@@ -203,8 +210,8 @@ func (e encoder) base(record string, created int64) map[string]string {
 }
 
 // heartbeat is the heartbeat instance at Unix time nowMs of a cluster with
-// the given TTL.
-func (e encoder) heartbeat(nowMs int64, ttl time.Duration) instance {
+// the given TTL whose records are live since sinceMs.
+func (e encoder) heartbeat(nowMs, sinceMs int64, ttl time.Duration) instance {
 	attrs := map[string]string{
 		attrClusterID:    e.id.Cluster,
 		attrClusterSetID: e.id.ClusterSet,
@@ -212,6 +219,9 @@ func (e encoder) heartbeat(nowMs int64, ttl time.Duration) instance {
 		attrRecord:       recordHeartbeat,
 		attrHeartbeat:    strconv.FormatInt(nowMs, 10),
 		attrTTL:          strconv.FormatInt(ttl.Milliseconds(), 10),
+	}
+	if sinceMs > 0 {
+		attrs[attrSince] = strconv.FormatInt(sinceMs, 10)
 	}
 	return instance{ID: heartbeatID(e.prefix), Attrs: attrs}
 }
@@ -225,6 +235,9 @@ type state struct {
 	// HasEndpoints is set once endpoints were put.
 	HasEndpoints bool
 	Groups       []registry.EndpointGroup
+	// EndpointsUpdated is the time of the last change of the endpoints in
+	// Unix ms, 0 when unknown.
+	EndpointsUpdated int64
 }
 
 // instances returns every instance of st by id: the service record, when
@@ -248,6 +261,9 @@ func (e encoder) instances(st state) (map[string]instance, error) {
 	}
 	if st.HasEndpoints {
 		rec[attrEndpoints] = "true"
+		if st.EndpointsUpdated > 0 {
+			rec[attrEndpointsUpdated] = strconv.FormatInt(st.EndpointsUpdated, 10)
+		}
 	}
 	if err := checkLimits(rec); err != nil {
 		return nil, fmt.Errorf("export: %w", err)
@@ -506,6 +522,9 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 		}
 		if a.endpoints {
 			r.Endpoints = &registry.Endpoints{Cluster: cluster, Service: key, Groups: a.eps.groups()}
+			if ms, err := strconv.ParseInt(a.record[attrEndpointsUpdated], 10, 64); err == nil && ms > 0 {
+				r.Endpoints.Updated = time.UnixMilli(ms).UTC()
+			}
 		}
 		if r.Export != nil || r.Endpoints != nil {
 			out[cluster] = r
@@ -663,6 +682,18 @@ func (s endpointSet) groups() []registry.EndpointGroup {
 	return out
 }
 
+// endpointGroups decodes the endpoint instances of insts (the service
+// record and others' instances are skipped) as a watcher would.
+func endpointGroups(insts map[string]instance) []registry.EndpointGroup {
+	eps := endpointSet{}
+	for _, in := range insts {
+		if in.Attrs[attrRecord] == recordEndpoint {
+			eps.add(in.Attrs)
+		}
+	}
+	return eps.groups()
+}
+
 // decodeOwn reads this cluster's state of one Service back from its
 // instances, for a backend that takes over after a restart.
 func decodeOwn(id registry.Identity, key registry.ServiceKey, insts []instance) (state, bool) {
@@ -672,6 +703,7 @@ func decodeOwn(id registry.Identity, key registry.ServiceKey, insts []instance) 
 	for _, in := range insts {
 		if in.Attrs[attrRecord] == recordService {
 			st.Created, _ = strconv.ParseInt(in.Attrs[attrCreation], 10, 64)
+			st.EndpointsUpdated, _ = strconv.ParseInt(in.Attrs[attrEndpointsUpdated], 10, 64)
 			found = true
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,28 +25,58 @@ var _ registry.Registry = (*Backend)(nil)
 
 // Backend is the Cloud Map registry backend opened for one cluster.
 type Backend struct {
-	opts Options
-	api  API
-	enc  encoder
-	log  logr.Logger
-	now  func() time.Time
+	*reader
+	enc encoder
 
-	// ctx is canceled by Close; it bounds the heartbeat.
-	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
 
+	// since is when this cluster's records last became live, in Unix ms: the
+	// heartbeat carries it.
+	since int64
+
 	// sem serializes writes; it guards own.
 	sem chan struct{}
 	own map[registry.ServiceKey]*ownService
+}
 
-	// knownMu guards known, the Cloud Map services this backend wrote to,
+// reader is what reading a clusterset takes; Backend and Watcher share it.
+type reader struct {
+	opts Options
+	api  API
+	log  logr.Logger
+	now  func() time.Time
+
+	// ctx is canceled by Close; it bounds the heartbeat and the watches.
+	ctx context.Context
+
+	// knownMu guards known, the Cloud Map services a backend wrote to,
 	// which its watches read without waiting for their next listing, and
-	// heartbeats, the Cloud Map service of the heartbeats.
+	// heartbeats, the Cloud Map service of the heartbeats (ID "" until
+	// found).
 	knownMu    sync.Mutex
 	known      map[string]service
 	heartbeats service
+}
+
+// newReader makes the reader of opts over api, and the function that
+// cancels its context.
+func newReader(ctx context.Context, api API, opts Options) (*reader, context.CancelFunc) {
+	kv := []any{"clusterSet", opts.Identity.ClusterSet}
+	if opts.Identity.Cluster != "" {
+		kv = append(kv, "cluster", opts.Identity.Cluster)
+	}
+	log := logr.FromContextOrDiscard(ctx).WithValues(kv...)
+	rctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
+	return &reader{
+		opts:  opts,
+		api:   newLimitedAPI(api, opts.RateLimits),
+		log:   log,
+		now:   time.Now,
+		ctx:   rctx,
+		known: map[string]service{},
+	}, cancel
 }
 
 // ownService is what this cluster has in one Cloud Map service.
@@ -87,20 +118,14 @@ func NewFromAPI(ctx context.Context, api API, opts Options) (*Backend, error) {
 }
 
 func open(ctx context.Context, api API, opts Options) (*Backend, error) {
-	log := logr.FromContextOrDiscard(ctx).WithValues("clusterSet", opts.Identity.ClusterSet, "cluster", opts.Identity.Cluster)
-	bctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
+	r, cancel := newReader(ctx, api, opts)
 	b := &Backend{
-		opts:   opts,
-		api:    newLimitedAPI(api, opts.RateLimits),
+		reader: r,
 		enc:    newEncoder(opts.Identity),
-		log:    log,
-		now:    time.Now,
-		ctx:    bctx,
 		cancel: cancel,
 		done:   make(chan struct{}),
 		sem:    make(chan struct{}, 1),
 		own:    map[registry.ServiceKey]*ownService{},
-		known:  map[string]service{},
 	}
 	if err := b.start(ctx); err != nil {
 		cancel()
@@ -136,17 +161,22 @@ func (b *Backend) start(ctx context.Context) error {
 	}
 	// The records live while the heartbeat is younger than the TTL the
 	// previous run published with it.
-	var last int64
+	var last, since int64
 	ttl := b.opts.TTL
 	for _, in := range beats {
 		if in.ID == heartbeatID(b.enc.prefix) {
 			last, _ = strconv.ParseInt(in.Attrs[attrHeartbeat], 10, 64)
+			since, _ = strconv.ParseInt(in.Attrs[attrSince], 10, 64)
 			if v, err := strconv.ParseInt(in.Attrs[attrTTL], 10, 64); err == nil && v > 0 {
 				ttl = time.Duration(v) * time.Millisecond
 			}
 		}
 	}
 	alive := last > 0 && b.now().Sub(time.UnixMilli(last)) <= ttl
+	b.since = since
+	if !alive || since <= 0 {
+		b.since = b.now().UnixMilli()
+	}
 
 	found, err := b.scanOwn(ctx, query)
 	if err != nil {
@@ -240,8 +270,8 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 // discover reads the instances of svc that match query: DiscoverInstances
 // returns at most 1,000 and has no pagination, so a service with more is
 // read again with ListInstances, page by page, and filtered here.
-func (b *Backend) discover(ctx context.Context, svc service, query map[string]string) ([]instance, error) {
-	out, err := b.api.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
+func (r *reader) discover(ctx context.Context, svc service, query map[string]string) ([]instance, error) {
+	out, err := r.api.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName:   aws.String(svc.NS.HTTPName),
 		ServiceName:     aws.String(svc.Name),
 		MaxResults:      aws.Int32(discoverMax),
@@ -259,7 +289,7 @@ func (b *Backend) discover(ctx context.Context, svc service, query map[string]st
 		return insts, nil
 	}
 	var insts []instance
-	p := sd.NewListInstancesPaginator(b.api, &sd.ListInstancesInput{ServiceId: aws.String(svc.ID), MaxResults: aws.Int32(100)})
+	p := sd.NewListInstancesPaginator(r.api, &sd.ListInstancesInput{ServiceId: aws.String(svc.ID), MaxResults: aws.Int32(100)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
@@ -282,22 +312,22 @@ func (b *Backend) discover(ctx context.Context, svc service, query map[string]st
 const discoverMax = 1000
 
 // remember records svc for the watches.
-func (b *Backend) remember(svc service) {
-	b.knownMu.Lock()
-	defer b.knownMu.Unlock()
-	b.known[svc.ID] = svc
+func (r *reader) remember(svc service) {
+	r.knownMu.Lock()
+	defer r.knownMu.Unlock()
+	r.known[svc.ID] = svc
 }
 
-func (b *Backend) forget(svc service) {
-	b.knownMu.Lock()
-	defer b.knownMu.Unlock()
-	delete(b.known, svc.ID)
+func (r *reader) forget(svc service) {
+	r.knownMu.Lock()
+	defer r.knownMu.Unlock()
+	delete(r.known, svc.ID)
 }
 
-func (b *Backend) knownServices() []service {
-	b.knownMu.Lock()
-	defer b.knownMu.Unlock()
-	return slices.Collect(maps.Values(b.known))
+func (r *reader) knownServices() []service {
+	r.knownMu.Lock()
+	defer r.knownMu.Unlock()
+	return slices.Collect(maps.Values(r.known))
 }
 
 // lock takes the write lock.
@@ -419,6 +449,14 @@ func (b *Backend) apply(ctx context.Context, key registry.ServiceKey, st state) 
 	if err != nil {
 		return err
 	}
+	if changed, err := b.endpointsChanged(o.st, st, desired); err != nil {
+		return err
+	} else if changed {
+		st.EndpointsUpdated = b.now().UnixMilli()
+		if desired, err = b.enc.instances(st); err != nil {
+			return err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		err = b.applyTo(ctx, key, o, desired)
 		if err == nil || attempt > 0 || !isNotFound(err) {
@@ -447,6 +485,35 @@ func (b *Backend) apply(ctx context.Context, key registry.ServiceKey, st state) 
 		b.cleanup(ctx, o.svc)
 	}
 	return nil
+}
+
+// endpointsChanged reports whether a watcher would read other endpoints from
+// the instances desired of st than from those of old, the state last
+// written in full: then the endpoints need a new Updated stamp.
+func (b *Backend) endpointsChanged(old, st state, desired map[string]instance) (bool, error) {
+	if !st.HasEndpoints {
+		return false, nil
+	}
+	if !old.HasEndpoints {
+		return true, nil
+	}
+	before, err := b.enc.instances(old)
+	if err != nil {
+		return false, err
+	}
+	return !reflect.DeepEqual(endpointGroups(before), endpointGroups(desired)), nil
+}
+
+// onlyStampChanged reports whether the owned attributes of a service record
+// differ in the endpoints' Updated stamp only.
+func onlyStampChanged(old, next map[string]string) bool {
+	a, b := ownedAttrs(old), ownedAttrs(next)
+	if a[attrEndpointsUpdated] == b[attrEndpointsUpdated] {
+		return false
+	}
+	delete(a, attrEndpointsUpdated)
+	delete(b, attrEndpointsUpdated)
+	return maps.Equal(a, b)
 }
 
 func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, desired map[string]instance) error {
@@ -490,7 +557,16 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 		b.remember(svc)
 	}
 	// The service record goes first, so that importers see the export
-	// before its endpoints; on withdrawal it goes last.
+	// before its endpoints; on withdrawal it goes last. When only its
+	// endpoints stamp changes, it goes last too, so that the stamp never
+	// comes before the change it dates.
+	var stamp []instance
+	if i := slices.IndexFunc(puts, func(in instance) bool { return in.ID == recordID }); i >= 0 {
+		if old, ok := o.stored[recordID]; ok && onlyStampChanged(old, puts[i].Attrs) {
+			stamp = append(stamp, puts[i])
+			puts = slices.Delete(puts, i, i+1)
+		}
+	}
 	slices.SortStableFunc(puts, func(x, y instance) int { return boolRank(y.ID == recordID) - boolRank(x.ID == recordID) })
 	slices.SortStableFunc(dels, func(x, y string) int { return boolRank(x == recordID) - boolRank(y == recordID) })
 	if i := slices.IndexFunc(puts, func(in instance) bool { return in.ID == recordID }); i == 0 {
@@ -521,6 +597,12 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 			return err
 		}
 		delete(o.stored, id)
+	}
+	for _, in := range stamp {
+		if err := b.register(ctx, o.svc, in); err != nil {
+			return err
+		}
+		o.stored[in.ID] = in.Attrs
 	}
 	return nil
 }

@@ -59,6 +59,16 @@ func (c *countingAPI) DeregisterInstance(ctx context.Context, in *sd.DeregisterI
 	return c.API.DeregisterInstance(ctx, in, optFns...)
 }
 
+func (c *countingAPI) CreateHttpNamespace(ctx context.Context, in *sd.CreateHttpNamespaceInput, optFns ...func(*sd.Options)) (*sd.CreateHttpNamespaceOutput, error) { //nolint:revive // the SDK method's name
+	c.count(OpCreateHTTPNamespace, "")
+	return c.API.CreateHttpNamespace(ctx, in, optFns...)
+}
+
+func (c *countingAPI) CreateService(ctx context.Context, in *sd.CreateServiceInput, optFns ...func(*sd.Options)) (*sd.CreateServiceOutput, error) {
+	c.count(OpCreateService, "")
+	return c.API.CreateService(ctx, in, optFns...)
+}
+
 func (c *countingAPI) ListInstances(ctx context.Context, in *sd.ListInstancesInput, optFns ...func(*sd.Options)) (*sd.ListInstancesOutput, error) {
 	c.count(OpListInstances, "")
 	return c.API.ListInstances(ctx, in, optFns...)
@@ -118,8 +128,8 @@ func TestForeignAttributesDoNotCauseWrites(t *testing.T) {
 	groups := webGroups("10.0.0.1")
 	groups[0].Endpoints[0].Ready = false
 	mustDo(t, b.PutEndpoints(ctx, key, groups))
-	if n := counting.get(OpRegisterInstance); n != 1 {
-		t.Errorf("one changed endpoint made %d registrations, want 1", n)
+	if n := counting.get(OpRegisterInstance); n != 2 {
+		t.Errorf("one changed endpoint made %d registrations, want 2 (the endpoint, and the service record's stamp)", n)
 	}
 	inst := rawInstances(t, c, key.Namespace, key.Name)[endpointInstanceID(prefix, "10.0.0.1", &groups[0].Ports[0])]
 	if inst[attrReady] != "false" || inst["TEAM_TAG"] != "blue" {
@@ -323,5 +333,51 @@ func TestPaginationPast1000(t *testing.T) {
 	})
 	if got := counting.get(OpListInstances); got < (n+1)/100 {
 		t.Errorf("%d ListInstances calls, want the pages of %d instances", got, n+1)
+	}
+}
+
+// TestWatcherWritesNothing opens a read-only watcher of a clusterset whose
+// system namespace does not exist yet: it creates nothing and registers
+// nothing, finds no cluster, and finds the heartbeats once a member has
+// created them.
+func TestWatcherWritesNothing(t *testing.T) {
+	srv := moto(t)
+	ctx := t.Context()
+	id := registry.Identity{ClusterSet: randName("reader")}
+	opts := motoOptions(srv, id, 30*time.Second)
+	opts.SystemNamespace = randName("sys") + ".system"
+	client, err := NewClient(ctx, opts)
+	mustDo(t, err)
+	counting := &countingAPI{API: client}
+	w, err := NewWatcherFromAPI(ctx, counting, opts)
+	mustDo(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	rec := registrytest.StartWatch(t, w)
+	events := rec.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	if u := events[len(events)-1].Update; !u.Full || len(u.Clusters) > 0 {
+		t.Errorf("first update of an empty clusterset: %+v", *u)
+	}
+	if got := namespacesNamed(t, rawClient(t, srv), opts.SystemNamespace); len(got) != 0 {
+		t.Errorf("the watcher created the system namespace")
+	}
+
+	member := opts
+	member.Identity.Cluster = "a"
+	a := openBackend(t, member)
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	rec.WaitFor(t, 15*time.Second, "cluster a and its endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, live := v.Clusters["a"]
+		return live && len(v.Endpoints[registry.RecordID{Cluster: "a", Service: key}].Groups) == 1
+	})
+	c := rec.View().Clusters["a"]
+	if c.LastSeen.IsZero() || c.Since.IsZero() || c.TTL != 30*time.Second {
+		t.Errorf("cluster a = %+v, want its heartbeat, since and TTL", c)
+	}
+	for _, op := range []string{OpRegisterInstance, OpDeregisterInstance, OpCreateHTTPNamespace, OpCreateService} {
+		if n := counting.get(op); n != 0 {
+			t.Errorf("the watcher made %d %s calls", n, op)
+		}
 	}
 }

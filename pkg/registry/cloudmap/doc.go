@@ -21,5 +21,7 @@
 // Watch polls: every PollInterval it reads DiscoverInstancesRevision of each
 // known service and DiscoverInstances only for those whose revision moved;
 // every ListInterval it lists namespaces and services to find new ones.
-// README.md describes the data model, the options and the IAM policy.
+// NewWatcher opens the same Watch read-only: no heartbeat, no writes, no
+// membership. README.md describes the data model, the options and the IAM
+// policy.
 package cloudmap

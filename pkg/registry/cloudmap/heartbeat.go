@@ -7,7 +7,7 @@ import (
 
 // beat writes the heartbeat instance with the current time.
 func (b *Backend) beat(ctx context.Context) error {
-	hb := b.enc.heartbeat(b.now().UnixMilli(), b.opts.TTL)
+	hb := b.enc.heartbeat(b.now().UnixMilli(), b.since, b.opts.TTL)
 	err := b.register(ctx, b.heartbeatService(), hb)
 	if isNotFound(err) {
 		// The system namespace or service was deleted: create it again.
@@ -58,9 +58,20 @@ func (b *Backend) heartbeatLoop() {
 	}
 }
 
-// heartbeatService is the Cloud Map service of the heartbeats.
-func (b *Backend) heartbeatService() service {
-	b.knownMu.Lock()
-	defer b.knownMu.Unlock()
-	return b.heartbeats
+// heartbeatService is the Cloud Map service of the heartbeats; its ID is ""
+// until it is known.
+func (r *reader) heartbeatService() service {
+	r.knownMu.Lock()
+	defer r.knownMu.Unlock()
+	return r.heartbeats
+}
+
+// foundHeartbeatService records the heartbeat service a listing found,
+// unless one is known already.
+func (r *reader) foundHeartbeatService(svc service) {
+	r.knownMu.Lock()
+	defer r.knownMu.Unlock()
+	if r.heartbeats.ID == "" {
+		r.heartbeats = svc
+	}
 }

@@ -57,7 +57,7 @@ func (l *limitedAPI) ListInstances(ctx context.Context, in *sd.ListInstancesInpu
 	return l.api.ListInstances(ctx, in, optFns...)
 }
 
-func (l *limitedAPI) CreateHttpNamespace(ctx context.Context, in *sd.CreateHttpNamespaceInput, optFns ...func(*sd.Options)) (*sd.CreateHttpNamespaceOutput, error) {
+func (l *limitedAPI) CreateHttpNamespace(ctx context.Context, in *sd.CreateHttpNamespaceInput, optFns ...func(*sd.Options)) (*sd.CreateHttpNamespaceOutput, error) { //nolint:revive // the SDK method's name
 	if err := l.wait(ctx, OpCreateHTTPNamespace); err != nil {
 		return nil, err
 	}

@@ -98,9 +98,23 @@ func randName(prefix string) string {
 func TestConformance(t *testing.T) {
 	moto(t)
 	srv := mototest.Start(t)
-	registrytest.Run(t, func(t *testing.T, id registry.Identity, ttl time.Duration) registry.Registry {
+	factory := func(t *testing.T, id registry.Identity, ttl time.Duration) registry.Registry {
 		return openBackend(t, motoOptions(srv, id, ttl))
+	}
+	registrytest.Run(t, factory)
+	registrytest.RunReadOnly(t, factory, func(t *testing.T, id registry.Identity) registry.Watcher {
+		return openWatcher(t, motoOptions(srv, id, 0))
 	})
+}
+
+func openWatcher(t *testing.T, opts Options) *Watcher {
+	t.Helper()
+	w, err := NewWatcher(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
 }
 
 // rawInstances reads every instance of nsName/name.
@@ -139,16 +153,5 @@ func mustDo(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

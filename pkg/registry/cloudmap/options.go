@@ -68,10 +68,11 @@ func DefaultRateLimits() map[string]RateLimit {
 	}
 }
 
-// Options configure a Backend. The zero value of every field but Identity
-// takes its default.
+// Options configure a Backend, or a read-only Watcher. The zero value of
+// every field but Identity takes its default.
 type Options struct {
 	// Identity is the cluster the backend publishes for and its clusterset.
+	// A Watcher needs the clusterset only.
 	Identity registry.Identity
 
 	// Region is the AWS region of the Cloud Map namespaces. Empty means the
@@ -159,6 +160,22 @@ func (o *Options) Validate() error {
 	if err := o.Identity.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("identity: %w", err))
 	}
+	return errors.Join(append(errs, o.validateReader())...)
+}
+
+// ValidateWatcher reports whether the options can open a Watcher:
+// Identity.Cluster may be empty.
+func (o *Options) ValidateWatcher() error {
+	var errs []error
+	if o.Identity.ClusterSet == "" {
+		errs = append(errs, errors.New("identity: clusterset id is empty"))
+	}
+	return errors.Join(append(errs, o.validateReader())...)
+}
+
+// validateReader checks everything but the presence of the ids.
+func (o *Options) validateReader() error {
+	var errs []error
 	if len(o.Identity.Cluster) > maxAttrValue || len(o.Identity.ClusterSet) > maxAttrValue {
 		errs = append(errs, fmt.Errorf("cluster and clusterset ids must be at most %d characters", maxAttrValue))
 	}

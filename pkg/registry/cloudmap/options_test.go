@@ -54,6 +54,17 @@ func TestOptions(t *testing.T) {
 			t.Errorf("%s: Validate() = %v, want an error about %q", tc.name, err, tc.want)
 		}
 	}
+
+	// A watcher needs the clusterset only.
+	w := Options{Identity: registry.Identity{ClusterSet: testID.ClusterSet}}
+	w.Default()
+	if err := w.ValidateWatcher(); err != nil {
+		t.Errorf("ValidateWatcher() without a cluster = %v", err)
+	}
+	w.Identity.ClusterSet = ""
+	if err := w.ValidateWatcher(); err == nil || !strings.Contains(err.Error(), "clusterset id") {
+		t.Errorf("ValidateWatcher() without a clusterset = %v, want an error about the clusterset id", err)
+	}
 }
 
 // TestEndpointOverrideDisablesHostPrefix checks that DiscoverInstances and

@@ -75,7 +75,7 @@ func TestRealAWS(t *testing.T) {
 func deleteNamespaces(t *testing.T, api API, names ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	b := &Backend{api: api, opts: Options{OperationTimeout: time.Minute}}
+	b := &Backend{reader: &reader{api: api, opts: Options{OperationTimeout: time.Minute}}}
 	nss, err := listNamespaces(ctx, api)
 	if err != nil {
 		t.Errorf("clean up: %v", err)

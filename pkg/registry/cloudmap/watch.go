@@ -24,18 +24,22 @@ import (
 // each poll finds. A poll that fails reports the connection lost and changes
 // nothing; the next poll starts from what was read before.
 func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
-	if b.ctx.Err() != nil {
+	return b.watch(ctx, h)
+}
+
+func (r *reader) watch(ctx context.Context, h registry.Handler) error {
+	if r.ctx.Err() != nil {
 		return registry.ErrClosed
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(b.ctx, cancel)
+	stop := context.AfterFunc(r.ctx, cancel)
 	defer stop()
 
 	w := &watcher{
-		b:        b,
+		b:        r,
 		h:        h,
-		log:      logr.FromContextOrDiscard(ctx).WithValues("clusterSet", b.opts.Identity.ClusterSet),
+		log:      logr.FromContextOrDiscard(ctx).WithValues("clusterSet", r.opts.Identity.ClusterSet),
 		services: map[string]*serviceCache{},
 		beats:    map[string]*beat{},
 	}
@@ -45,11 +49,11 @@ func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 			break
 		}
 		w.setConnected(err == nil, err)
-		if !sleep(ctx, b.opts.PollInterval) {
+		if !sleep(ctx, r.opts.PollInterval) {
 			break
 		}
 	}
-	if b.ctx.Err() != nil {
+	if r.ctx.Err() != nil {
 		return registry.ErrClosed
 	}
 	return ctx.Err()
@@ -57,7 +61,7 @@ func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 
 // watcher is one call of Watch.
 type watcher struct {
-	b   *Backend
+	b   *reader
 	h   registry.Handler
 	log logr.Logger
 	// connected is nil until the first poll ends.
@@ -85,6 +89,8 @@ type serviceCache struct {
 // beat is what a watcher knows of one cluster's heartbeat.
 type beat struct {
 	ms int64
+	// since is the heartbeat's MCSD_SINCE, 0 when it has none.
+	since int64
 	// ttl is the cluster's own TTL.
 	ttl time.Duration
 	// firstSeen and changedAt are local times: when the heartbeat was first
@@ -160,6 +166,12 @@ func (w *watcher) list(ctx context.Context) error {
 	}
 	catalog := map[string]service{}
 	for _, ns := range nss {
+		if ns.Name == b.opts.SystemNamespace && b.heartbeatService().ID == "" {
+			// A read-only watcher finds the heartbeats here.
+			if err := w.findHeartbeats(ctx, ns); err != nil {
+				return err
+			}
+		}
 		if !ns.usable() || !validName(ns.Name) {
 			continue
 		}
@@ -187,11 +199,35 @@ func (w *watcher) list(ctx context.Context) error {
 	return nil
 }
 
-// readHeartbeats reads the clusterset's heartbeats if they changed.
+// findHeartbeats looks for the heartbeat service in the system namespace
+// ns.
+func (w *watcher) findHeartbeats(ctx context.Context, ns namespace) error {
+	svcs, err := listServices(ctx, w.b.api, ns)
+	if isAccessDenied(err) {
+		w.log.V(1).Info("skipping system namespace the policy does not grant", "namespace", ns.Name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, svc := range svcs {
+		if svc.Name == heartbeatService {
+			w.b.foundHeartbeatService(svc)
+		}
+	}
+	return nil
+}
+
+// readHeartbeats reads the clusterset's heartbeats if they changed. Without
+// a heartbeat service (none found yet), no mcsd cluster is alive.
 func (w *watcher) readHeartbeats(ctx context.Context) error {
 	b := w.b
+	svc := b.heartbeatService()
+	if svc.ID == "" {
+		return nil
+	}
 	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet}
-	changed, err := w.read(ctx, b.heartbeatService(), &w.heartbeats, query)
+	changed, err := w.read(ctx, svc, &w.heartbeats, query)
 	if err != nil {
 		return fmt.Errorf("read heartbeats: %w", err)
 	}
@@ -211,12 +247,14 @@ func (w *watcher) readHeartbeats(ctx context.Context) error {
 		if v, err := strconv.ParseInt(in.Attrs[attrTTL], 10, 64); err == nil && v > 0 {
 			ttl = time.Duration(v) * time.Millisecond
 		}
+		since, _ := strconv.ParseInt(in.Attrs[attrSince], 10, 64)
 		hb := w.beats[cluster]
 		switch {
 		case hb == nil:
-			w.beats[cluster] = &beat{ms: ms, ttl: ttl, firstSeen: now}
+			w.beats[cluster] = &beat{ms: ms, since: since, ttl: ttl, firstSeen: now}
 		case hb.ms != ms:
 			hb.ms = ms
+			hb.since = since
 			hb.ttl = ttl
 			hb.changedAt = now
 		}
@@ -303,7 +341,11 @@ func (w *watcher) snapshot() *snapshot {
 	for c, hb := range w.beats {
 		if hb.alive(now) {
 			alive[c] = true
-			s.clusters[c] = registry.Cluster{ID: c, LastSeen: time.UnixMilli(hb.ms)}
+			cl := registry.Cluster{ID: c, LastSeen: time.UnixMilli(hb.ms).UTC(), TTL: hb.ttl}
+			if hb.since > 0 {
+				cl.Since = time.UnixMilli(hb.since).UTC()
+			}
+			s.clusters[c] = cl
 		}
 	}
 	byKey := map[registry.ServiceKey][]instance{}

@@ -23,15 +23,11 @@ var _ registry.Registry = (*Backend)(nil)
 
 // Backend is the etcd registry backend opened for one cluster.
 type Backend struct {
-	opts       Options
-	keys       keys
-	cli        *clientv3.Client
+	conn
 	ownsClient bool
 	lessor     clientv3.Lease
-	log        logr.Logger
+	now        func() time.Time
 
-	// ctx is canceled by Close; it bounds the backend's own goroutines.
-	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
@@ -45,6 +41,37 @@ type Backend struct {
 	// etcd at start: identical writes are skipped, and a lost lease is
 	// repaired by writing it all again.
 	stored map[string]string
+	// contents is the value of an endpoints key without its Updated stamp,
+	// by key, for the keys this backend wrote or compared since it started.
+	contents map[string]string
+}
+
+// conn is what reading a clusterset takes; Backend and Watcher share it.
+type conn struct {
+	opts Options
+	keys keys
+	cli  *clientv3.Client
+	log  logr.Logger
+	// ctx is canceled by Close; it bounds the own goroutines and the watches.
+	ctx context.Context
+}
+
+// newConn makes the conn of opts over cli, and the function that cancels its
+// context.
+func newConn(ctx context.Context, cli *clientv3.Client, opts Options) (conn, context.CancelFunc) {
+	log := logr.FromContextOrDiscard(ctx).WithValues(logValues(opts.Identity)...)
+	cctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
+	return conn{opts: opts, keys: newKeys(opts.Prefix, opts.Identity.ClusterSet), cli: cli, log: log, ctx: cctx}, cancel
+}
+
+// logValues are the logger's key-value pairs of id; the cluster is left out
+// when there is none (a read-only Watcher).
+func logValues(id registry.Identity) []any {
+	kv := []any{"clusterSet", id.ClusterSet}
+	if id.Cluster != "" {
+		kv = append(kv, "cluster", id.Cluster)
+	}
+	return kv
 }
 
 // New connects to etcd and opens the backend for opts.Identity. It takes its
@@ -54,6 +81,19 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("etcd registry options: %w", err)
 	}
+	cli, err := newClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := open(ctx, cli, opts, true)
+	if err != nil {
+		return nil, errors.Join(err, cli.Close())
+	}
+	return b, nil
+}
+
+// newClient connects to the etcd of opts.
+func newClient(opts Options) (*clientv3.Client, error) {
 	tlsConfig, err := opts.tlsConfig()
 	if err != nil {
 		return nil, err
@@ -75,11 +115,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}
-	b, err := open(ctx, cli, opts, true)
-	if err != nil {
-		return nil, errors.Join(err, cli.Close())
-	}
-	return b, nil
+	return cli, nil
 }
 
 // NewFromClient opens the backend for opts.Identity over an existing client,
@@ -93,20 +129,17 @@ func NewFromClient(ctx context.Context, cli *clientv3.Client, opts Options) (*Ba
 }
 
 func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bool) (*Backend, error) {
-	log := logr.FromContextOrDiscard(ctx).WithValues("clusterSet", opts.Identity.ClusterSet, "cluster", opts.Identity.Cluster)
-	bctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
+	c, cancel := newConn(ctx, cli, opts)
 	b := &Backend{
-		opts:       opts,
-		keys:       newKeys(opts.Prefix, opts.Identity.ClusterSet),
-		cli:        cli,
+		conn:       c,
 		ownsClient: ownsClient,
 		lessor:     clientv3.NewLease(cli),
-		log:        log,
-		ctx:        bctx,
+		now:        time.Now,
 		cancel:     cancel,
 		done:       make(chan struct{}),
 		sem:        make(chan struct{}, 1),
 		stored:     map[string]string{},
+		contents:   map[string]string{},
 	}
 	sctx, scancel := context.WithTimeout(ctx, opts.RequestTimeout)
 	defer scancel()
@@ -179,12 +212,13 @@ func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec r
 }
 
 // PutEndpoints stores this cluster's endpoints of an exported Service. It
-// writes the endpoints key only.
+// writes the endpoints key only, stamped with the time of the change; groups
+// equal to those stored write nothing and keep the stamp.
 func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
 	if err := validService(key); err != nil {
 		return err
 	}
-	value, err := json.Marshal(endpointsValue{Groups: groups})
+	content, err := json.Marshal(endpointsValue{Groups: groups})
 	if err != nil {
 		return fmt.Errorf("endpoints %s: %w", key, err)
 	}
@@ -192,10 +226,42 @@ func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, gro
 		return err
 	}
 	defer b.unlock()
-	if err := b.putLocked(ctx, b.keys.endpoints(b.opts.Identity.Cluster, key), string(value)); err != nil {
+	k := b.keys.endpoints(b.opts.Identity.Cluster, key)
+	if b.storedContent(k) == string(content) {
+		return nil
+	}
+	value, err := json.Marshal(endpointsValue{Groups: groups, Updated: b.now().UTC().Truncate(time.Millisecond)})
+	if err != nil {
+		return fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	if err := b.putLocked(ctx, k, string(value)); err != nil {
 		return fmt.Errorf("put endpoints %s: %w", key, err)
 	}
+	b.contents[k] = string(content)
 	return nil
+}
+
+// storedContent is the stored value of endpoints key k without its stamp,
+// "" when nothing is stored.
+func (b *Backend) storedContent(k string) string {
+	if c, ok := b.contents[k]; ok {
+		return c
+	}
+	v, ok := b.stored[k]
+	if !ok {
+		return ""
+	}
+	var ev endpointsValue
+	if err := json.Unmarshal([]byte(v), &ev); err != nil {
+		return ""
+	}
+	ev.Updated = time.Time{}
+	c, err := json.Marshal(ev)
+	if err != nil {
+		return ""
+	}
+	b.contents[k] = string(c)
+	return string(c)
 }
 
 // DeleteExport withdraws this cluster's export and endpoints of a Service in
@@ -221,6 +287,7 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	}
 	delete(b.stored, exportKey)
 	delete(b.stored, endpointsKey)
+	delete(b.contents, endpointsKey)
 	return nil
 }
 

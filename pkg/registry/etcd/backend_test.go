@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -41,9 +42,56 @@ var (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	registrytest.Run(t, func(t *testing.T, id registry.Identity, ttl time.Duration) registry.Registry {
+	factory := func(t *testing.T, id registry.Identity, ttl time.Duration) registry.Registry {
 		return open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = ttl })
+	}
+	registrytest.Run(t, factory)
+	registrytest.RunReadOnly(t, factory, func(t *testing.T, id registry.Identity) registry.Watcher {
+		return openWatcher(t, srv.ClientURL(), id)
 	})
+}
+
+// TestWatcherWritesNothing opens a read-only watcher: it grants no lease and
+// writes no key, and reports the members' leases.
+func TestWatcherWritesNothing(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	cli := client(t, srv.ClientURL())
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) { o.TTL = 7 * time.Second })
+	must(t, a.PutExport(t.Context(), web, spec))
+	rev := revision(t, cli)
+	leases, err := cli.Leases(t.Context())
+	must(t, err)
+
+	w := openWatcher(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "reader"})
+	rec := registrytest.StartWatch(t, w)
+	rec.WaitFor(t, 10*time.Second, "a's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[registry.RecordID{Cluster: "a", Service: web}]
+		return ok
+	})
+	got, err := w.Leases(t.Context())
+	must(t, err)
+	if len(got) != 1 || got[0].Cluster != "a" || got[0].ID != fmt.Sprintf("%x", int64(leaseOf(t, cli, prefix+"/set1/clusters/a/alive"))) ||
+		got[0].Granted != 7*time.Second || got[0].Remaining <= 0 || got[0].Remaining > 7*time.Second ||
+		time.Since(got[0].Renewed) > 8*time.Second || time.Until(got[0].Renewed) > time.Second {
+		t.Errorf("Leases() = %+v, want a's lease of 7s, renewed lately", got)
+	}
+
+	if after := revision(t, cli); after != rev {
+		t.Errorf("the watcher moved the revision from %d to %d", rev, after)
+	}
+	after, err := cli.Leases(t.Context())
+	must(t, err)
+	if len(after.Leases) != len(leases.Leases) {
+		t.Errorf("the watcher changed the number of leases from %d to %d", len(leases.Leases), len(after.Leases))
+	}
+	must(t, w.Close())
+	if _, err := w.Leases(t.Context()); !errors.Is(err, registry.ErrClosed) {
+		t.Errorf("Leases() after Close = %v, want registry.ErrClosed", err)
+	}
+	if err := w.Watch(t.Context(), registrytest.NewRecorder()); !errors.Is(err, registry.ErrClosed) {
+		t.Errorf("Watch() after Close = %v, want registry.ErrClosed", err)
+	}
 }
 
 func TestKeyLayout(t *testing.T) {
@@ -67,8 +115,20 @@ func TestKeyLayout(t *testing.T) {
 			t.Errorf("key %s on lease %x, want all on one lease", kv.Key, kv.Lease)
 		}
 	}
+	// The stamps are checked, then left out of the comparison.
+	stamps := map[string]string{"/test/set1/clusters/a/alive": "since", "/test/set1/clusters/a/endpoints/shop/web": "updated"}
+	for key, field := range stamps {
+		var v map[string]any
+		must(t, json.Unmarshal([]byte(got[key]), &v))
+		ts, err := time.Parse(time.RFC3339Nano, fmt.Sprint(v[field]))
+		if err != nil || time.Since(ts) > time.Minute || time.Until(ts) > 0 {
+			t.Errorf("%s: %s is %v, want the time it was written", key, field, v[field])
+		}
+		delete(v, field)
+		got[key] = mustJSON(t, v)
+	}
 	want := map[string]string{
-		"/test/set1/clusters/a/alive":              `{"cluster":"a"}`,
+		"/test/set1/clusters/a/alive":              `{"cluster":"a","ttlSeconds":7}`,
 		"/test/set1/clusters/a/exports/shop/web":   mustJSON(t, map[string]any{"spec": spec}),
 		"/test/set1/clusters/a/endpoints/shop/web": mustJSON(t, map[string]any{"groups": groups}),
 	}
@@ -155,6 +215,7 @@ func TestLeaseLossHeals(t *testing.T) {
 			order := rec.View().Exports[id].Order
 			aliveKey := prefix + "/" + set + "/clusters/a/alive"
 			lease := leaseOf(t, cli, aliveKey)
+			revoked := time.Now()
 			_, err := cli.Revoke(t.Context(), lease)
 			must(t, err)
 			want := spec
@@ -169,6 +230,10 @@ func TestLeaseLossHeals(t *testing.T) {
 				_, live := v.Clusters["a"]
 				return ok && x.Order != order && cmp.Equal(x.Spec, want) && p && live
 			})
+			// The records expired: they are live again since the repair.
+			if since := rec.View().Clusters["a"].Since; since.Before(revoked.Truncate(time.Millisecond)) {
+				t.Errorf("a live since %s after the repair, before its lease was revoked at %s", since, revoked)
+			}
 			newLease := leaseOf(t, cli, aliveKey)
 			for _, key := range []string{prefix + "/" + set + "/clusters/a/exports/shop/web", prefix + "/" + set + "/clusters/a/endpoints/shop/web"} {
 				if got := leaseOf(t, cli, key); got == lease || got != newLease {
@@ -350,6 +415,21 @@ func open(t *testing.T, url string, id registry.Identity, modify ...func(*etcd.O
 		}
 	})
 	return b
+}
+
+func openWatcher(t *testing.T, url string, id registry.Identity) *etcd.Watcher {
+	t.Helper()
+	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
+	w, err := etcd.NewWatcher(ctx, etcd.Options{Identity: id, Endpoints: []string{url}, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	})
+	return w
 }
 
 func client(t *testing.T, url string) *clientv3.Client {

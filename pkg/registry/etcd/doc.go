@@ -10,9 +10,15 @@
 //
 // All keys live under Options.Prefix (default "/mcsd"); values are JSON.
 //
-//	<prefix>/<clusterset>/clusters/<cluster>/alive                  {"cluster":"<cluster>"}
-//	<prefix>/<clusterset>/clusters/<cluster>/exports/<ns>/<name>    {"spec":{...}}     (registry.ServiceSpec)
-//	<prefix>/<clusterset>/clusters/<cluster>/endpoints/<ns>/<name>  {"groups":[...]}   ([]registry.EndpointGroup)
+//	<prefix>/<clusterset>/clusters/<cluster>/alive                  {"cluster":"<cluster>","since":"<RFC 3339>","ttlSeconds":30}
+//	<prefix>/<clusterset>/clusters/<cluster>/exports/<ns>/<name>    {"spec":{...}}                          (registry.ServiceSpec)
+//	<prefix>/<clusterset>/clusters/<cluster>/endpoints/<ns>/<name>  {"groups":[...],"updated":"<RFC 3339>"} ([]registry.EndpointGroup)
+//
+// The alive record's since is when the cluster's records last became live
+// (registry.Cluster.Since) and ttlSeconds its lease's TTL; both are written
+// with a new lease only. An endpoints record's updated is the publishing
+// cluster's time of the last change of its groups (registry.Endpoints.Updated):
+// a put of the same groups writes nothing and keeps it.
 //
 // The cluster and Service are taken from the key, never from the value. A
 // cluster writes only under its own "<prefix>/<clusterset>/clusters/<cluster>/"
@@ -45,4 +51,12 @@
 // Watch reports OnConnection(false, err), retries, and reports
 // OnConnection(true, nil) after the next full Update. It never delivers
 // deletions just because etcd cannot be reached.
+//
+// # Reading without a membership
+//
+// NewWatcher opens a Watcher: the same Watch over a client of its own, with
+// no lease and no writes, so that no cluster of the clusterset sees it. It
+// needs read access to the clusterset's prefix only. Its Leases looks up each
+// live cluster's lease (one TimeToLive request per cluster), which says when
+// the cluster last renewed it.
 package etcd

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"strings"
+	"time"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -81,6 +82,10 @@ func validID(s string) bool {
 // aliveValue is the value of a cluster's alive key.
 type aliveValue struct {
 	Cluster string `json:"cluster"`
+	// Since is when the cluster's records last became live (registry.Cluster.Since).
+	Since time.Time `json:"since,omitzero"`
+	// TTLSeconds is the TTL of the cluster's lease.
+	TTLSeconds int64 `json:"ttlSeconds,omitempty"`
 }
 
 // exportValue is the value of an export key.
@@ -91,4 +96,6 @@ type exportValue struct {
 // endpointsValue is the value of an endpoints key.
 type endpointsValue struct {
 	Groups []registry.EndpointGroup `json:"groups,omitempty"`
+	// Updated is registry.Endpoints.Updated.
+	Updated time.Time `json:"updated,omitzero"`
 }

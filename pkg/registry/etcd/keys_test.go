@@ -78,6 +78,24 @@ func TestOptions(t *testing.T) {
 			}
 		})
 	}
+	for _, tc := range []struct {
+		name string
+		id   registry.Identity
+		ok   bool
+	}{
+		{"clusterset only", registry.Identity{ClusterSet: "set1"}, true},
+		{"with a cluster", registry.Identity{ClusterSet: "set1", Cluster: "a"}, true},
+		{"no clusterset", registry.Identity{Cluster: "a"}, false},
+		{"slash in cluster", registry.Identity{ClusterSet: "set1", Cluster: "a/b"}, false},
+	} {
+		t.Run("watcher "+tc.name, func(t *testing.T) {
+			o := Options{Endpoints: []string{"http://127.0.0.1:2379"}, Identity: tc.id, TTL: time.Second}
+			o.Default()
+			if err := o.ValidateWatcher(); (err == nil) != tc.ok {
+				t.Errorf("ValidateWatcher() = %v, want ok %t", err, tc.ok)
+			}
+		})
+	}
 	o := valid()
 	o.Default()
 	if o.TTL != DefaultTTL || o.Prefix != DefaultPrefix || o.RequestTimeout != DefaultRequestTimeout {

@@ -73,12 +73,19 @@ func (b *Backend) start(ctx context.Context) error {
 			writes = append(writes, key)
 		}
 	}
-	alive, err := json.Marshal(aliveValue{Cluster: own})
-	if err != nil {
-		return fmt.Errorf("alive record: %w", err)
+	// The alive record is kept while the records never expired and it says
+	// what it should; a new lease or TTL, or an expiry, writes it again.
+	prev, _ := decodeAlive(b.stored[aliveKey])
+	since := prev.Since
+	if !oldLives || since.IsZero() {
+		since = b.now()
 	}
-	if v, ok := b.stored[aliveKey]; !ok || v != string(alive) {
-		b.stored[aliveKey] = string(alive)
+	alive, err := b.aliveRecord(since)
+	if err != nil {
+		return err
+	}
+	if v, ok := b.stored[aliveKey]; !ok || v != alive {
+		b.stored[aliveKey] = alive
 		if !slices.Contains(writes, aliveKey) {
 			writes = append(writes, aliveKey)
 		}
@@ -92,6 +99,28 @@ func (b *Backend) start(ctx context.Context) error {
 		return fmt.Errorf("attach records to lease: %w", err)
 	}
 	return nil
+}
+
+// aliveRecord is the value of this cluster's alive key, live since since.
+func (b *Backend) aliveRecord(since time.Time) (string, error) {
+	v, err := json.Marshal(aliveValue{
+		Cluster:    b.opts.Identity.Cluster,
+		Since:      since.UTC().Truncate(time.Millisecond),
+		TTLSeconds: b.opts.ttlSeconds(),
+	})
+	if err != nil {
+		return "", fmt.Errorf("alive record: %w", err)
+	}
+	return string(v), nil
+}
+
+// decodeAlive reads the value of an alive key.
+func decodeAlive(v string) (aliveValue, bool) {
+	var a aliveValue
+	if v == "" || json.Unmarshal([]byte(v), &a) != nil {
+		return aliveValue{}, false
+	}
+	return a, true
 }
 
 // keepAlive renews the lease until Close, and repairs it when it is lost.
@@ -185,6 +214,12 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("grant lease: %w", err)
 	}
+	// The records expired with the old lease: they are live again from now.
+	alive, err := b.aliveRecord(b.now())
+	if err != nil {
+		return err
+	}
+	b.stored[b.keys.alive(b.opts.Identity.Cluster)] = alive
 	keys := make([]string, 0, len(b.stored))
 	for k := range b.stored {
 		keys = append(keys, k)

@@ -20,10 +20,10 @@ const (
 	DefaultHealthInterval = 5 * time.Second
 )
 
-// Options configure a Backend.
+// Options configure a Backend, or a read-only Watcher.
 type Options struct {
 	// Identity is the cluster the backend publishes for and its clusterset.
-	// Neither id may contain "/".
+	// Neither id may contain "/". A Watcher needs the clusterset only.
 	Identity registry.Identity
 
 	// Endpoints are the etcd client URLs, e.g. "https://etcd-0:2379".
@@ -81,13 +81,30 @@ func (o *Options) Default() {
 
 // Validate reports whether the options can open a Backend with New.
 func (o *Options) Validate() error {
+	if err := o.validateClient(); err != nil {
+		return err
+	}
+	return o.validateBackend()
+}
+
+// ValidateWatcher reports whether the options can open a Watcher with
+// NewWatcher: Identity.Cluster may be empty, and TTL is not used.
+func (o *Options) ValidateWatcher() error {
+	if err := o.validateClient(); err != nil {
+		return err
+	}
+	return o.validateReader()
+}
+
+// validateClient checks what the etcd client needs.
+func (o *Options) validateClient() error {
 	if len(o.Endpoints) == 0 {
 		return errors.New("no etcd endpoints")
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		return errors.New("client certificate and key files must be set together")
 	}
-	return o.validateBackend()
+	return nil
 }
 
 // validateBackend checks what a Backend needs beyond its client.
@@ -95,14 +112,25 @@ func (o *Options) validateBackend() error {
 	if err := o.Identity.Validate(); err != nil {
 		return fmt.Errorf("identity: %w", err)
 	}
-	if !validID(o.Identity.ClusterSet) {
-		return fmt.Errorf("clusterset id %q cannot be part of a key", o.Identity.ClusterSet)
-	}
-	if !validID(o.Identity.Cluster) {
-		return fmt.Errorf("cluster id %q cannot be part of a key", o.Identity.Cluster)
+	if err := o.validateReader(); err != nil {
+		return err
 	}
 	if o.TTL < 2*time.Second {
 		return fmt.Errorf("ttl %s is shorter than 2s", o.TTL)
+	}
+	return nil
+}
+
+// validateReader checks what reading a clusterset needs beyond the client.
+func (o *Options) validateReader() error {
+	if o.Identity.ClusterSet == "" {
+		return errors.New("identity: clusterset id is empty")
+	}
+	if !validID(o.Identity.ClusterSet) {
+		return fmt.Errorf("clusterset id %q cannot be part of a key", o.Identity.ClusterSet)
+	}
+	if o.Identity.Cluster != "" && !validID(o.Identity.Cluster) {
+		return fmt.Errorf("cluster id %q cannot be part of a key", o.Identity.Cluster)
 	}
 	if o.DialTimeout < 0 || o.RequestTimeout <= 0 || o.HealthInterval <= 0 {
 		return errors.New("timeouts and intervals must be positive")

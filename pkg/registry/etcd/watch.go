@@ -21,21 +21,25 @@ var errResync = errors.New("watch ended")
 // Watch delivers the clusterset's records to h until ctx is done or the
 // backend is closed. It logs to the logger of ctx, or else of New's ctx.
 func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
-	if b.ctx.Err() != nil {
+	return b.watch(ctx, h)
+}
+
+func (c *conn) watch(ctx context.Context, h registry.Handler) error {
+	if c.ctx.Err() != nil {
 		return registry.ErrClosed
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(b.ctx, cancel)
+	stop := context.AfterFunc(c.ctx, cancel)
 	defer stop()
 
-	log := b.log // the logger New was given
+	log := c.log // the logger the backend was opened with
 	if l, err := logr.FromContext(ctx); err == nil {
-		log = l.WithValues("clusterSet", b.opts.Identity.ClusterSet, "cluster", b.opts.Identity.Cluster)
+		log = l.WithValues(logValues(c.opts.Identity)...)
 	}
-	w := &watch{b: b, h: h, log: log}
+	w := &watch{c: c, h: h, log: log}
 	w.run(ctx)
-	if b.ctx.Err() != nil {
+	if c.ctx.Err() != nil {
 		return registry.ErrClosed
 	}
 	return ctx.Err()
@@ -43,7 +47,7 @@ func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 
 // watch is one call of Watch.
 type watch struct {
-	b   *Backend
+	c   *conn
 	h   registry.Handler
 	log logr.Logger
 	// connected is nil until the first read succeeds or fails.
@@ -95,9 +99,9 @@ func (w *watch) setConnected(connected bool, err error) {
 // sync delivers every record of the clusterset as one full Update and
 // returns the revision it read at.
 func (w *watch) sync(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.b.opts.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
 	defer cancel()
-	resp, err := w.b.cli.Get(ctx, w.b.keys.clusters(), clientv3.WithPrefix())
+	resp, err := w.c.cli.Get(ctx, w.c.keys.clusters(), clientv3.WithPrefix())
 	if err != nil {
 		return 0, fmt.Errorf("read clusterset: %w", err)
 	}
@@ -117,10 +121,10 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 	// Watch blocks until etcd has created the watch; check health meanwhile.
 	created := make(chan clientv3.WatchChan, 1)
 	go func() {
-		created <- w.b.cli.Watch(clientv3.WithRequireLeader(ctx), w.b.keys.clusters(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		created <- w.c.cli.Watch(clientv3.WithRequireLeader(ctx), w.c.keys.clusters(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	}()
 	var ch clientv3.WatchChan
-	health := time.NewTimer(w.b.opts.HealthInterval)
+	health := time.NewTimer(w.c.opts.HealthInterval)
 	defer health.Stop()
 	for {
 		select {
@@ -137,21 +141,21 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 			if u := w.changes(resp.Events); !u.Empty() {
 				w.h.OnUpdate(u)
 			}
-			health.Reset(w.b.opts.HealthInterval)
+			health.Reset(w.c.opts.HealthInterval)
 		case <-health.C:
 			if err := w.checkHealth(ctx); err != nil {
 				return err
 			}
-			health.Reset(w.b.opts.HealthInterval)
+			health.Reset(w.c.opts.HealthInterval)
 		}
 	}
 }
 
 // checkHealth makes a linearizable read, which needs a leader and a quorum.
 func (w *watch) checkHealth(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, w.b.opts.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
 	defer cancel()
-	if _, err := w.b.cli.Get(ctx, w.b.keys.clusters(), clientv3.WithCountOnly()); err != nil {
+	if _, err := w.c.cli.Get(ctx, w.c.keys.clusters(), clientv3.WithCountOnly()); err != nil {
 		return fmt.Errorf("health check: %w", err)
 	}
 	return nil
@@ -179,10 +183,16 @@ func (w *watch) changes(events []*clientv3.Event) registry.Update {
 }
 
 func (w *watch) addPut(u *registry.Update, kv *mvccpb.KeyValue) {
-	kind, cluster, svc := w.b.keys.parse(string(kv.Key))
+	kind, cluster, svc := w.c.keys.parse(string(kv.Key))
 	switch kind {
 	case kindAlive:
-		u.Clusters = append(u.Clusters, registry.Cluster{ID: cluster})
+		c := registry.Cluster{ID: cluster}
+		var v aliveValue
+		if err := json.Unmarshal(kv.Value, &v); err == nil {
+			c.Since = v.Since
+			c.TTL = time.Duration(v.TTLSeconds) * time.Second
+		}
+		u.Clusters = append(u.Clusters, c)
 	case kindExport:
 		var v exportValue
 		if err := json.Unmarshal(kv.Value, &v); err != nil {
@@ -196,14 +206,14 @@ func (w *watch) addPut(u *registry.Update, kv *mvccpb.KeyValue) {
 			w.log.Error(err, "ignoring unreadable record", "key", string(kv.Key))
 			return
 		}
-		u.Endpoints = append(u.Endpoints, registry.Endpoints{Cluster: cluster, Service: svc, Groups: v.Groups})
+		u.Endpoints = append(u.Endpoints, registry.Endpoints{Cluster: cluster, Service: svc, Groups: v.Groups, Updated: v.Updated})
 	default:
 		w.log.V(1).Info("ignoring unknown key", "key", string(kv.Key))
 	}
 }
 
 func (w *watch) addDelete(u *registry.Update, kv *mvccpb.KeyValue) {
-	kind, cluster, svc := w.b.keys.parse(string(kv.Key))
+	kind, cluster, svc := w.c.keys.parse(string(kv.Key))
 	switch kind {
 	case kindAlive:
 		u.DeletedClusters = append(u.DeletedClusters, cluster)

@@ -3,7 +3,9 @@
 // a real (or embedded) registry; the suite checks, through the
 // registry.Registry interface only, what the importers and exporters rely on:
 // watch delivery, write skipping, withdrawal, isolation between clusters and
-// clustersets, export order, and liveness.
+// clustersets, export order, liveness, and the Updated and Since stamps.
+// RunReadOnly checks a backend's read-only watcher: it sees what members see
+// and is no member itself.
 //
 // Recorder, a registry.Handler that queues what a Watch delivers, is exported
 // for backend-specific tests.

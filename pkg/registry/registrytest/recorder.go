@@ -197,7 +197,7 @@ func eventList(events []Event) string {
 // StartWatch runs reg.Watch with a new Recorder until the end of the test,
 // and checks then that Watch returned as it should and that the handler was
 // never called concurrently.
-func StartWatch(t testing.TB, reg registry.Registry) *Recorder {
+func StartWatch(t testing.TB, reg registry.Watcher) *Recorder {
 	t.Helper()
 	r := NewRecorder()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -55,6 +55,8 @@ func Run(t *testing.T, f Factory) {
 		{"DeadClusterExpires", testDeadClusterExpires},
 		{"ReopenWithinTTL", testReopenWithinTTL},
 		{"Closed", testClosed},
+		{"EndpointsUpdated", testEndpointsUpdated},
+		{"ClusterLiveness", testClusterLiveness},
 	}
 	t.Run("Conformance", func(t *testing.T) {
 		for _, tc := range tests {
