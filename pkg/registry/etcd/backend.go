@@ -108,7 +108,7 @@ func newClient(opts Options) (*clientv3.Client, error) {
 		Password:             opts.Password,
 		Logger:               zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: retryCap(opts.TTL)},
 			MinConnectTimeout: opts.DialTimeout,
 		})},
 	})

@@ -143,7 +143,7 @@ func (b *Backend) keepAlive() {
 			if !sleep(b.ctx, delay) {
 				return
 			}
-			delay = nextDelay(delay)
+			delay = b.nextDelay(delay)
 			continue
 		}
 		renewed := false
@@ -164,7 +164,7 @@ func (b *Backend) keepAlive() {
 		if !sleep(b.ctx, delay) {
 			return
 		}
-		delay = nextDelay(delay)
+		delay = b.nextDelay(delay)
 	}
 }
 
@@ -183,7 +183,7 @@ func (b *Backend) recoverLease(id clientv3.LeaseID) {
 		if !sleep(b.ctx, delay) {
 			return
 		}
-		delay = nextDelay(delay)
+		delay = b.nextDelay(delay)
 	}
 }
 
@@ -262,6 +262,23 @@ const (
 
 func nextDelay(d time.Duration) time.Duration {
 	return min(2*d, retryMax)
+}
+
+// nextDelay backs off for lease repairs. The cap is bounded by the TTL: etcd
+// extends leases by about one TTL when it restarts, so a backend that waits
+// longer than that to renew loses its lease and has to write everything
+// again, losing its exports' precedence.
+func (b *Backend) nextDelay(d time.Duration) time.Duration {
+	return min(2*d, retryCap(b.opts.TTL))
+}
+
+// retryCap is the longest wait between two attempts to reach etcd for a
+// backend with the given TTL: at most retryMax, at most a quarter of the TTL.
+func retryCap(ttl time.Duration) time.Duration {
+	if ttl <= 0 {
+		return retryMax
+	}
+	return max(retryMin, min(retryMax, ttl/4))
 }
 
 // sleep waits d, and reports false if ctx ends first.
