@@ -39,12 +39,13 @@ type Server struct {
 	exited chan struct{}
 }
 
-// Start starts a server that is stopped when t ends. It skips t when
-// python3 is missing, and fails it when moto cannot be installed or started.
+// Start starts a server that is stopped when t ends. It fails t when
+// python3 is missing (a prerequisite of mcsd's tests) or moto cannot be
+// installed or started.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("moto tests need python3 on PATH: ", err)
+		t.Fatal("the Cloud Map tests need python3 on PATH to run moto: ", err)
 	}
 	s, err := Run(context.Background())
 	if err != nil {
