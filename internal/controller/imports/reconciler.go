@@ -91,13 +91,8 @@ const (
 // EndpointSlices of every source cluster in this cluster. Requests name the
 // Service: the ServiceImport's namespace and name.
 //
-// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
-// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// The permissions it needs are in config/rbac/role.yaml (tested by
+// test/e2e/install, which runs mcsd under exactly those).
 type Reconciler struct {
 	Client client.Client
 	// View is the registry's state: every live cluster's exports and
