@@ -103,6 +103,7 @@ The clusterset keeps running. Try:
   $kubectl --context c2 -n demo get serviceimport web -o yaml
   $kubectl --context c1 -n demo scale deployment web --replicas 4    # then look at c2's EndpointSlices
   $kubectl --context c1 -n demo get serviceexport web -o yaml         # Valid / Ready / Conflict conditions
+  bin/mcsd status --registry etcd://127.0.0.1:$reg_port --kubeconfig $kubeconfig --context c2   # the clusterset as the registry and c2 see it
   $root/$dnsq web.demo.svc.clusterset.local                           # c2's CoreDNS (log and Corefile under .cache/testbed-runs/$name/coredns-c2-*)
 Logs: $state/logs/
 Stop everything with: make demo-down
