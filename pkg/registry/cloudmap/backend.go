@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/writelock"
 )
 
 var _ registry.Registry = (*Backend)(nil)
@@ -37,7 +38,7 @@ type Backend struct {
 	since int64
 
 	// sem serializes writes; it guards own.
-	sem chan struct{}
+	sem *writelock.Lock
 	own map[registry.ServiceKey]*ownService
 }
 
@@ -124,7 +125,7 @@ func open(ctx context.Context, api API, opts Options) (*Backend, error) {
 		enc:    newEncoder(opts.Identity),
 		cancel: cancel,
 		done:   make(chan struct{}),
-		sem:    make(chan struct{}, 1),
+		sem:    writelock.New(r.ctx.Done()),
 		own:    map[registry.ServiceKey]*ownService{},
 	}
 	if err := b.start(ctx); err != nil {
@@ -330,28 +331,10 @@ func (r *reader) knownServices() []service {
 	return slices.Collect(maps.Values(r.known))
 }
 
-// lock takes the write lock.
-func (b *Backend) lock(ctx context.Context) error {
-	select {
-	case <-b.ctx.Done():
-		return registry.ErrClosed
-	default:
-	}
-	select {
-	case b.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-b.ctx.Done():
-		return registry.ErrClosed
-	}
-	if b.ctx.Err() != nil {
-		b.unlock()
-		return registry.ErrClosed
-	}
-	return nil
-}
+// lock takes the write lock; it fails once the backend is closed.
+func (b *Backend) lock(ctx context.Context) error { return b.sem.Lock(ctx) }
 
-func (b *Backend) unlock() { <-b.sem }
+func (b *Backend) unlock() { b.sem.Unlock() }
 
 // PutExport stores this cluster's export of a Service.
 func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {

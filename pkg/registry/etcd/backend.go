@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/writelock"
 )
 
 var _ registry.Registry = (*Backend)(nil)
@@ -34,7 +35,7 @@ type Backend struct {
 	closeErr  error
 
 	// sem serializes writes and lease changes; it guards the fields below.
-	sem chan struct{}
+	sem *writelock.Lock
 	// lease holds every record of this cluster.
 	lease clientv3.LeaseID
 	// stored is what this backend has written, key to value, loaded from
@@ -137,7 +138,7 @@ func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bo
 		now:        time.Now,
 		cancel:     cancel,
 		done:       make(chan struct{}),
-		sem:        make(chan struct{}, 1),
+		sem:        writelock.New(c.ctx.Done()),
 		stored:     map[string]string{},
 		contents:   map[string]string{},
 	}
@@ -166,28 +167,10 @@ func (b *Backend) Close() error {
 	return b.closeErr
 }
 
-// lock takes the write lock.
-func (b *Backend) lock(ctx context.Context) error {
-	select {
-	case <-b.ctx.Done():
-		return registry.ErrClosed
-	default:
-	}
-	select {
-	case b.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-b.ctx.Done():
-		return registry.ErrClosed
-	}
-	if b.ctx.Err() != nil {
-		b.unlock()
-		return registry.ErrClosed
-	}
-	return nil
-}
+// lock takes the write lock; it fails once the backend is closed.
+func (b *Backend) lock(ctx context.Context) error { return b.sem.Lock(ctx) }
 
-func (b *Backend) unlock() { <-b.sem }
+func (b *Backend) unlock() { b.sem.Unlock() }
 
 // PutExport stores this cluster's export of a Service.
 func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {

@@ -1,0 +1,48 @@
+// Package writelock is the lock that serializes a registry backend's writes:
+// taking it waits for the caller's context and fails once the backend is
+// closed, so no write starts after Close.
+package writelock
+
+import (
+	"context"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// Lock is a mutex whose Lock honours a context and the backend's life.
+type Lock struct {
+	sem    chan struct{}
+	closed <-chan struct{}
+}
+
+// New returns a lock for a backend that is closed when closed is.
+func New(closed <-chan struct{}) *Lock {
+	return &Lock{sem: make(chan struct{}, 1), closed: closed}
+}
+
+// Lock takes the lock. It returns ctx.Err() when ctx ends first, and
+// registry.ErrClosed when the backend is closed.
+func (l *Lock) Lock(ctx context.Context) error {
+	select {
+	case <-l.closed:
+		return registry.ErrClosed
+	default:
+	}
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.closed:
+		return registry.ErrClosed
+	}
+	select {
+	case <-l.closed:
+		l.Unlock()
+		return registry.ErrClosed
+	default:
+	}
+	return nil
+}
+
+// Unlock releases the lock.
+func (l *Lock) Unlock() { <-l.sem }
