@@ -1,6 +1,8 @@
 package testbed
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 
@@ -57,7 +59,7 @@ func (c *Cluster) prepare(ctx context.Context) error {
 			return err
 		}
 	}
-	return waitFor(ctx, defaultWait, "nodes of "+c.ID+" to be ready", func(ctx context.Context) (bool, error) {
+	return waitFor(ctx, time.Minute, "nodes of "+c.ID+" to be ready", func(ctx context.Context) (bool, error) {
 		var nodes corev1.NodeList
 		if err := cl.List(ctx, &nodes); err != nil {
 			return false, err

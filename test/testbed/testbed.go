@@ -168,7 +168,7 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 	// clusters come up side by side.
 	errs := make(chan error, len(tb.Clusters))
 	for _, c := range tb.Clusters {
-		go func() { errs <- c.up(ctx) }()
+		go func() { errs <- c.upWithRetry(ctx) }()
 	}
 	var all []error
 	for range tb.Clusters {
@@ -226,6 +226,36 @@ func tail(out []byte) string {
 }
 
 func (c *Cluster) clusterDir() string { return filepath.Join(c.kwokDir(), "clusters", c.ID) }
+
+// upWithRetry brings the cluster up, and on a failure deletes it and tries
+// once more: on a loaded machine a control plane component occasionally
+// fails to start (a port taken in the meantime, say), and a fresh start
+// fixes that. The first failure's diagnostics go to the log.
+func (c *Cluster) upWithRetry(ctx context.Context) error {
+	err := c.up(ctx)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	fmt.Fprintf(c.tb.opts.Log, "[testbed] %s: %v; kwok-controller log:\n%s\n[testbed] %s: deleting it and trying again\n",
+		c.ID, err, c.componentLog(ctx, "kwok-controller"), c.ID)
+	if derr := c.kwokctl(ctx, "delete", "cluster", "--kubeconfig", filepath.Join(c.kwokDir(), "unused-kubeconfig")); derr != nil {
+		return errors.Join(err, derr)
+	}
+	killUnder(c.kwokDir(), c.tb.opts.Log)
+	_ = os.RemoveAll(c.kwokDir())
+	if err := c.up(ctx); err != nil {
+		return fmt.Errorf("%s failed twice: %w", c.ID, err)
+	}
+	return nil
+}
+
+// componentLog returns the end of a control plane component's log.
+func (c *Cluster) componentLog(ctx context.Context, component string) string {
+	cmd := exec.CommandContext(ctx, c.tb.bin.Kwokctl, "logs", component, "--name", c.ID)
+	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+c.kwokDir())
+	out, _ := cmd.CombinedOutput()
+	return tail(out)
+}
 
 func (c *Cluster) up(ctx context.Context) error {
 	c.Kubeconfig = filepath.Join(c.clusterDir(), "kubeconfig.yaml")

@@ -22,8 +22,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctx := context.Background()
-	moto, err := mototest.Run(ctx)
+	moto, err := mototest.Run(context.Background())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start moto (needs python3; see hack/moto):", err)
 		return 1
@@ -40,19 +39,8 @@ func run(m *testing.M) int {
 			ListInterval: time.Second,
 		})
 	}
-	env, err = framework.Start(ctx, framework.Options{Name: "e2e-cloudmap", Clusters: 2, OpenRegistry: open})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start e2e environment:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Close(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "close e2e environment:", err)
-		}
-	}()
-	if err := env.StartControllers(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "start controllers:", err)
-		return 1
-	}
-	return m.Run()
+	return framework.Main(m, framework.Options{Name: "e2e-cloudmap", Clusters: 2, OpenRegistry: open}, func(_ context.Context, e *framework.Env) error {
+		env = e
+		return nil
+	})
 }

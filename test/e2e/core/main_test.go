@@ -4,7 +4,6 @@ package core
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -14,25 +13,8 @@ import (
 var env *framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	var err error
-	env, err = framework.Start(ctx, framework.Options{Name: "e2e-core", Clusters: 3})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start e2e environment:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Close(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "close e2e environment:", err)
-		}
-	}()
-	if err := env.StartControllers(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "start controllers:", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(framework.Main(m, framework.Options{Name: "e2e-core", Clusters: 3}, func(_ context.Context, e *framework.Env) error {
+		env = e
+		return nil
+	}))
 }

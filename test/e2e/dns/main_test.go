@@ -6,7 +6,6 @@ package dns
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -21,36 +20,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	var err error
-	env, err = framework.Start(ctx, framework.Options{Name: "e2e-dns", Clusters: 3})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start e2e environment:", err)
-		return 1
-	}
-	defer func() {
-		for _, d := range servers {
-			_ = d.Close()
+	os.Exit(framework.Main(m, framework.Options{Name: "e2e-dns", Clusters: 3}, func(ctx context.Context, e *framework.Env) error {
+		env = e
+		for _, c := range env.TB.Clusters {
+			d, err := c.StartCoreDNS(ctx)
+			if err != nil {
+				return err
+			}
+			servers[c.ID] = d
 		}
-		if err := env.Close(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "close e2e environment:", err)
-		}
-	}()
-	if err := env.StartControllers(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "start controllers:", err)
-		return 1
-	}
-	for _, c := range env.TB.Clusters {
-		d, err := c.StartCoreDNS(ctx)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		servers[c.ID] = d
-	}
-	return m.Run()
+		return nil
+	}))
 }

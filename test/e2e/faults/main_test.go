@@ -8,7 +8,6 @@ package faults
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -19,13 +18,7 @@ import (
 var env *framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	var err error
-	env, err = framework.Start(ctx, framework.Options{
+	os.Exit(framework.Main(m, framework.Options{
 		Name:     "e2e-faults",
 		Clusters: 3,
 		TTL:      5 * time.Second,
@@ -33,19 +26,8 @@ func run(m *testing.M) int {
 		// to a 5s TTL, a registry outage is noticed within about 3s.
 		RegistryHealthInterval: time.Second,
 		RegistryRequestTimeout: 2 * time.Second,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start e2e environment:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Close(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "close e2e environment:", err)
-		}
-	}()
-	if err := env.StartControllers(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "start controllers:", err)
-		return 1
-	}
-	return m.Run()
+	}, func(_ context.Context, e *framework.Env) error {
+		env = e
+		return nil
+	}))
 }

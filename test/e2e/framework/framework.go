@@ -45,6 +45,8 @@ type Options struct {
 	// moto, say) instead of the embedded etcd; StartRegistry and
 	// StopRegistry then do nothing.
 	OpenRegistry func(ctx context.Context, id registry.Identity) (registry.Registry, error)
+	// WithoutControllers makes Main start no mcsd: the tests start their own.
+	WithoutControllers bool
 }
 
 // Env is a running clusterset: clusters, a registry, controllers.

@@ -11,7 +11,6 @@ package install
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"testing"
 
@@ -30,19 +29,11 @@ func run(m *testing.M) int {
 	if testing.Short() {
 		return m.Run()
 	}
-	ctx := context.Background()
-	var err error
-	env, err = framework.Start(ctx, framework.Options{Name: "e2e-install", Clusters: 2})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start e2e environment:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Close(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "close e2e environment:", err)
-		}
-	}()
-	return m.Run()
+	// The tests start mcsd themselves, under the shipped RBAC.
+	return framework.Main(m, framework.Options{Name: "e2e-install", Clusters: 2, WithoutControllers: true}, func(_ context.Context, e *framework.Env) error {
+		env = e
+		return nil
+	})
 }
 
 // needTestbed skips t when the testbed is not running (-short).

@@ -1,0 +1,130 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
+)
+
+// registryServer reads the registry's own counters: what the registry did,
+// as opposed to what mcsd asked of it.
+type registryServer interface {
+	counters(ctx context.Context) map[string]float64
+	close()
+}
+
+// etcdServer is the embedded etcd, which runs in this process: its metrics
+// are in the default Prometheus registry.
+type etcdServer struct {
+	cli *clientv3.Client
+}
+
+func newEtcdServer(url string) (*etcdServer, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	return &etcdServer{cli: cli}, nil
+}
+
+// etcdCounters are the etcd metrics reported, by the name the report uses.
+var etcdCounters = map[string]string{
+	"etcd_mvcc_put_total":              "put",
+	"etcd_mvcc_delete_total":           "delete",
+	"etcd_mvcc_txn_total":              "txn",
+	"etcd_mvcc_range_total":            "range",
+	"etcd_debugging_mvcc_events_total": "watch events sent",
+}
+
+func (s *etcdServer) counters(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err == nil {
+		for _, f := range families {
+			name, ok := etcdCounters[f.GetName()]
+			if !ok {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				out[name] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// The revision counts every change; this read is one range more.
+	if resp, err := s.cli.Get(ctx, "/mcsd-bench-revision"); err == nil {
+		out["revision"] = float64(resp.Header.Revision)
+		out["range"]--
+	}
+	return out
+}
+
+func (s *etcdServer) close() { _ = s.cli.Close() }
+
+// cloudMapServer is moto behind a reverse proxy that counts the Cloud Map
+// API calls by operation (the X-Amz-Target header of the JSON protocol).
+type cloudMapServer struct {
+	moto  *mototest.Server
+	proxy *httptest.Server
+
+	mu    sync.Mutex
+	calls map[string]float64
+}
+
+func newCloudMapServer(ctx context.Context) (*cloudMapServer, error) {
+	moto, err := mototest.Run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("start moto (needs python3; see hack/moto): %w", err)
+	}
+	target, err := url.Parse(moto.URL)
+	if err != nil {
+		moto.Stop()
+		return nil, err
+	}
+	s := &cloudMapServer{moto: moto, calls: map[string]float64{}}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	s.proxy = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := r.Header.Get("X-Amz-Target")
+		if i := strings.LastIndexByte(op, '.'); i >= 0 {
+			op = op[i+1:]
+		}
+		if op != "" {
+			s.mu.Lock()
+			s.calls[op]++
+			s.mu.Unlock()
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	return s, nil
+}
+
+// url is the endpoint the controllers use: the counting proxy.
+func (s *cloudMapServer) url() string { return s.proxy.URL }
+
+func (s *cloudMapServer) counters(context.Context) map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]float64, len(s.calls))
+	for k, v := range s.calls {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *cloudMapServer) close() {
+	s.proxy.Close()
+	s.moto.Stop()
+}

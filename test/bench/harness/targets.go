@@ -1,0 +1,148 @@
+package harness
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/mcsd-io/mcsd/test/bench/report"
+)
+
+// The targets mcsd is held to (2 cores, loopback).
+const (
+	targetImportP99    = 0.100 // seconds, with 1,000 exported services over 3 clusters
+	targetEndpointsP99 = 0.100 // seconds
+	targetColdStart    = 60.0  // seconds, 3 clusters × 2,000 services × 10 endpoints
+	targetPeakRSS      = 256 << 20
+)
+
+// targets compares the run's figures with the targets. The configuration a
+// target is stated for is noted when the run's differs.
+func targets(r *report.Results) []report.TargetCheck {
+	if r.Params.Registry != RegistryEtcd {
+		return cloudMapFigures(r)
+	}
+	p := r.Params
+	var out []report.TargetCheck
+	check := func(what, target string, raw float64, value string, met bool, note string) {
+		out = append(out, report.TargetCheck{What: what, Target: target, Raw: raw, Value: value, Met: &met, Note: note})
+	}
+	missing := func(what, target string) {
+		out = append(out, report.TargetCheck{What: what, Target: target, Value: "–"})
+	}
+	scale := func(services, clusters int) string {
+		if p.Services == services && p.Clusters == clusters {
+			return ""
+		}
+		return fmt.Sprintf("run with %d services × %d clusters, target stated for %d × %d", p.Services, p.Clusters, services, clusters)
+	}
+	if ph := r.PhaseByName(PhaseExport); ph != nil && ph.Latency["import"].N > 0 {
+		d := ph.Latency["import"]
+		check("export → import in every other cluster, p99", "≤ 100 ms", d.P99, report.MS(d.P99), d.P99 <= targetImportP99, scale(1000, 3))
+	} else {
+		missing("export → import in every other cluster, p99", "≤ 100 ms")
+	}
+	if ph := r.PhaseByName(PhaseChurn); ph != nil && ph.Latency["endpoints"].N > 0 {
+		d := ph.Latency["endpoints"]
+		check("endpoint change → other clusters, p99", "≤ 100 ms", d.P99, report.MS(d.P99), d.P99 <= targetEndpointsP99, scale(1000, 3))
+	} else {
+		missing("endpoint change → other clusters, p99", "≤ 100 ms")
+	}
+	if ph := r.PhaseByName(PhaseColdStart); ph != nil && ph.Converged > 0 {
+		note := ""
+		if p.Services != 2000 || p.Clusters != 3 || p.Endpoints != 10 {
+			note = fmt.Sprintf("run with %d × %d × %d, target stated for 3 × 2,000 × 10", p.Clusters, p.Services, p.Endpoints)
+		}
+		check("cold start: every import converged", "≤ 60 s", ph.Converged, fmt.Sprintf("%.1f s", ph.Converged), ph.Converged <= targetColdStart, note)
+		var rss uint64
+		for _, c := range ph.Controllers {
+			rss = max(rss, c.PeakRSS)
+		}
+		check("controller peak RSS (cold start)", "≤ 256 MiB", float64(rss), report.Bytes(rss), rss <= targetPeakRSS, note)
+	} else {
+		missing("cold start: every import converged", "≤ 60 s")
+		missing("controller peak RSS (cold start)", "≤ 256 MiB")
+	}
+	for _, name := range []string{PhaseSteady, PhaseRestart} {
+		ph := r.PhaseByName(name)
+		what := "API writes at steady state"
+		if name == PhaseRestart {
+			what = "API writes after restarting every controller on a converged clusterset"
+		}
+		if ph == nil {
+			missing(what, "0")
+			continue
+		}
+		n, detail := objectWrites(ph)
+		check(what, "0", float64(n), fmt.Sprint(n), n == 0, detail)
+	}
+	return out
+}
+
+// objectWrites counts the writes of mcsd's objects (everything but Events).
+func objectWrites(ph *report.Phase) (int, string) {
+	var n, events int
+	by := map[string]int{}
+	for _, w := range ph.APIWrites {
+		for res, c := range w {
+			if res == "events" {
+				events += c
+				continue
+			}
+			n += c
+			by[res] += c
+		}
+	}
+	var parts []string
+	for _, res := range sortedKeys(by) {
+		parts = append(parts, fmt.Sprintf("%s %d", res, by[res]))
+	}
+	if events > 0 {
+		parts = append(parts, fmt.Sprintf("plus %d Events", events))
+	}
+	return n, strings.Join(parts, ", ")
+}
+
+// cloudMapFigures are the Cloud Map run's headline figures; the targets
+// are stated for the etcd registry.
+func cloudMapFigures(r *report.Results) []report.TargetCheck {
+	var out []report.TargetCheck
+	add := func(what, value string) {
+		out = append(out, report.TargetCheck{What: what, Target: "(figure)", Value: value})
+	}
+	if ph := r.PhaseByName(PhaseExport); ph != nil {
+		d := ph.Latency["import"]
+		add("export → import in every other cluster, p50 / p99", report.MS(d.P50)+" / "+report.MS(d.P99))
+	}
+	if ph := r.PhaseByName(PhaseChurn); ph != nil {
+		d := ph.Latency["endpoints"]
+		add("endpoint change → other clusters, p50 / p99", report.MS(d.P50)+" / "+report.MS(d.P99))
+	}
+	if ph := r.PhaseByName(PhaseSteady); ph != nil {
+		var total float64
+		var parts []string
+		for _, op := range sortedKeys(ph.PerMinute) {
+			if op, ok := strings.CutPrefix(op, "registry server: "); ok {
+				v := ph.PerMinute["registry server: "+op]
+				total += v
+				parts = append(parts, fmt.Sprintf("%s %.0f", op, v))
+			}
+		}
+		add("Cloud Map API calls per minute at steady state", fmt.Sprintf("%.0f: %s", total, strings.Join(parts, ", ")))
+	}
+	return out
+}
+
+// notes explain how to read the figures.
+func notes(r *report.Results) []string {
+	n := []string{
+		"Each controller is a process of its own (the benchmark binary run as mcsd's manager.Run, as the mcsd command runs it), so its CPU " +
+			"seconds (/proc/PID/stat) and peak RSS (VmHWM) are its own; the API servers, their etcds, kube-controller-manager, kwok and CoreDNS " +
+			"are separate processes and are not in them. All processes share the machine's CPUs.",
+		"Services have no selector and the harness writes their EndpointSlices (managed-by " + managedBy + "), standing in for the EndpointSlice " +
+			"controller: an endpoint change is one API write, and kube-controller-manager and kwok take no part.",
+	}
+	if r.Params.Registry == RegistryEtcd {
+		n = append(n, "The etcd registry is embedded in the harness process: its CPU is in \"harness\".")
+	}
+	return n
+}
