@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -273,10 +274,37 @@ func (w *watchRunnable) Start(ctx context.Context) error {
 }
 
 // setupIdentityWatch ends the run when a ClusterProperty that mcsd reads
-// no longer holds the identity the controllers run with.
+// no longer holds the identity the controllers run with: when it changes or
+// goes, and also when that happened between reading the identity and the
+// cache's first list (no event would tell then).
 func setupIdentityWatch(mgr ctrl.Manager, id registry.Identity, cancel context.CancelCauseFunc) error {
 	names := map[string]string{aboutv1beta1.ClusterIDName: id.Cluster, aboutv1beta1.ClusterSetIDName: id.ClusterSet}
 	c := mgr.GetClient()
+	check := func(ctx context.Context, name string) error {
+		p := &aboutv1beta1.ClusterProperty{}
+		err := c.Get(ctx, client.ObjectKey{Name: name}, p)
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		if err != nil || p.Spec.Value != names[name] {
+			ctrl.LoggerFrom(ctx).Info("cluster identity property changed", "property", name)
+			cancel(errIdentityChanged)
+		}
+		return nil
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return nil
+		}
+		for name := range names {
+			if err := check(ctx, name); err != nil {
+				return fmt.Errorf("check cluster identity: %w", err)
+			}
+		}
+		return nil
+	})); err != nil {
+		return fmt.Errorf("add identity check: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("clusterproperty").
 		For(&aboutv1beta1.ClusterProperty{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -284,14 +312,6 @@ func setupIdentityWatch(mgr ctrl.Manager, id registry.Identity, cancel context.C
 			return ok
 		}))).
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			p := &aboutv1beta1.ClusterProperty{}
-			err := c.Get(ctx, req.NamespacedName, p)
-			if client.IgnoreNotFound(err) != nil {
-				return reconcile.Result{}, err
-			}
-			if err != nil || p.Spec.Value != names[req.Name] {
-				cancel(errIdentityChanged)
-			}
-			return reconcile.Result{}, nil
+			return reconcile.Result{}, check(ctx, req.Name)
 		}))
 }

@@ -386,3 +386,18 @@ func logWriter(id string) io.Writer {
 	}
 	return f
 }
+
+// Readyz returns the controller's /readyz status code and body.
+func (c *Controller) Readyz(ctx context.Context) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.healthURL+"/readyz", nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(body)), nil
+}

@@ -1,0 +1,75 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	aboutv1beta1 "github.com/mcsd-io/mcsd/api/about/v1beta1"
+	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+)
+
+// Without its cluster id a controller says what is missing and exports
+// nothing; once the ClusterProperty is there again, it is re-read and the
+// controller exports and imports as before.
+func TestClusterIdentityMissingThenSet(t *testing.T) {
+	restoreOnCleanup(t)
+	ctx := context.Background()
+	const ns = "fault-identity"
+	ensureNamespace(t, ns)
+	c3 := clientOf(t, "c3")
+	idProp := func(value string) *aboutv1beta1.ClusterProperty {
+		return &aboutv1beta1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1beta1.ClusterIDName},
+			Spec: aboutv1beta1.ClusterPropertySpec{Value: value}}
+	}
+	t.Cleanup(func() {
+		if err := c3.Create(context.Background(), idProp("c3")); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Errorf("restore c3's cluster id: %v", err)
+		}
+	})
+
+	if err := c3.Delete(ctx, idProp("")); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := env.Controller("c3")
+	fw.Eventually(t, timeout, "c3's mcsd to say what is missing", func() (bool, string) {
+		code, body, err := ctrl.Readyz(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "cluster.clusterset.k8s.io"),
+			fmt.Sprintf("/readyz %d %q", code, body)
+	})
+
+	// An export made now is not published.
+	ips := deployAndExport(t, "c3", fw.App{Namespace: ns, Name: "late", Replicas: 1})
+	fw.Consistently(t, 3*time.Second, "nothing exported without a cluster id", func() (bool, string) {
+		if si := fw.GetImport(t, clientOf(t, "c1"), ns, "late"); si != nil {
+			return false, "c1 imported it"
+		}
+		se := &mcsv1beta1.ServiceExport{}
+		if err := c3.Get(ctx, client.ObjectKey{Namespace: ns, Name: "late"}, se); err != nil {
+			return false, err.Error()
+		}
+		return len(se.Status.Conditions) == 0, "the export got conditions: " + fw.CondString(se.Status.Conditions)
+	})
+
+	// The id comes back: the controller reads it and exports.
+	if err := c3.Create(ctx, idProp("c3")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctrl.WaitReady(ctx, readyTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range clusterIDs() {
+		waitImport(t, id, ns, "late", map[string][]string{"c3": ips}, timeout)
+	}
+}
