@@ -127,3 +127,23 @@ demo: ## Start a local clusterset (2 clusters, registry, mcsd), export a sample 
 .PHONY: demo-down
 demo-down: ## Stop the demo and remove its state.
 	@hack/demo.sh down
+
+##@ Benchmark
+
+# make bench's parameters; override on the command line, e.g.
+# make bench SERVICES=2000 PHASES=coldstart,steady,restart
+BENCH_REGISTRY ?= etcd
+CLUSTERS ?= 3
+SERVICES ?= 1000
+ENDPOINTS ?= 10
+CHURN ?= 5/s
+BENCH_ARGS ?=
+BENCH_OUT ?= results/$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: bench
+bench: testbed-binaries ## Benchmark propagation latency, scale and cost on the testbed; report into results/<timestamp> (see docs/performance.md).
+	$(GO) run ./test/bench -registry $(BENCH_REGISTRY) -clusters $(CLUSTERS) -services $(SERVICES) -endpoints $(ENDPOINTS) -churn $(CHURN) -out $(BENCH_OUT) $(BENCH_ARGS)
+
+.PHONY: bench-cloudmap
+bench-cloudmap: testbed-binaries ## The benchmark through the Cloud Map backend on moto, at a smaller size.
+	$(GO) run ./test/bench -registry cloudmap -clusters 2 -services 50 -endpoints $(ENDPOINTS) -churn 2/s -out $(BENCH_OUT)-cloudmap $(BENCH_ARGS)

@@ -52,7 +52,15 @@ func run() error {
 	fl.DurationVar(&list, "cloudmap-list", 0, "Cloud Map backend list interval (default: the backend's)")
 	fl.Float64Var(&maxLoad, "max-load", 0, "refuse to start while the one-minute load average is above this (0: no check)")
 	fl.StringVar(&out, "out", "", "results folder (default results/<timestamp>)")
+	render := fl.String("render", "", "only write the report and plots of an earlier run's results folder again (from its results.json and samples.csv)")
 	flag.Parse()
+	if *render != "" {
+		res, err := report.Read(*render)
+		if err != nil {
+			return err
+		}
+		return res.Write(*render)
+	}
 
 	var err error
 	if o.ExportRate, err = harness.ParseRate(exportRate); err != nil {

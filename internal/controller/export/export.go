@@ -75,6 +75,9 @@ type Reconciler struct {
 
 	// metrics counts the ServiceExports by state; SetupWithManager sets it.
 	metrics *metrics.Exports
+	// slicesIndexed says that Client's cache indexes EndpointSlices by
+	// Service (sliceIndex); SetupWithManager sets it.
+	slicesIndexed bool
 
 	// actedMu guards acted: by ServiceExport, the conflict and the registry
 	// failure the last events were about. Events follow it rather than the
@@ -190,8 +193,14 @@ func (r *Reconciler) withdraw(ctx context.Context, se *mcsv1beta1.ServiceExport,
 func (r *Reconciler) publish(ctx context.Context, se *mcsv1beta1.ServiceExport, svc *corev1.Service, key registry.ServiceKey) error {
 	log := ctrl.LoggerFrom(ctx)
 	var list discoveryv1.EndpointSliceList
-	if err := r.Client.List(ctx, &list, client.InNamespace(svc.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+	opts := []client.ListOption{client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}}
+	if r.slicesIndexed {
+		// The same slices but mcsd's imported ones (endpointGroups skips
+		// those), found through the index rather than by matching the labels
+		// of every slice in the namespace.
+		opts = append(opts, client.MatchingFields{sliceIndex: svc.Name})
+	}
+	if err := r.Client.List(ctx, &list, opts...); err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	spec := serviceSpec(svc, se)

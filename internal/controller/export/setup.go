@@ -41,6 +41,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Client == nil || r.Registry == nil || r.View == nil || r.ClusterID == "" {
 		return errors.New("export: Client, Registry, View and ClusterID are required")
 	}
+	// Listing a Service's slices by label scans every slice of the
+	// namespace; an index makes it a lookup.
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, sliceIndex, serviceOfSlice); err != nil {
+		return fmt.Errorf("index EndpointSlices by Service: %w", err)
+	}
+	r.slicesIndexed = true
 	keys := make(chan registry.ServiceKey, 128)
 	changes := make(chan event.TypedGenericEvent[registry.ServiceKey])
 	r.View.Subscribe(keys)
@@ -100,6 +106,19 @@ func notStatusOnly() predicate.Predicate {
 // serviceToExport maps a Service to the ServiceExport of the same name.
 func serviceToExport(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+}
+
+// sliceIndex indexes, in the manager's cache, the EndpointSlices of local
+// Services (not those mcsd imports) by their Service's name.
+const sliceIndex = "mcsd.io/service"
+
+// serviceOfSlice is the sliceIndex value of an EndpointSlice.
+func serviceOfSlice(o client.Object) []string {
+	l := o.GetLabels()
+	if name := l[discoveryv1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] != ImportedSliceManagedBy {
+		return []string{name}
+	}
+	return nil
 }
 
 // sliceToExport maps an EndpointSlice to the ServiceExport named by its

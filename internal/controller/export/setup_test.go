@@ -2,10 +2,12 @@ package export
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -127,6 +129,7 @@ func TestSetupWithManager(t *testing.T) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		MapperProvider:         staticMapper,
 	})
 	if err != nil {
 		t.Fatalf("NewManager: %v", err)
@@ -140,4 +143,13 @@ func TestSetupWithManager(t *testing.T) {
 	if err := (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(ctx, mgr); err == nil {
 		t.Error("SetupWithManager accepted a Reconciler without Registry, View and ClusterID")
 	}
+}
+
+// staticMapper maps the kinds the controller indexes without asking an API
+// server (there is none): the cache's indexes need their REST mapping when
+// they are registered.
+func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+	m := meta.NewDefaultRESTMapper(nil)
+	m.Add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), meta.RESTScopeNamespace)
+	return m, nil
 }

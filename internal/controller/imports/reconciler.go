@@ -108,6 +108,9 @@ type Reconciler struct {
 	// EndpointSlices; SetupWithManager sets both.
 	metrics     *metrics.Imports
 	propagation *metrics.Propagation
+	// slicesIndexed says that Client's cache indexes EndpointSlices by
+	// import (sliceIndex); SetupWithManager sets it.
+	slicesIndexed bool
 
 	// clustersMu guards clusters: by ServiceImport, the source clusters the
 	// last ClustersChanged event reported (sorted). Events follow it rather
@@ -414,10 +417,16 @@ func (r *Reconciler) deleteEndpointSlices(ctx context.Context, key registry.Serv
 // listEndpointSlices lists the EndpointSlices mcsd wrote for key.
 func (r *Reconciler) listEndpointSlices(ctx context.Context, key registry.ServiceKey) ([]discoveryv1.EndpointSlice, error) {
 	list := &discoveryv1.EndpointSliceList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingLabels{
+	opts := []client.ListOption{client.InNamespace(key.Namespace), client.MatchingLabels{
 		mcsv1beta1.LabelServiceName: key.Name,
 		discoveryv1.LabelManagedBy:  ManagedBy,
-	}); err != nil {
+	}}
+	if r.slicesIndexed {
+		// The same slices, found through the index rather than by matching
+		// the labels of every slice in the namespace.
+		opts = append(opts, client.MatchingFields{sliceIndex: key.Name})
+	}
+	if err := r.Client.List(ctx, list, opts...); err != nil {
 		return nil, fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	return list.Items, nil

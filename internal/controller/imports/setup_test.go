@@ -2,8 +2,11 @@ package imports
 
 import (
 	"context"
+	"net/http"
 	"testing"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -28,6 +31,7 @@ func TestSetupWithManager(t *testing.T) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		MapperProvider:         staticMapper,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -41,4 +45,13 @@ func TestSetupWithManager(t *testing.T) {
 	if err := (&Reconciler{}).SetupWithManager(ctx, mgr); err == nil {
 		t.Error("SetupWithManager without a client and view succeeded")
 	}
+}
+
+// staticMapper maps the kinds the controller indexes without asking an API
+// server (there is none): the cache's indexes need their REST mapping when
+// they are registered.
+func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+	m := meta.NewDefaultRESTMapper(nil)
+	m.Add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), meta.RESTScopeNamespace)
+	return m, nil
 }

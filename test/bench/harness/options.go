@@ -133,6 +133,13 @@ func (o *Options) Default() {
 			o.Phases = []string{PhaseExport, PhaseChurn, PhaseSteady}
 		}
 	}
+	// Services only a phase that does not run would export are not made.
+	if !o.has(PhaseExport) {
+		o.ExportSamples = 0
+	}
+	if !o.has(PhaseDNS) {
+		o.DNSSamples = 0
+	}
 	if o.ControllerQPS == 0 {
 		o.ControllerQPS = 1000
 	}

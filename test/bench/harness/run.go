@@ -190,6 +190,9 @@ func (r *run) run(ctx context.Context) error {
 		done := len(r.res.Phases)
 		err := ph.f(ctx)
 		for _, p := range r.res.Phases[done:] {
+			if p.Changes > 0 {
+				p.PerChange = perChange(p, len(r.ids))
+			}
 			r.logf("%s: %s", p.Name, latencyLine(p))
 		}
 		if err != nil {
@@ -263,17 +266,16 @@ func (r *run) profilePath(kind, phase, cluster string) string {
 
 // snapshot is the counters at one moment.
 type snapshot struct {
-	at          time.Time
-	ctrlPID     map[string]int
-	ctrlCPU     map[string]float64
-	ctrlStats   map[string]controllerStats
-	testbed     map[string]float64
-	self        float64
-	machine     float64
-	server      map[string]float64
-	peakRSS     map[string]uint64
-	heapInuse   map[string]uint64
-	serverCalls map[string]float64
+	at        time.Time
+	ctrlPID   map[string]int
+	ctrlCPU   map[string]float64
+	ctrlStats map[string]controllerStats
+	testbed   map[string]float64
+	self      float64
+	machine   float64
+	server    map[string]float64
+	peakRSS   map[string]uint64
+	heapInuse map[string]uint64
 }
 
 func (r *run) snapshot(ctx context.Context) snapshot {
@@ -403,9 +405,6 @@ func (r *run) fill(ph *report.Phase, before, after snapshot) {
 			ph.RegistryServer[k] = d
 		}
 	}
-	if ph.Changes > 0 {
-		ph.PerChange = perChange(ph, len(r.ids))
-	}
 }
 
 // splitSeries splits "name{a=b,c=d}" into its name and labels.
@@ -433,7 +432,7 @@ func perChange(ph *report.Phase, clusters int) map[string]float64 {
 		cpu += c.CPUSeconds
 	}
 	out["API writes, all clusters"] = writes / n
-	out["API writes per importing cluster"] = writes / n / float64(clusters)
+	out["API writes per cluster"] = writes / n / float64(clusters)
 	out["controller CPU ms, all clusters"] = cpu * 1000 / n
 	for _, op := range []string{"PutExport", "PutEndpoints", "DeleteExport", "WatchUpdate"} {
 		if v := ph.RegistryOps[op]; v > 0 {

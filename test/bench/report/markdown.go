@@ -34,6 +34,9 @@ func (r *Results) Markdown() string {
 		p("| What | Target | Measured | |\n|---|---|---|---|\n")
 		for _, t := range r.Targets {
 			mark := "not measured"
+			if t.Target == "(figure)" {
+				mark = "–"
+			}
 			if t.Met != nil {
 				mark = "met"
 				if !*t.Met {
@@ -68,7 +71,7 @@ func (r *Results) Markdown() string {
 		}
 		p("### Where the time of an export goes (%s phase)\n\n", ph.Name)
 		p("Time from the ServiceExport's creation to each step, as the watches first see it; the importer's steps over every " +
-			"cluster other than the source. Each step waits for the one before it.\n\n")
+			"cluster other than the source. The importers start once the export is in the registry, before the source's status patch.\n\n")
 		p("| Step | n | p50 | p90 | p99 |\n|---|---|---|---|---|\n")
 		for _, step := range slices.Sorted(maps.Keys(ph.Stages)) {
 			d := ph.Stages[step]
@@ -107,11 +110,26 @@ func (r *Results) Markdown() string {
 		}
 	}
 	if len(perChange) > 0 {
-		p("## Cost per change\n\n| Phase | Figure | Per change |\n|---|---|---|\n")
+		figures := map[string]bool{}
+		var head []string
 		for _, ph := range perChange {
-			for _, k := range slices.Sorted(maps.Keys(ph.PerChange)) {
-				p("| %s | %s | %.2f |\n", ph.Name, k, ph.PerChange[k])
+			head = append(head, ph.Name)
+			for k := range ph.PerChange {
+				figures[k] = true
 			}
+		}
+		p("## Cost per change\n\nFor each change a phase made (an export, an endpoint change), over all clusters unless said otherwise.\n\n")
+		p("| Figure | %s |\n|---|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+		for _, k := range slices.Sorted(maps.Keys(figures)) {
+			var cells []string
+			for _, ph := range perChange {
+				if v, ok := ph.PerChange[k]; ok {
+					cells = append(cells, fmt.Sprintf("%.2f", v))
+				} else {
+					cells = append(cells, "–")
+				}
+			}
+			p("| %s | %s |\n", k, strings.Join(cells, " | "))
 		}
 		p("\n")
 	}

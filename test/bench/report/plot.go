@@ -75,6 +75,7 @@ func (r *Results) plotHistogram(dir string) error {
 	p.Y.Label.Text = "changes"
 	p.Add(plotter.NewGrid())
 	p.Legend.Left = false
+	p.Legend.Top = true
 	var hi float64
 	for _, s := range series {
 		xs := Seconds(r.Samples, s.phase, s.what)

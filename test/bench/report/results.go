@@ -173,7 +173,7 @@ func (r *Results) Write(dir string) error {
 	return os.WriteFile(filepath.Join(dir, FileMarkdown), []byte(r.Markdown()), 0o644)
 }
 
-// Read reads the results.json of dir.
+// Read reads the results.json and samples.csv of dir.
 func Read(dir string) (*Results, error) {
 	data, err := os.ReadFile(filepath.Join(dir, FileJSON))
 	if err != nil {
@@ -182,6 +182,9 @@ func Read(dir string) (*Results, error) {
 	r := &Results{}
 	if err := json.Unmarshal(data, r); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", FileJSON, err)
+	}
+	if r.Samples, err = readSamples(filepath.Join(dir, FileSamples)); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", FileSamples, err)
 	}
 	return r, nil
 }

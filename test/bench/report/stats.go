@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/csv"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -77,4 +78,31 @@ func writeSamples(path string, samples []Sample) error {
 		return err
 	}
 	return f.Close()
+}
+
+func readSamples(path string) ([]Sample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	var out []Sample
+	for i, row := range rows {
+		if i == 0 {
+			continue // header
+		}
+		if len(row) != 6 {
+			return nil, fmt.Errorf("line %d: %d fields, want 6", i+1, len(row))
+		}
+		secs, err := strconv.ParseFloat(row[5], 64)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		out = append(out, Sample{Phase: row[0], What: row[1], Service: row[2], Source: row[3], Cluster: row[4], Seconds: secs})
+	}
+	return out, nil
 }
