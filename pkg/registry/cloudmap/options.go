@@ -18,7 +18,7 @@ import (
 const (
 	DefaultTTL              = 60 * time.Second
 	DefaultPollInterval     = 2 * time.Second
-	DefaultListInterval     = 30 * time.Second
+	DefaultListInterval     = 5 * time.Second
 	DefaultSystemNamespace  = "mcsd.system"
 	DefaultMaxAttempts      = 8
 	DefaultMaxBackoff       = 20 * time.Second
@@ -94,7 +94,8 @@ type Options struct {
 	// Cloud Map service and reads those that changed. Default 2s.
 	PollInterval time.Duration
 	// ListInterval is how often a Watch lists namespaces and services to
-	// find new ones. Default 30s, at least PollInterval.
+	// find new ones: a new export is seen within about this long. Default
+	// 5s, at least PollInterval.
 	ListInterval time.Duration
 	// SystemNamespace is the HTTP namespace holding the heartbeats. Its name
 	// is not a valid Kubernetes namespace name, so it never collides with an
