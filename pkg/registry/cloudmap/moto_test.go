@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 func moto(t *testing.T) *mototest.Server {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("moto tests need python3 on PATH: ", err)
+		t.Fatal("the Cloud Map tests need python3 on PATH to run moto: ", err)
 	}
 	motoOnce.Do(func() { motoSrv, motoErr = mototest.Run(context.Background()) })
 	if motoErr != nil {

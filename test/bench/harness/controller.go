@@ -33,6 +33,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
+	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
 // envController carries a controllerConfig (JSON) to a process started as
@@ -98,8 +99,8 @@ func runController(cfg controllerConfig) error {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	restCfg.QPS, restCfg.Burst = cfg.QPS, cfg.Burst
-	wc := &writeCounter{byResource: map[string]int{}}
-	restCfg.Wrap(wc.wrap)
+	wc := testbed.NewWriteCounter()
+	restCfg.Wrap(wc.Wrap)
 
 	l, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -151,10 +152,10 @@ type controllerStats struct {
 	HeapInuse uint64
 }
 
-func controllerMux(wc *writeCounter, prof *profiler) *http.ServeMux {
+func controllerMux(wc *testbed.WriteCounter, prof *profiler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
-		st := controllerStats{Writes: wc.snapshot(), Metrics: map[string]float64{}, HeapInuse: heapInuse()}
+		st := controllerStats{Writes: wc.Snapshot(), Metrics: map[string]float64{}, HeapInuse: heapInuse()}
 		families, err := ctrlmetrics.Registry.Gather()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -256,61 +257,6 @@ func (p *profiler) stopLocked() {
 		p.f = nil
 	}
 }
-
-// writeCounter counts API writes by resource, as the e2e framework's does.
-type writeCounter struct {
-	mu         sync.Mutex
-	byResource map[string]int
-}
-
-func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		switch req.Method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-			w.mu.Lock()
-			w.byResource[resourceOf(req.URL.Path)]++
-			w.mu.Unlock()
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-func (w *writeCounter) snapshot() map[string]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make(map[string]int, len(w.byResource))
-	for k, v := range w.byResource {
-		out[k] = v
-	}
-	return out
-}
-
-// resourceOf extracts the resource (and subresource) from an API path:
-// /apis/g/v/namespaces/ns/serviceimports/name/status -> serviceimports/status.
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
-		return "namespaces"
-	case 1, 2:
-		return parts[0]
-	default:
-		return parts[0] + "/" + parts[2]
-	}
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // controllerProc is, in the harness, one running controller process.
 type controllerProc struct {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,7 +183,7 @@ type Controller struct {
 	Cluster *testbed.Cluster
 	cancel  context.CancelFunc
 	done    chan error
-	writes  *writeCounter
+	writes  *testbed.WriteCounter
 	// healthURL serves the manager's /readyz.
 	healthURL string
 }
@@ -206,10 +205,10 @@ func (e *Env) StartController(ctx context.Context, id string) (*Controller, erro
 		return nil, err
 	}
 	healthAddr := fmt.Sprintf("127.0.0.1:%d", healthPort)
-	wc := &writeCounter{byResource: map[string]int{}}
+	wc := testbed.NewWriteCounter()
 	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS, cfg.Burst = 500, 1000
-	cfg.Wrap(wc.wrap)
+	cfg.Wrap(wc.Wrap)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	log := zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter(id))).WithValues("testCluster", id)
 	ctx = logr.NewContext(ctx, log)
@@ -298,7 +297,7 @@ func (c *Controller) WaitReady(ctx context.Context, timeout time.Duration) error
 
 // Writes returns the number of API writes the controller made, by
 // resource ("serviceimports", "endpointslices", ...).
-func (c *Controller) Writes() map[string]int { return c.writes.snapshot() }
+func (c *Controller) Writes() map[string]int { return c.writes.Snapshot() }
 
 // Client returns an admin client for cluster id.
 func (e *Env) Client(t testing.TB, id string) client.Client {
@@ -313,64 +312,6 @@ func (e *Env) Client(t testing.TB, id string) client.Client {
 	}
 	return cl
 }
-
-// writeCounter counts API writes by resource.
-type writeCounter struct {
-	mu         sync.Mutex
-	byResource map[string]int
-	total      atomic.Int64
-}
-
-func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		switch req.Method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-			w.mu.Lock()
-			w.byResource[resourceOf(req.URL.Path)]++
-			w.mu.Unlock()
-			w.total.Add(1)
-		}
-		return rt.RoundTrip(req)
-	})
-}
-
-func (w *writeCounter) snapshot() map[string]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make(map[string]int, len(w.byResource))
-	for k, v := range w.byResource {
-		out[k] = v
-	}
-	return out
-}
-
-// resourceOf extracts the resource (and subresource) from an API path:
-// /apis/g/v/namespaces/ns/serviceimports/name/status -> serviceimports/status.
-func resourceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	// Skip the prefix: api/v1 or apis/group/version.
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	}
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		parts = parts[2:]
-	}
-	switch len(parts) {
-	case 0:
-		return "namespaces"
-	case 1, 2:
-		return parts[0]
-	default:
-		return parts[0] + "/" + parts[2]
-	}
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // logWriter sends controller logs to a file per cluster when
 // MCSD_E2E_LOG_DIR is set, and nowhere otherwise.

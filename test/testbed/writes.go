@@ -1,0 +1,70 @@
+package testbed
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// WriteCounter counts the API writes made through a rest.Config it wraps
+// (cfg.Wrap(w.Wrap)), by resource, so tests and benchmarks can show that
+// unchanged objects are never written.
+type WriteCounter struct {
+	mu         sync.Mutex
+	byResource map[string]int
+}
+
+// NewWriteCounter returns a counter at zero.
+func NewWriteCounter() *WriteCounter { return &WriteCounter{byResource: map[string]int{}} }
+
+// Wrap counts every POST, PUT, PATCH and DELETE that rt sends.
+func (w *WriteCounter) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			w.mu.Lock()
+			w.byResource[ResourceOf(req.URL.Path)]++
+			w.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// Snapshot returns the writes so far, by resource ("serviceimports",
+// "serviceimports/status", ...).
+func (w *WriteCounter) Snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.byResource))
+	for k, v := range w.byResource {
+		out[k] = v
+	}
+	return out
+}
+
+// ResourceOf extracts the resource (and subresource) from an API path:
+// /apis/g/v/namespaces/ns/serviceimports/name/status -> serviceimports/status.
+func ResourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "namespaces"
+	case 1, 2:
+		return parts[0]
+	default:
+		return parts[0] + "/" + parts[2]
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
