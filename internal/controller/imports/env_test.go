@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,9 @@ type env struct {
 	rec  *record.FakeRecorder
 	r    *Reconciler
 
+	// mu guards writes and uids: a reconcile writes the derived Service and
+	// the EndpointSlices concurrently.
+	mu sync.Mutex
 	// writes counts the reconciler's writes, by verb and kind.
 	writes []string
 	uids   int
@@ -67,8 +71,10 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 				}
 			}
 			if obj.GetUID() == "" { // as the API server does
+				e.mu.Lock()
 				e.uids++
 				obj.SetUID(types.UID(fmt.Sprintf("uid-%d", e.uids)))
+				e.mu.Unlock()
 			}
 			return c.Create(ctx, obj, opts...)
 		},
@@ -102,6 +108,8 @@ func namespace(name string) *corev1.Namespace {
 }
 
 func (e *env) record(verb string, obj client.Object) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.writes = append(e.writes, fmt.Sprintf("%s %T %s", verb, obj, obj.GetName()))
 }
 

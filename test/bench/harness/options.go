@@ -84,6 +84,10 @@ type Options struct {
 	// PollInterval and ListInterval are the Cloud Map backend's. Default:
 	// the backend's (2s, 30s).
 	PollInterval, ListInterval time.Duration
+	// APIServerProfile is how long the first cluster's kube-apiserver is
+	// CPU-profiled from the start of the cold start (0: not at all). The
+	// phase lasts at least that long.
+	APIServerProfile time.Duration
 	// Out is the results folder. Required.
 	Out string
 	// Log receives progress lines. Default: discarded.

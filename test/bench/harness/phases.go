@@ -38,6 +38,10 @@ func (r *run) coldStart(ctx context.Context) error {
 	ph, err := r.measure(ctx, PhaseColdStart, fmt.Sprintf("%d controllers start on %d exported Services", len(r.ids), len(bg)), func(ph *report.Phase) error {
 		start = time.Now()
 		r.tr.setStart(names(bg), start)
+		if d := r.opts.APIServerProfile; d > 0 {
+			wait := r.profileAPIServer(ctx, r.clusters[0], d, r.profilePath("cpu", PhaseColdStart, r.ids[0]+"-apiserver"))
+			defer wait()
+		}
 		if err := r.startControllers(PhaseColdStart); err != nil {
 			return err
 		}
