@@ -19,10 +19,11 @@ const (
 	PhaseSteady    = "steady"
 	PhaseRestart   = "restart"
 	PhaseBurst     = "burst"
+	PhaseFloor     = "floor"
 )
 
 // AllPhases lists every phase in run order.
-var AllPhases = []string{PhaseColdStart, PhaseExport, PhaseChurn, PhaseDNS, PhaseSteady, PhaseRestart, PhaseBurst}
+var AllPhases = []string{PhaseColdStart, PhaseExport, PhaseChurn, PhaseDNS, PhaseSteady, PhaseRestart, PhaseBurst, PhaseFloor}
 
 // Registry backends.
 const (

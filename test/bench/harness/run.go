@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -169,8 +170,13 @@ func (r *run) run(ctx context.Context) error {
 	r.logf("created them in %s", time.Since(started).Round(time.Millisecond))
 
 	start := r.preload
-	if o.has(PhaseColdStart) {
+	switch {
+	case o.has(PhaseColdStart):
 		start = r.coldStart
+	case !slices.ContainsFunc(o.Phases, func(p string) bool { return p != PhaseFloor }):
+		// The floor alone needs no clusterset: it runs on the bare testbed,
+		// as the cold start does.
+		start = func(context.Context) error { return nil }
 	}
 	for _, ph := range []struct {
 		name string
@@ -183,6 +189,7 @@ func (r *run) run(ctx context.Context) error {
 		{PhaseSteady, r.steadyPhase},
 		{PhaseRestart, r.restartPhase},
 		{PhaseBurst, r.burstPhase},
+		{PhaseFloor, r.floorPhase},
 	} {
 		if !o.has(ph.name) && ph.name != PhaseColdStart {
 			continue

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mcsd-io/mcsd/test/bench/report"
@@ -52,7 +53,12 @@ func targets(r *report.Results) []report.TargetCheck {
 		if p.Services != 2000 || p.Clusters != 3 || p.Endpoints != 10 {
 			note = fmt.Sprintf("run with %d × %d × %d, target stated for 3 × 2,000 × 10", p.Clusters, p.Services, p.Endpoints)
 		}
-		check("cold start: every import converged", "≤ 60 s", ph.Converged, fmt.Sprintf("%.1f s", ph.Converged), ph.Converged <= targetColdStart, note)
+		coldNote := note
+		if fl := r.PhaseByName(PhaseFloor); fl != nil && fl.Converged > 0 {
+			floor := fmt.Sprintf("the testbed alone, with no controller, took %.1f s for the API writes of these imports (floor phase)", fl.Converged)
+			coldNote = strings.Join(slices.DeleteFunc([]string{note, floor}, func(s string) bool { return s == "" }), "; ")
+		}
+		check("cold start: every import converged", "≤ 60 s", ph.Converged, fmt.Sprintf("%.1f s", ph.Converged), ph.Converged <= targetColdStart, coldNote)
 		var rss uint64
 		for _, c := range ph.Controllers {
 			rss = max(rss, c.PeakRSS)

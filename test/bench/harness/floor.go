@@ -1,0 +1,162 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/test/bench/report"
+)
+
+// floorNamespace holds the floor phase's objects, which no ServiceExport
+// names.
+const floorNamespace = "bench-floor"
+
+// floorWrites names the writes the floor phase makes for one import, in
+// the resource/subresource form of the controllers' counters.
+var floorWrites = []string{"serviceimports", "services", "endpointslices", "serviceimports", "serviceimports/status"}
+
+// floorPhase measures what the testbed itself costs: with every controller
+// stopped, the harness makes, in every cluster and for as many Services as
+// the cold start imports, exactly the API writes one new import needs (the
+// ServiceImport; its derived Service and its EndpointSlice, both owned by
+// it, at once; the ServiceImport again with the Service's cluster IP; its
+// status), w.workers imports at a time per cluster. No controller could
+// converge a cold start faster than this on the same machine: it is the
+// testbed's floor, set by its API servers, their etcds and
+// kube-controller-manager.
+func (r *run) floorPhase(ctx context.Context) error {
+	r.stopControllers()
+	for _, c := range r.clusters {
+		err := r.wl.clients[c.ID].Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}})
+		if client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("create namespace %s in %s: %w", floorNamespace, c.ID, err)
+		}
+	}
+	n := r.opts.Services
+	var start time.Time
+	var mu sync.Mutex
+	var done []float64
+	writes := map[string]*atomic.Int64{}
+	for _, c := range r.clusters {
+		writes[c.ID] = &atomic.Int64{}
+	}
+	ph, err := r.measure(ctx, PhaseFloor, fmt.Sprintf("no controller: the harness makes the %d API writes of each of %d new imports in every cluster, %d at a time", len(floorWrites), n, r.opts.Workers),
+		func(*report.Phase) error {
+			start = time.Now()
+			var wg sync.WaitGroup
+			errs := make([]error, len(r.clusters))
+			for ci, c := range r.clusters {
+				wg.Go(func() {
+					cl := r.wl.clients[c.ID]
+					errs[ci] = r.wl.parallel(ctx, 0, n, func(ctx context.Context, i int) error {
+						if err := floorImport(ctx, cl, c.ID, i, r.opts.Endpoints); err != nil {
+							return err
+						}
+						writes[c.ID].Add(int64(len(floorWrites)))
+						mu.Lock()
+						done = append(done, time.Since(start).Seconds())
+						mu.Unlock()
+						return nil
+					})
+				})
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	ph.Changes = n
+	ph.Latency = map[string]report.Dist{"import (all clusters)": report.Summarize(done)}
+	for _, d := range done {
+		ph.Converged = max(ph.Converged, d)
+	}
+	for id, w := range writes {
+		byRes := map[string]int{}
+		per := w.Load() / int64(len(floorWrites))
+		for _, res := range floorWrites {
+			byRes[res] += int(per)
+		}
+		ph.APIWrites[id] = byRes
+	}
+	return err
+}
+
+// floorImport makes the writes of one new import, i, in cluster cl.
+func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpoints int) error {
+	name := fmt.Sprintf("floor-%05d", i)
+	si := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace},
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:       mcsv1beta1.ClusterSetIP,
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports:      []mcsv1beta1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if err := cl.Create(ctx, si); err != nil {
+		return fmt.Errorf("create ServiceImport %s: %w", name, err)
+	}
+	owner := metav1.OwnerReference{
+		APIVersion: mcsv1beta1.GroupVersion.String(), Kind: "ServiceImport", Name: name, UID: si.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace, OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec: corev1.ServiceSpec{
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	eps := make([]discoveryv1.Endpoint, endpoints)
+	for j := range eps {
+		eps[j] = discoveryv1.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.250.%d.%d", i%250, j+1)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+		}
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + cluster, Namespace: floorNamespace, OwnerReferences: []metav1.OwnerReference{owner},
+			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy, mcsv1beta1.LabelSourceCluster: cluster}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](targetPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints:   eps,
+	}
+	var sliceErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { sliceErr = cl.Create(ctx, slice) })
+	svcErr := cl.Create(ctx, svc)
+	wg.Wait()
+	if svcErr != nil {
+		return fmt.Errorf("create Service %s: %w", name, svcErr)
+	}
+	if sliceErr != nil {
+		return fmt.Errorf("create EndpointSlice %s: %w", slice.Name, sliceErr)
+	}
+	si.Spec.IPs = svc.Spec.ClusterIPs
+	if err := cl.Update(ctx, si); err != nil {
+		return fmt.Errorf("update ServiceImport %s: %w", name, err)
+	}
+	base := si.DeepCopy()
+	si.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: cluster}}
+	si.Status.Conditions = []metav1.Condition{{
+		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "floor",
+		LastTransitionTime: metav1.Now(), ObservedGeneration: si.Generation,
+	}}
+	if err := cl.Status().Patch(ctx, si, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("patch ServiceImport %s status: %w", name, err)
+	}
+	return nil
+}
