@@ -98,6 +98,25 @@ func TestShippedRBAC(t *testing.T) {
 	// Imported into c2: ServiceImport, derived Service with its IP, EndpointSlices.
 	waitImported(t, c1, c2, ns, "web", 1)
 
+	// c2 exports the same Service too, then withdraws it: the import in c2
+	// gains and loses a source cluster, which mcsd reports with Events (a
+	// new import gets none).
+	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1})
+	fw.Export(t, c2, ns, "web")
+	fw.Eventually(t, timeout, "ClustersChanged Event on the import in c2", func() (bool, string) {
+		var events corev1.EventList
+		if err := c2.List(ctx, &events, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "ServiceImport" && e.InvolvedObject.Name == "web" && e.Reason == "ClustersChanged" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d Events, none ClustersChanged on ServiceImport web", len(events.Items))
+	})
+	fw.Unexport(t, c2, ns, "web")
+
 	// Changes: a second port (the ServiceImport and derived Service are
 	// updated), a third replica (the EndpointSlices are updated).
 	svc := &corev1.Service{}
