@@ -39,7 +39,7 @@ func run() error {
 	fl.IntVar(&o.Services, "services", 0, "services exported before the controllers start (default 1000; cloudmap 50)")
 	fl.IntVar(&o.Endpoints, "endpoints", 10, "endpoints per service")
 	fl.IntVar(&o.ExportSamples, "export-samples", 0, "services exported one by one in the export phase (default 100; cloudmap 20)")
-	fl.StringVar(&exportRate, "export-rate", "4/s", "rate of the export phase's exports (each is ~7 API writes in every cluster: keep it below what the testbed sustains)")
+	fl.StringVar(&exportRate, "export-rate", "4/s", "rate of the export phase's exports (each is ~6 API writes in every cluster: keep it below what the testbed sustains)")
 	fl.StringVar(&churn, "churn", "5/s", "rate of endpoint readiness changes in the churn phase")
 	fl.DurationVar(&o.ChurnFor, "churn-for", 30*time.Second, "duration of the churn phase")
 	fl.IntVar(&o.DNSSamples, "dns-samples", 30, "services exported one at a time and resolved through CoreDNS")

@@ -46,7 +46,7 @@ type Options struct {
 	Endpoints int
 	// ExportSamples more Services are exported one by one at ExportRate in
 	// the export phase and timed. Default 100, at 4/s: each export is about
-	// 7 API writes in every cluster, and the rate stays well below what the
+	// 6 API writes in every cluster, and the rate stays well below what the
 	// testbed sustains, so that the phase times propagation, not a queue.
 	ExportSamples int
 	ExportRate    float64
