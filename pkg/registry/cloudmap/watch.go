@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
 // Watch polls Cloud Map and delivers the clusterset's records to h until ctx
@@ -28,13 +29,11 @@ func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 }
 
 func (r *reader) watch(ctx context.Context, h registry.Handler) error {
-	if r.ctx.Err() != nil {
-		return registry.ErrClosed
+	ctx, release, err := lifetime.Bind(ctx, r.ctx)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(r.ctx, cancel)
-	defer stop()
+	defer release()
 
 	w := &watcher{
 		b:        r,

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
 // errResync ends following the watch when the watch failed but etcd may
@@ -25,13 +26,11 @@ func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 }
 
 func (c *conn) watch(ctx context.Context, h registry.Handler) error {
-	if c.ctx.Err() != nil {
-		return registry.ErrClosed
+	ctx, release, err := lifetime.Bind(ctx, c.ctx)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(c.ctx, cancel)
-	defer stop()
+	defer release()
 
 	log := c.log // the logger the backend was opened with
 	if l, err := logr.FromContext(ctx); err == nil {
