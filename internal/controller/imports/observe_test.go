@@ -2,7 +2,9 @@ package imports
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,8 +62,12 @@ func TestImportMetricsFollowTheImport(t *testing.T) {
 	}
 }
 
+// runs numbers the runs of a test (go test -count), so that each run's
+// series in the process-wide metrics registry are its own.
+var runs atomic.Int64
+
 func TestPropagationObservedOncePerChange(t *testing.T) {
-	const cluster = "imports-propagation-test"
+	cluster := fmt.Sprintf("imports-propagation-test-%d", runs.Add(1))
 	e := newEnv(t, namespace(testNS))
 	e.r.propagation = metrics.NewPropagation(cluster)
 	observations := func(source string) float64 {

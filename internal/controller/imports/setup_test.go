@@ -2,7 +2,9 @@ package imports
 
 import (
 	"context"
+	"k8s.io/utils/ptr"
 	"net/http"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"testing"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -32,6 +34,9 @@ func TestSetupWithManager(t *testing.T) {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		MapperProvider:         staticMapper,
+		// Controller names are checked process-wide; with -count > 1 the
+		// same test builds the controller again.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatal(err)
