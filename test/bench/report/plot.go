@@ -29,18 +29,40 @@ func (r *Results) plot(dir string) error {
 	return nil
 }
 
+// newPlot is a plot with a title, axis labels and a grid.
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// addLine draws pts on p in c, and names it in the legend unless label is
+// empty.
+func addLine(p *plot.Plot, pts plotter.XYs, c color.Color, label string) error {
+	l, err := plotter.NewLine(pts)
+	if err != nil {
+		return err
+	}
+	l.Color = c
+	l.Width = vg.Points(1.5)
+	p.Add(l)
+	if label != "" {
+		p.Legend.Add(label, l)
+	}
+	return nil
+}
+
 func save(p *plot.Plot, dir, name string) error {
 	return p.Save(18*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, name))
 }
 
 // plotCDF: the share of changes propagated within x milliseconds.
 func (r *Results) plotCDF(dir string) error {
-	p := plot.New()
-	p.Title.Text = "Propagation latency (CDF)"
-	p.X.Label.Text = "milliseconds"
-	p.Y.Label.Text = "share of changes"
+	p := newPlot("Propagation latency (CDF)", "milliseconds", "share of changes")
 	p.Y.Min, p.Y.Max = 0, 1
-	p.Add(plotter.NewGrid())
 	p.Legend.Top = false
 	p.Legend.Left = false
 	for _, s := range series {
@@ -54,14 +76,9 @@ func (r *Results) plotCDF(dir string) error {
 		for i, x := range xs {
 			pts = append(pts, plotter.XY{X: x * 1000, Y: float64(i+1) / float64(len(xs))})
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
+		if err := addLine(p, pts, s.color, s.label); err != nil {
 			return err
 		}
-		l.Color = s.color
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(s.label, l)
 	}
 	return save(p, dir, FileCDF)
 }
@@ -69,11 +86,7 @@ func (r *Results) plotCDF(dir string) error {
 // plotHistogram: the latency distributions side by side as step outlines
 // over shared bins.
 func (r *Results) plotHistogram(dir string) error {
-	p := plot.New()
-	p.Title.Text = "Propagation latency (histogram)"
-	p.X.Label.Text = "milliseconds"
-	p.Y.Label.Text = "changes"
-	p.Add(plotter.NewGrid())
+	p := newPlot("Propagation latency (histogram)", "milliseconds", "changes")
 	p.Legend.Left = false
 	p.Legend.Top = true
 	var hi float64
@@ -103,14 +116,9 @@ func (r *Results) plotHistogram(dir string) error {
 		for i, c := range counts {
 			pts = append(pts, plotter.XY{X: float64(i) * width, Y: c}, plotter.XY{X: float64(i+1) * width, Y: c})
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
+		if err := addLine(p, pts, s.color, s.label); err != nil {
 			return err
 		}
-		l.Color = s.color
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(s.label, l)
 	}
 	return save(p, dir, FileHistogram)
 }
@@ -118,11 +126,7 @@ func (r *Results) plotHistogram(dir string) error {
 // plotScaling: time until every import converged against the number of
 // services changed at once.
 func (r *Results) plotScaling(dir string) error {
-	p := plot.New()
-	p.Title.Text = "Convergence time vs number of services"
-	p.X.Label.Text = "services exported at once"
-	p.Y.Label.Text = "seconds until every import converged"
-	p.Add(plotter.NewGrid())
+	p := newPlot("Convergence time vs number of services", "services exported at once", "seconds until every import converged")
 	p.Legend.Top = true
 	p.Legend.Left = true
 	if len(r.Scaling) > 0 {
@@ -154,23 +158,15 @@ func (r *Results) plotScaling(dir string) error {
 
 // plotProgress: imports converged over time during the cold start.
 func (r *Results) plotProgress(dir string) error {
-	p := plot.New()
-	p.Title.Text = "Cold start: imports converged over time"
-	p.X.Label.Text = "seconds since the controllers started"
-	p.Y.Label.Text = "imports converged (all clusters)"
-	p.Add(plotter.NewGrid())
+	p := newPlot("Cold start: imports converged over time", "seconds since the controllers started", "imports converged (all clusters)")
 	if len(r.Progress) > 0 {
 		pts := make(plotter.XYs, len(r.Progress))
 		for i, pt := range r.Progress {
 			pts[i] = plotter.XY{X: pt.X, Y: pt.Y}
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
+		if err := addLine(p, pts, series[0].color, ""); err != nil {
 			return err
 		}
-		l.Color = series[0].color
-		l.Width = vg.Points(1.5)
-		p.Add(l)
 	}
 	p.X.Min, p.Y.Min = 0, 0
 	return save(p, dir, FileProgress)
