@@ -26,6 +26,7 @@ Each patch makes moto do what the Cloud Map API reference documents:
 
 import json
 import sys
+import threading
 
 from moto.core.exceptions import JsonRESTError
 from moto.server import main
@@ -48,22 +49,30 @@ _delete_service = models.ServiceDiscoveryBackend.delete_service
 _delete_namespace = models.ServiceDiscoveryBackend.delete_namespace
 
 
+# moto's server answers requests on several threads; registrations and
+# deregistrations rewrite a service's instance list, so they take turns (an
+# unguarded rewrite could drop an instance another thread appended meanwhile).
+_instances_lock = threading.Lock()
+
+
 def _bump(service):
     service.mcsd_revision = getattr(service, "mcsd_revision", 0) + 1
 
 
 def register_instance(self, service_id, instance_id, creator_request_id, attributes):
-    service = self.get_service(service_id)
-    service.instances = [i for i in service.instances if i.instance_id != instance_id]
-    op = _register(self, service_id, instance_id, creator_request_id, attributes)
-    _bump(service)
-    return op
+    with _instances_lock:
+        service = self.get_service(service_id)
+        service.instances[:] = [i for i in service.instances if i.instance_id != instance_id]
+        op = _register(self, service_id, instance_id, creator_request_id, attributes)
+        _bump(service)
+        return op
 
 
 def deregister_instance(self, service_id, instance_id):
-    op = _deregister(self, service_id, instance_id)
-    _bump(self.get_service(service_id))
-    return op
+    with _instances_lock:
+        op = _deregister(self, service_id, instance_id)
+        _bump(self.get_service(service_id))
+        return op
 
 
 def discover_instances_revision(self, namespace_name, service_name):
