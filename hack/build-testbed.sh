@@ -43,25 +43,34 @@ build_in_module() {
   log "$name: built in $((SECONDS - start))s"
 }
 
-# --- Kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl.
-k8s_out="$cache/kubernetes/$KUBERNETES_VERSION"
-if [[ ! -x "$k8s_out/kube-apiserver" || ! -x "$k8s_out/kubectl" ]]; then
-  mod="$cache/src/kubernetes-$KUBERNETES_VERSION"
-  mkdir -p "$mod"
-  staging_version="v0.${KUBERNETES_VERSION#v1.}"
-  gomod_file=$(cd "$mod" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
-  {
-    echo "module mcsd.local/testbed/kubernetes"
-    echo
-    echo "go 1.25.0"
-    echo
-    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
-    echo
-    echo "replace ("
-    sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 '"$staging_version"'#p' "$gomod_file"
-    echo ")"
-  } >"$mod/go.mod"
-  cat >"$mod/tools.go" <<'GO'
+# The version stamped into every Kubernetes binary.
+minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+ld="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ld+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+
+# k8s_module writes, once, a module that requires k8s.io/kubernetes with its
+# staging modules replaced by their published versions, and prints its path.
+k8s_module() {
+  local mod="$cache/src/kubernetes-$KUBERNETES_VERSION"
+  if [[ ! -f "$mod/tools.go" ]]; then
+    mkdir -p "$mod"
+    local staging_version="v0.${KUBERNETES_VERSION#v1.}" gomod_file
+    gomod_file=$(cd "$mod" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+    {
+      echo "module mcsd.local/testbed/kubernetes"
+      echo
+      echo "go 1.25.0"
+      echo
+      echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+      echo
+      echo "replace ("
+      sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 '"$staging_version"'#p' "$gomod_file"
+      echo ")"
+    } >"$mod/go.mod"
+    # Every program built from it, so that one tidy resolves them all.
+    cat >"$mod/tools.go" <<'GO'
 //go:build tools
 
 package tools
@@ -69,22 +78,34 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/test/images/agnhost"
 )
 GO
-  (cd "$mod" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
-  (cd "$mod" && GOFLAGS=-mod=mod go get "k8s.io/kubernetes@$KUBERNETES_VERSION" >&2)
-  minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
-  vpkg=k8s.io/component-base/version
-  cpkg=k8s.io/client-go/pkg/version
-  ld="-s -w"
-  for p in $vpkg $cpkg; do
-    ld+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-  done
-  build_in_module "$mod" "$k8s_out" "$ld" "kubernetes $KUBERNETES_VERSION" \
+    (cd "$mod" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
+    (cd "$mod" && GOFLAGS=-mod=mod go get "k8s.io/kubernetes@$KUBERNETES_VERSION" >&2)
+  fi
+  echo "$mod"
+}
+
+# --- Kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl.
+k8s_out="$cache/kubernetes/$KUBERNETES_VERSION"
+if [[ ! -x "$k8s_out/kube-apiserver" || ! -x "$k8s_out/kubectl" ]]; then
+  build_in_module "$(k8s_module)" "$k8s_out" "$ld" "kubernetes $KUBERNETES_VERSION" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+fi
+
+# --- The node side: kube-proxy (routes Services in each cluster's node network
+# namespace) and agnhost (the test server of Kubernetes' e2e images, run as a
+# pod's process). A directory of their own: a cache from before they were
+# added builds just these.
+node_out="$cache/kubernetes-node/$KUBERNETES_VERSION"
+if [[ ! -x "$node_out/kube-proxy" || ! -x "$node_out/agnhost" ]]; then
+  build_in_module "$(k8s_module)" "$node_out" "$ld" "kube-proxy and agnhost $KUBERNETES_VERSION" \
+    k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/test/images/agnhost
 fi
 
 # --- etcd: its server module has replace directives, so a tiny main wraps etcdmain.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Brings up a local clusterset: two testbed clusters, an embedded registry and
-# one mcsd per cluster; exports a sample app from c1, shows its import in c2,
-# and resolves web.demo.svc.clusterset.local through a stock CoreDNS for c2.
+# Brings up a local clusterset: two testbed clusters (pods run, kube-proxy
+# routes), an embedded registry and one mcsd per cluster; deploys a sample app
+# in both clusters and exports it, then a client pod in c2 curls
+# web.demo.svc.clusterset.local and gets replies from pods of both clusters.
 # Everything keeps running until `hack/demo.sh down` (make demo-down).
 set -euo pipefail
 
@@ -23,14 +24,15 @@ stop_pids() {
 
 if [[ "${1:-up}" == "down" ]]; then
   stop_pids
-  go run ./test/testbed/cmd/testbed down -name "$name"
+  go run ./test/testbed/cmd/testbed down -name "$name" 2>/dev/null
   rm -rf "$state"
   echo "demo removed"
   exit 0
 fi
 
 log "Building the testbed binaries (the first time takes about 15 minutes)"
-bin_root=$(hack/build-testbed.sh)
+mkdir -p "$state/logs"
+bin_root=$(hack/build-testbed.sh 2>"$state/logs/build.log") || { tail -20 "$state/logs/build.log"; exit 1; }
 # shellcheck source=testbed-versions.env
 source hack/testbed-versions.env
 kubectl="$bin_root/kubernetes/$KUBERNETES_VERSION/kubectl"
@@ -38,11 +40,14 @@ kubectl="$bin_root/kubernetes/$KUBERNETES_VERSION/kubectl"
 log "Building mcsd"
 go build -o bin/mcsd ./cmd/mcsd
 
-log "Starting clusters c1 and c2"
-kubeconfig=$(go run ./test/testbed/cmd/testbed up -n 2 -name "$name")
+log "Starting clusters c1 and c2, with pods that run and kube-proxy in each (log: $state/logs/testbed.log)"
+if ! kubeconfig=$(go run ./test/testbed/cmd/testbed up -n 2 -name "$name" 2>>"$state/logs/testbed.log"); then
+  tail -20 "$state/logs/testbed.log"
+  exit 1
+fi
 k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
+echo "kubeconfig: $kubeconfig (contexts c1, c2)"
 
-mkdir -p "$state/logs"
 stop_pids
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 reg_port=$(free_port)
@@ -55,56 +60,65 @@ echo $! >"$state/registry.pid"
 for _ in $(seq 50); do grep -q "registry ready" "$state/logs/registry.log" && break; sleep 0.2; done
 
 for c in c1 c2; do
-  log "Starting mcsd for $c (log: $state/logs/mcsd-$c.log)"
+  echo "mcsd for $c (log: $state/logs/mcsd-$c.log)"
   bin/mcsd --kubeconfig "$kubeconfig" --context "$c" --registry "etcd://127.0.0.1:$reg_port" \
     --metrics-bind-address 0 --health-probe-bind-address 0 --log-development >"$state/logs/mcsd-$c.log" 2>&1 &
   echo $! >"$state/mcsd-$c.pid"
 done
 
-log "Deploying the sample app in c1 and exporting it (config/samples)"
-k --context c1 apply -f config/samples/app.yaml
-k --context c2 create namespace demo --dry-run=client -o yaml | k --context c2 apply -f -
-k --context c1 apply -f config/samples/serviceexport.yaml
+log "Deploying the sample app (config/samples) in c1 and c2, and exporting it from both"
+for c in c1 c2; do
+  k --context "$c" apply -f config/samples/app.yaml -f config/samples/serviceexport.yaml
+done
+k --context c2 -n demo run client --image=registry.k8s.io/pause:3.10 --restart=Never
+for c in c1 c2; do
+  k --context "$c" -n demo rollout status deployment/web --timeout=120s
+done
+k --context c2 -n demo wait --for=condition=Ready pod/client --timeout=120s
 
-log "Waiting for the ServiceImport in c2"
+log "Waiting for c2 to import web from both clusters"
 for _ in $(seq 150); do
-  if k --context c2 -n demo get serviceimport web -o jsonpath='{.spec.ips[0]}' 2>/dev/null | grep -q .; then
-    if k --context c2 -n demo get endpointslices -l multicluster.kubernetes.io/source-cluster=c1 -o jsonpath='{.items[*].endpoints[*].addresses[0]}' 2>/dev/null | grep -q .; then
-      break
-    fi
-  fi
+  clusters=$(k --context c2 -n demo get serviceimport web -o jsonpath='{.status.clusters[*].cluster}' 2>/dev/null || true)
+  [[ "$clusters" == *c1* && "$clusters" == *c2* ]] && break
   sleep 0.2
 done
 
-log "c1: the ServiceExport"
-k --context c1 -n demo get serviceexport web
-log "c2: the ServiceImport"
+log "c2: the ServiceImport, and its EndpointSlices (one set per source cluster)"
 k --context c2 -n demo get serviceimport web -o wide
-log "c2: its EndpointSlices (one set per source cluster)"
 k --context c2 -n demo get endpointslices -l multicluster.kubernetes.io/service-name=web -L multicluster.kubernetes.io/source-cluster
-log "c1: the pods behind them"
-k --context c1 -n demo get pods -o wide
+log "The pods behind it"
+for c in c1 c2; do echo "# $c"; k --context "$c" -n demo get pods -l app=web -o wide; done
+c1_pods=" $(k --context c1 -n demo get pods -l app=web -o jsonpath='{.items[*].metadata.name}') "
 
-log "c2: DNS from stock CoreDNS (kubernetes plugin, multicluster clusterset.local; see config/coredns)"
-go build -o bin/dnsq ./test/testbed/cmd/dnsq
-dns_addr=$(go run ./test/testbed/cmd/testbed coredns -name "$name" -cluster c2 -pid-file "$state/coredns-c2.pid")
-dnsq="bin/dnsq -server $dns_addr"
-for q in "web.demo.svc.clusterset.local" "-type SRV _http._tcp.web.demo.svc.clusterset.local"; do
-  echo "\$ $dnsq $q"
-  # shellcheck disable=SC2086
-  $dnsq $q
+log "c2: the client pod resolves and curls web.demo.svc.clusterset.local"
+echo "\$ kubectl --context c2 -n demo exec client -- dig +short web.demo.svc.clusterset.local"
+k --context c2 -n demo exec client -- dig +short web.demo.svc.clusterset.local
+echo "\$ kubectl --context c2 -n demo exec client -- curl -s web.demo.svc.clusterset.local/hostname   # a few times"
+seen=""
+for i in $(seq 20); do
+  reply=$(k --context c2 -n demo exec client -- curl -s -m 2 web.demo.svc.clusterset.local/hostname || true)
+  from=c2; [[ "$c1_pods" == *" $reply "* ]] && from=c1
+  printf '%-40s (a pod in %s)\n' "$reply" "$from"
+  [[ -n "$reply" && "$seen" != *"$from"* ]] && seen+="$from "
+  if (( i >= 6 )) && [[ "$seen" == *c1* && "$seen" == *c2* ]]; then break; fi
 done
-echo "c2's ServiceImport IPs: $(k --context c2 -n demo get serviceimport web -o jsonpath='{.spec.ips}')"
+if [[ "$seen" == *c1* && "$seen" == *c2* ]]; then
+  echo "Replies came from pods of both clusters."
+else
+  echo "Replies came only from: ${seen:-nowhere}; see $state/logs/"
+  exit 1
+fi
 
 cat <<MSG
 
 The clusterset keeps running. Try:
   export KUBECONFIG=$kubeconfig
-  $kubectl --context c2 -n demo get serviceimport web -o yaml
-  $kubectl --context c1 -n demo scale deployment web --replicas 4    # then look at c2's EndpointSlices
-  $kubectl --context c1 -n demo get serviceexport web -o yaml         # Valid / Ready / Conflict conditions
-  bin/mcsd status --registry etcd://127.0.0.1:$reg_port --kubeconfig $kubeconfig --context c2   # the clusterset as the registry and c2 see it
-  $root/$dnsq web.demo.svc.clusterset.local                           # c2's CoreDNS (log and Corefile under .cache/testbed-runs/$name/coredns-c2-*)
-Logs: $state/logs/
+  alias kubectl=$kubectl
+  kubectl --context c2 -n demo exec client -- curl -s web.demo.svc.clusterset.local/hostname
+  kubectl --context c1 -n demo scale deployment web --replicas 0     # then curl again: only c2's pods answer
+  kubectl --context c2 -n demo get serviceimport web -o yaml
+  kubectl --context c1 -n demo get serviceexport web -o yaml         # Valid / Ready / Conflict conditions
+  bin/mcsd status --registry etcd://127.0.0.1:$reg_port --kubeconfig $kubeconfig --context c2
+Logs: $state/logs/ (the testbed's, the registry's, each mcsd's)
 Stop everything with: make demo-down
 MSG

@@ -24,6 +24,9 @@ type Binaries struct {
 	Kwok                  string
 	Kwokctl               string
 	CoreDNS               string
+	// KubeProxy and Agnhost run on the data plane's nodes and in its pods.
+	KubeProxy string
+	Agnhost   string
 
 	// Versions, as pinned in hack/testbed-versions.env.
 	KubernetesVersion string
@@ -83,6 +86,7 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (Binaries, error) {
 	}
 	k8s := filepath.Join(cache, "kubernetes", versions["KUBERNETES_VERSION"])
 	kwok := filepath.Join(cache, "kwok", versions["KWOK_VERSION"])
+	node := filepath.Join(cache, "kubernetes-node", versions["KUBERNETES_VERSION"])
 	b := Binaries{
 		KubeAPIServer:         filepath.Join(k8s, "kube-apiserver"),
 		KubeControllerManager: filepath.Join(k8s, "kube-controller-manager"),
@@ -92,12 +96,14 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (Binaries, error) {
 		Kwok:                  filepath.Join(kwok, "kwok"),
 		Kwokctl:               filepath.Join(kwok, "kwokctl"),
 		CoreDNS:               filepath.Join(cache, "coredns", versions["COREDNS_VERSION"], "coredns"),
+		KubeProxy:             filepath.Join(node, "kube-proxy"),
+		Agnhost:               filepath.Join(node, "agnhost"),
 		KubernetesVersion:     versions["KUBERNETES_VERSION"],
 		EtcdVersion:           versions["ETCD_VERSION"],
 		KwokVersion:           versions["KWOK_VERSION"],
 		CoreDNSVersion:        versions["COREDNS_VERSION"],
 	}
-	for _, p := range []string{b.KubeAPIServer, b.KubeControllerManager, b.KubeScheduler, b.Kubectl, b.Etcd, b.Kwok, b.Kwokctl, b.CoreDNS} {
+	for _, p := range []string{b.KubeAPIServer, b.KubeControllerManager, b.KubeScheduler, b.Kubectl, b.Etcd, b.Kwok, b.Kwokctl, b.CoreDNS, b.KubeProxy, b.Agnhost} {
 		if _, err := os.Stat(p); err != nil {
 			return Binaries{}, fmt.Errorf("testbed binary missing after build: %w", err)
 		}

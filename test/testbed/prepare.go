@@ -1,10 +1,10 @@
 package testbed
 
 import (
-	"time"
-
 	"context"
+	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -148,7 +148,7 @@ func (c *Cluster) NodeName(n int) string { return fmt.Sprintf("%s-node-%d", c.ID
 func (c *Cluster) Zone(n int) string { return fmt.Sprintf("%s-zone-%c", c.ID, 'a'+rune(n%3)) }
 
 func (c *Cluster) ensureNode(ctx context.Context, cl client.Client, n int) error {
-	podCIDR := fmt.Sprintf("10.%d.%d.0/24", c.Index, n)
+	podCIDRs := NodePodCIDRs(c.Index, n)
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: c.NodeName(n),
@@ -163,10 +163,18 @@ func (c *Cluster) ensureNode(ctx context.Context, cl client.Client, n int) error
 				"topology.kubernetes.io/zone": c.Zone(n),
 			},
 		},
-		Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}},
+		Spec: corev1.NodeSpec{PodCIDR: podCIDRs[0], PodCIDRs: podCIDRs},
 	}
 	if err := cl.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create node %s: %w", node.Name, err)
 	}
 	return nil
+}
+
+func mustJSON(v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return data
 }

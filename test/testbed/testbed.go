@@ -40,6 +40,12 @@ type Options struct {
 	Binaries *Binaries
 	// Log receives progress lines. Default: discarded.
 	Log io.Writer
+	// NoDataPlane leaves pods to kwok (they get an IPv4 address and turn
+	// Running, and nothing runs) and starts no node agent, kube-proxy or
+	// cluster DNS: a control plane alone, which needs no root (the
+	// benchmark uses it). By default pods run and Services route; see
+	// dataplane.go.
+	NoDataPlane bool
 }
 
 func (o *Options) defaults() error {
@@ -145,6 +151,12 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 		bin = b
 	}
 	removeStale(ctx, opts.StateRoot, bin, opts.Log)
+	if !opts.NoDataPlane {
+		if err := checkHost(ctx, opts.Log); err != nil {
+			return nil, err
+		}
+		removeOrphanNetworks(ctx, func(format string, args ...any) { fmt.Fprintf(opts.Log, format, args...) })
+	}
 
 	tb := &Testbed{opts: opts, bin: bin, dir: filepath.Join(opts.StateRoot, opts.Name)}
 	if err := os.MkdirAll(tb.dir, 0o755); err != nil {
@@ -164,6 +176,13 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 			tb:           tb,
 		})
 	}
+	// The node agent builds while the clusters come up.
+	built := make(chan error, 1)
+	if tb.dataPlane() {
+		go func() { built <- tb.buildAgent(ctx) }()
+	} else {
+		built <- nil
+	}
 	// kwokctl runs the control plane processes in the background, so the
 	// clusters come up side by side.
 	errs := make(chan error, len(tb.Clusters))
@@ -176,6 +195,7 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 			all = append(all, err)
 		}
 	}
+	all = append(all, <-built)
 	if err := errors.Join(all...); err != nil {
 		_ = tb.Close(context.WithoutCancel(ctx))
 		return nil, err
@@ -184,7 +204,39 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 		_ = tb.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	if tb.dataPlane() {
+		if err := tb.startDataPlane(ctx); err != nil {
+			_ = tb.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
 	return tb, nil
+}
+
+// startDataPlane sets up the network and starts every cluster's node agent.
+func (tb *Testbed) startDataPlane(ctx context.Context) error {
+	if err := tb.setupNetwork(ctx); err != nil {
+		return err
+	}
+	for _, c := range tb.Clusters {
+		cfg, err := c.agentConfig()
+		if err != nil {
+			return err
+		}
+		if err := c.prepareDataPlane(ctx, cfg); err != nil {
+			return fmt.Errorf("data plane of %s: %w", c.ID, err)
+		}
+		if err := c.startAgent(cfg); err != nil {
+			return err
+		}
+	}
+	for _, c := range tb.Clusters {
+		if err := c.waitAgent(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(tb.opts.Log, "[testbed] %s: pods run, kube-proxy and DNS serve (namespace %s)\n", c.ID, c.NodeNetns())
+	}
+	return nil
 }
 
 // Close stops every process of the testbed and removes its state.
@@ -329,10 +381,26 @@ componentsPatches:
   extraArgs:
   - key: cidr
     value: %s
-`, b.KubernetesVersion, strings.TrimPrefix(b.EtcdVersion, "v"), b.KwokVersion,
+%s`, b.KubernetesVersion, strings.TrimPrefix(b.EtcdVersion, "v"), b.KwokVersion,
 		b.KubeAPIServer, b.KubeControllerManager, b.KubeScheduler, b.Kubectl, b.Etcd, b.Kwok,
 		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5],
-		strings.Join(c.ServiceCIDRs, ","), c.PodCIDR)
+		strings.Join(c.ServiceCIDRs, ","), c.PodCIDR, c.dataPlaneConfig())
+}
+
+// dataPlaneConfig adds, with a data plane, the API server's client
+// certificate for kubelets (the agent's streaming server requires one signed
+// by the cluster's CA) and the kwok stages that leave pods to the agent.
+func (c *Cluster) dataPlaneConfig() string {
+	if !c.tb.dataPlane() {
+		return ""
+	}
+	return fmt.Sprintf(`- name: kube-apiserver
+  extraArgs:
+  - key: kubelet-client-certificate
+    value: %s
+  - key: kubelet-client-key
+    value: %s
+%s`, c.pkiFile("admin.crt"), c.pkiFile("admin.key"), nodeStages(c.tb.bin.KubernetesVersion))
 }
 
 // Client returns a controller-runtime client for the cluster, with the
@@ -381,6 +449,7 @@ func (tb *Testbed) writeKubeconfig() error {
 // deleteTestbed deletes every cluster kwokctl knows in the testbed's state
 // directory, stops any process still running from it, then removes it.
 func deleteTestbed(ctx context.Context, dir string, bin Binaries, log io.Writer) error {
+	stopAgents(dir)
 	workdirs, _ := filepath.Glob(filepath.Join(dir, "kwok-*"))
 	var errs []error
 	for _, wd := range workdirs {
@@ -401,6 +470,9 @@ func deleteTestbed(ctx context.Context, dir string, bin Binaries, log io.Writer)
 	// kwokctl runs binaries through links in the work directory; anything
 	// left running from there (a half-created cluster) is killed.
 	killUnder(dir, log)
+	if err := removeNetwork(ctx, dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove the testbed's network namespaces: %w", err))
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove testbed state: %w", err))
 	}

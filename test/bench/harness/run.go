@@ -121,7 +121,9 @@ func (r *run) logf(format string, args ...any) {
 
 func (r *run) run(ctx context.Context) error {
 	o := r.opts
-	fwOpts := framework.Options{Name: "bench", Clusters: o.Clusters, TTL: o.TTL}
+	// No data plane: the benchmark's Services have no pods, and kube-proxy
+	// programming thousands of them would take the CPU the figures measure.
+	fwOpts := framework.Options{Name: "bench", Clusters: o.Clusters, TTL: o.TTL, NoDataPlane: true}
 	if o.Registry == RegistryCloudMap {
 		cm, err := newCloudMapServer(ctx)
 		if err != nil {

@@ -37,7 +37,7 @@ func run(m *testing.M) int {
 			ListInterval: time.Second,
 		})
 	}
-	return framework.Main(m, framework.Options{Name: "e2e-cloudmap", Clusters: 2, OpenRegistry: open}, func(_ context.Context, e *framework.Env) error {
+	return framework.Main(m, framework.Options{Name: "e2e-cloudmap", Clusters: 2, OpenRegistry: open, NoDataPlane: true}, func(_ context.Context, e *framework.Env) error {
 		env = e
 		return nil
 	})

@@ -16,7 +16,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, framework.Options{Name: "e2e-dns", Clusters: 3}, func(ctx context.Context, e *framework.Env) error {
+	os.Exit(framework.Main(m, framework.Options{Name: "e2e-dns", Clusters: 3, NoDataPlane: true}, func(ctx context.Context, e *framework.Env) error {
 		env = e
 		for _, c := range env.TB.Clusters {
 			d, err := c.StartCoreDNS(ctx)

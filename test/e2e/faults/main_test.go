@@ -13,9 +13,10 @@ var env *framework.Env
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, framework.Options{
-		Name:     "e2e-faults",
-		Clusters: 3,
-		TTL:      5 * time.Second,
+		Name:        "e2e-faults",
+		Clusters:    3,
+		TTL:         5 * time.Second,
+		NoDataPlane: true,
 		// The backend's defaults (5s, 10s) suit its 30s default TTL; scaled
 		// to a 5s TTL, a registry outage is noticed within about 3s.
 		RegistryHealthInterval: time.Second,

@@ -46,6 +46,9 @@ type Options struct {
 	OpenRegistry func(ctx context.Context, id registry.Identity) (registry.Registry, error)
 	// WithoutControllers makes Main start no mcsd: the tests start their own.
 	WithoutControllers bool
+	// NoDataPlane starts the clusters without the testbed's data plane: kwok
+	// fakes the pods (nothing runs, nothing routes) and no root is needed.
+	NoDataPlane bool
 }
 
 // Env is a running clusterset: clusters, a registry, controllers.
@@ -75,10 +78,11 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	// Parts of controller-runtime log through its global logger.
 	ctrllog.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter("controller-runtime"))))
 	tb, err := testbed.Start(ctx, testbed.Options{
-		Name:      fmt.Sprintf("%s-%d", opts.Name, os.Getpid()),
-		Clusters:  opts.Clusters,
-		Ephemeral: true,
-		Log:       os.Stderr,
+		Name:        fmt.Sprintf("%s-%d", opts.Name, os.Getpid()),
+		Clusters:    opts.Clusters,
+		Ephemeral:   true,
+		NoDataPlane: opts.NoDataPlane,
+		Log:         os.Stderr,
 	})
 	if err != nil {
 		return nil, err

@@ -64,6 +64,11 @@ type App struct {
 	Headless        bool
 	StatefulSet     bool // pods get stable hostnames through the headless Service
 	SessionAffinity corev1.ServiceAffinity
+	// Containers run in each pod; default one that runs nothing real
+	// (enough where kwok fakes pods; on the data plane it is not ready).
+	Containers []corev1.Container
+	// IPFamilyPolicy of the Service; default the API server's (SingleStack).
+	IPFamilyPolicy corev1.IPFamilyPolicy
 }
 
 // Deploy creates the app's workload and Service in a cluster.
@@ -82,11 +87,13 @@ func Deploy(t testing.TB, cl client.Client, app App) {
 	for _, p := range app.Ports {
 		containerPorts = append(containerPorts, corev1.ContainerPort{Name: p.Name, ContainerPort: p.TargetPort.IntVal, Protocol: p.Protocol})
 	}
+	containers := app.Containers
+	if len(containers) == 0 {
+		containers = []corev1.Container{{Name: "app", Image: "example.invalid/app:1", Ports: containerPorts}}
+	}
 	tmpl := corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "app", Image: "example.invalid/app:1", Ports: containerPorts,
-		}}},
+		Spec:       corev1.PodSpec{Containers: containers},
 	}
 	var workload client.Object
 	if app.StatefulSet {
@@ -108,6 +115,9 @@ func Deploy(t testing.TB, cl client.Client, app App) {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: app.Name, Namespace: app.Namespace},
 		Spec:       corev1.ServiceSpec{Selector: labels, Ports: app.Ports, SessionAffinity: app.SessionAffinity},
+	}
+	if app.IPFamilyPolicy != "" {
+		svc.Spec.IPFamilyPolicy = &app.IPFamilyPolicy
 	}
 	if app.Headless {
 		svc.Spec.ClusterIP = corev1.ClusterIPNone

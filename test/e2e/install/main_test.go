@@ -22,7 +22,7 @@ func run(m *testing.M) int {
 		return m.Run()
 	}
 	// The tests start mcsd themselves, under the shipped RBAC.
-	return framework.Main(m, framework.Options{Name: "e2e-install", Clusters: 2, WithoutControllers: true}, func(_ context.Context, e *framework.Env) error {
+	return framework.Main(m, framework.Options{Name: "e2e-install", Clusters: 2, WithoutControllers: true, NoDataPlane: true}, func(_ context.Context, e *framework.Env) error {
 		env = e
 		return nil
 	})

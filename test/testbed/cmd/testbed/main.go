@@ -21,14 +21,20 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) > 1 {
+		if cmd, ok := nodeCommands[os.Args[1]]; ok {
+			return cmd(os.Args[2:])
+		}
+	}
 	fs := flag.NewFlagSet("testbed", flag.ExitOnError)
 	n := fs.Int("n", 2, "number of clusters (c1..cN)")
 	name := fs.String("name", "mcsd", "name of the testbed (its state directory)")
 	nodes := fs.Int("nodes", 2, "kwok nodes per cluster")
 	cluster := fs.String("cluster", "c1", "cluster to start CoreDNS for (coredns)")
 	pidFile := fs.String("pid-file", "", "file to write the CoreDNS process id to (coredns)")
+	noDataPlane := fs.Bool("no-dataplane", false, "up: control planes only; kwok fakes pods, nothing routes (needs no root)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: testbed build | up [-n N] [-name NAME] [-nodes K] | down [-name NAME] | kubeconfig [-name NAME] | coredns [-name NAME] [-cluster ID] [-pid-file FILE]")
+		fmt.Fprintln(os.Stderr, "usage: testbed build | up [-n N] [-name NAME] [-nodes K] [-no-dataplane] | down [-name NAME] | kubeconfig [-name NAME] | coredns [-name NAME] [-cluster ID] [-pid-file FILE]")
 		fs.PrintDefaults()
 	}
 	if len(os.Args) < 2 {
@@ -51,7 +57,7 @@ func run() error {
 		fmt.Println(filepath.Dir(filepath.Dir(b.Kwokctl)))
 		return nil
 	case "up":
-		tb, err := testbed.Start(ctx, testbed.Options{Name: *name, Clusters: *n, NodesPerCluster: *nodes, Log: os.Stderr})
+		tb, err := testbed.Start(ctx, testbed.Options{Name: *name, Clusters: *n, NodesPerCluster: *nodes, NoDataPlane: *noDataPlane, Log: os.Stderr})
 		if err != nil {
 			return err
 		}
@@ -59,7 +65,7 @@ func run() error {
 		for _, c := range tb.Clusters {
 			fmt.Fprintf(os.Stderr, " %s", c.ID)
 		}
-		fmt.Fprintf(os.Stderr, "\nkubectl: %s\ntry: %s --kubeconfig %s --context c1 get nodes\nkubeconfig:\n",
+		fmt.Fprintf(os.Stderr, "\nkubectl: %s\ntry: %s --kubeconfig %s --context c1 get nodes\n",
 			tb.Binaries().Kubectl, tb.Binaries().Kubectl, tb.Kubeconfig)
 		fmt.Println(tb.Kubeconfig)
 		return nil

@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// kube-proxy's health endpoint, inside the node namespace.
+const kubeProxyHealthz = "127.0.0.1:10256"
+
+// startKubeProxy runs Kubernetes' kube-proxy in nftables mode in the node
+// namespace, as node 0 of the cluster. Its conntrack settings are zero so
+// that it leaves the host's (global) conntrack sysctls alone.
+func (a *Agent) startKubeProxy(ctx context.Context) error {
+	args := []string{
+		"netns", "exec", a.cfg.NodeNetns, a.cfg.KubeProxy,
+		"--kubeconfig=" + a.cfg.Kubeconfig,
+		"--proxy-mode=nftables",
+		"--hostname-override=" + a.cfg.Nodes[0].Name,
+		"--cluster-cidr=" + strings.Join(a.cfg.ClusterCIDRs, ","),
+		"--healthz-bind-address=" + kubeProxyHealthz,
+		"--metrics-bind-address=127.0.0.1:10249",
+		"--conntrack-max-per-core=0",
+		"--conntrack-tcp-timeout-established=0",
+		"--conntrack-tcp-timeout-close-wait=0",
+		"--v=1",
+	}
+	a.children.run(ctx, "kube-proxy", filepath.Join(a.cfg.StateDir, "kube-proxy.log"), func() *exec.Cmd {
+		return exec.Command("ip", args...)
+	})
+	return nil
+}
+
+// dnsAddrs are where the cluster's DNS server listens: node 0's addresses,
+// the endpoints of the kube-dns Service.
+func (a *Agent) dnsAddrs() []string { return a.cfg.Nodes[0].IPs }
+
+// startDNS runs a stock CoreDNS in the node namespace, answering
+// cluster.local and clusterset.local (the kubernetes plugin's multicluster
+// option, as config/coredns sets it up) on the node's addresses.
+func (a *Agent) startDNS(ctx context.Context) error {
+	kc, err := clientcmd.LoadFromFile(a.cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("read kubeconfig: %w", err)
+	}
+	corefile := fmt.Sprintf(`.:53 {
+    bind %s
+    errors
+    ready 127.0.0.1:8181
+    kubernetes cluster.local clusterset.local in-addr.arpa ip6.arpa {
+        kubeconfig %s %s
+        multicluster clusterset.local
+        ttl 5
+    }
+}
+`, strings.Join(a.dnsAddrs(), " "), a.cfg.Kubeconfig, kc.CurrentContext)
+	path := filepath.Join(a.cfg.StateDir, "Corefile")
+	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+		return fmt.Errorf("write Corefile: %w", err)
+	}
+	a.children.run(ctx, "coredns", filepath.Join(a.cfg.StateDir, "coredns.log"), func() *exec.Cmd {
+		cmd := exec.Command("ip", "netns", "exec", a.cfg.NodeNetns, a.cfg.CoreDNS, "-conf", path)
+		cmd.Dir = a.cfg.StateDir
+		return cmd
+	})
+	return nil
+}
+
+// waitServing waits until kube-proxy reports healthy and the DNS server
+// answers, both checked from inside the node namespace.
+func (a *Agent) waitServing(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	checks := [][]string{
+		{"probe", "-http", "http://" + kubeProxyHealthz + "/healthz"},
+		{"probe", "-dns", net.JoinHostPort(a.dnsAddrs()[0], "53")},
+		{"probe", "-http", "http://127.0.0.1:8181/ready"},
+	}
+	var last error
+	for _, c := range checks {
+		for {
+			out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", a.cfg.NodeNetns, a.progs.Self}, c...)...).CombinedOutput()
+			if err == nil {
+				break
+			}
+			last = fmt.Errorf("%s: %w: %s", strings.Join(c, " "), err, strings.TrimSpace(string(out)))
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("wait for kube-proxy and DNS of %s: %w (last: %w)", a.cfg.Cluster, ctx.Err(), last)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// Probe checks, once, an HTTP URL (status 200) or a DNS server (it answers
+// dns-version.clusterset.local, as the multicluster option serves it).
+func Probe(httpURL, dnsServer string) error {
+	if httpURL != "" {
+		c := &http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Get(httpURL)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", httpURL, resp.Status)
+		}
+	}
+	if dnsServer != "" {
+		m := new(dns.Msg)
+		m.SetQuestion("dns-version.clusterset.local.", dns.TypeTXT)
+		r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, dnsServer)
+		if err != nil {
+			return err
+		}
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+			return fmt.Errorf("dns-version.clusterset.local: %s", dns.RcodeToString[r.Rcode])
+		}
+	}
+	return nil
+}

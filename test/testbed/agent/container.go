@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// container is one container of a pod, run as a host process.
+type container struct {
+	name    string
+	image   string
+	argv    []string // nil: it cannot run (reason, message)
+	env     []string
+	dir     string
+	policy  corev1.RestartPolicy
+	reason  string
+	message string
+
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	running   bool
+	startedAt time.Time
+	restarts  int32
+	last      *corev1.ContainerStateTerminated
+	done      bool // ran to an end it is not restarted from
+	stopped   bool
+}
+
+func (a *Agent) newContainer(pod *corev1.Pod, sb *sandbox, spec corev1.Container) *container {
+	c := &container{name: spec.Name, image: spec.Image, policy: pod.Spec.RestartPolicy, dir: sb.dir}
+	if spec.WorkingDir != "" {
+		if st, err := os.Stat(spec.WorkingDir); err == nil && st.IsDir() {
+			c.dir = spec.WorkingDir
+		}
+	}
+	env, vals, err := Env(pod, spec, sb.hostname)
+	if err != nil {
+		c.reason, c.message = ReasonConfigError, err.Error()
+		return c
+	}
+	c.env = env
+	c.argv, c.reason, c.message = a.progs.Resolve(spec, vals)
+	return c
+}
+
+// command returns a process that runs argv in the sandbox's namespaces: its
+// network namespace (and its resolv.conf and hosts, which `ip netns exec`
+// mounts over /etc), and a UTS namespace of its own holding the pod's host
+// name. It dies with the agent.
+func (a *Agent) command(sb *sandbox, env []string, dir string, argv []string) *exec.Cmd {
+	args := append([]string{"netns", "exec", sb.netns, "unshare", "--uts", a.progs.Self, "pod-init", "-hostname", sb.hostname, "--"}, argv...)
+	cmd := exec.Command("ip", args...)
+	cmd.Env = env
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// startContainer starts the container's process and watches it: when it
+// exits it is restarted as the pod's restart policy says, with a growing
+// delay, and the pod is queued so its status follows.
+func (a *Agent) startContainer(sb *sandbox, c *container, key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	cmd := a.command(sb, c.env, c.dir, c.argv)
+	logf, err := os.OpenFile(filepath.Join(sb.dir, c.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err == nil {
+		cmd.Stdout, cmd.Stderr = logf, logf
+	}
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		if logf != nil {
+			_ = logf.Close()
+		}
+		c.reason, c.message = "StartError", err.Error()
+		a.queue.Add(key)
+		return
+	}
+	c.cmd, c.running, c.startedAt, c.exited = cmd, true, started, make(chan struct{})
+	exited := c.exited
+	go func() {
+		err := cmd.Wait()
+		if logf != nil {
+			_ = logf.Close()
+		}
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+			if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+				code = 128 + int(st.Signal())
+			}
+		}
+		c.mu.Lock()
+		c.running = false
+		reason := "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		c.last = &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: reason}
+		c.last.StartedAt.Time, c.last.FinishedAt.Time = started, time.Now()
+		restart := !c.stopped && (c.policy == corev1.RestartPolicyAlways || c.policy == "" ||
+			(c.policy == corev1.RestartPolicyOnFailure && code != 0))
+		c.done = !restart
+		delay := time.Duration(0)
+		if restart {
+			delay = min(time.Second<<min(c.restarts, 4), 10*time.Second)
+			c.restarts++
+		}
+		c.mu.Unlock()
+		close(exited)
+		a.queue.Add(key)
+		if restart {
+			time.AfterFunc(delay, func() { a.startContainer(sb, c, key) })
+		}
+	}()
+}
+
+// stop ends the container's process: TERM to its process group, KILL after
+// grace, and no restart.
+func (c *container) stop(grace time.Duration) {
+	c.mu.Lock()
+	c.stopped = true
+	cmd, running, exited := c.cmd, c.running, c.exited
+	c.mu.Unlock()
+	if !running || cmd == nil || cmd.Process == nil {
+		return
+	}
+	pgid := cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-exited
+	}
+}
+
+// state returns the container's status as a kubelet reports it.
+func (c *container) state() corev1.ContainerStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := corev1.ContainerStatus{Name: c.name, Image: c.image, RestartCount: c.restarts}
+	started := c.running
+	s.Started = &started
+	switch {
+	case c.running:
+		s.Ready = true
+		s.ContainerID = "testbed://" + c.name
+		s.State.Running = &corev1.ContainerStateRunning{}
+		s.State.Running.StartedAt.Time = c.startedAt
+		if c.last != nil {
+			s.LastTerminationState.Terminated = c.last.DeepCopy()
+		}
+	case c.argv == nil || c.reason == "StartError":
+		s.State.Waiting = &corev1.ContainerStateWaiting{Reason: c.reason, Message: c.message}
+	case c.done && c.last != nil:
+		s.State.Terminated = c.last.DeepCopy()
+	default:
+		s.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off restarting the container"}
+		if c.last != nil {
+			s.LastTerminationState.Terminated = c.last.DeepCopy()
+		}
+	}
+	return s
+}

@@ -1,0 +1,221 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var everything = labels.Everything()
+
+// sandbox is a pod as the agent runs it.
+type sandbox struct {
+	uid       types.UID
+	namespace string
+	name      string
+	node      Node
+	netns     string
+	link      string
+	hostname  string
+	ips       []string
+	dir       string
+	started   time.Time
+
+	mu          sync.Mutex
+	containers  []*container
+	stopping    bool
+	readyChange time.Time
+	lastReady   bool
+	lastWritten string
+}
+
+func podIPs(p *corev1.Pod) []string {
+	var ips []string
+	for _, ip := range p.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	if len(ips) == 0 && p.Status.PodIP != "" {
+		ips = []string{p.Status.PodIP}
+	}
+	return ips
+}
+
+// syncPod converges one pod: runs it, reports its status, or stops it.
+func (a *Agent) syncPod(ctx context.Context, key string) error {
+	ns, name, _ := strings.Cut(key, "/")
+	pod, err := a.pods.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		a.stopKey(ctx, key, "")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// A pod of the same name but another uid replaced this one.
+	a.stopKey(ctx, key, pod.UID)
+
+	a.mu.Lock()
+	sb := a.sandboxes[pod.UID]
+	a.mu.Unlock()
+
+	if pod.DeletionTimestamp != nil {
+		if sb != nil {
+			a.stopSandbox(ctx, sb, gracePeriod(pod))
+		}
+		return a.deletePod(ctx, pod)
+	}
+	if sb == nil {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			return nil // it ran to its end in an earlier run of the agent
+		}
+		if sb, err = a.startSandbox(ctx, pod); err != nil {
+			return err
+		}
+	}
+	return a.writeStatus(ctx, pod, sb)
+}
+
+// stopKey stops the sandbox that runs under key with a uid other than keep.
+func (a *Agent) stopKey(ctx context.Context, key string, keep types.UID) {
+	a.mu.Lock()
+	uid, ok := a.byKey[key]
+	sb := a.sandboxes[uid]
+	a.mu.Unlock()
+	if !ok || uid == keep || sb == nil {
+		return
+	}
+	a.stopSandbox(ctx, sb, 0)
+}
+
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	g := 30 * time.Second
+	if pod.DeletionGracePeriodSeconds != nil {
+		g = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	}
+	// The testbed's pods stop quickly; a long grace only slows tests down.
+	return min(g, 5*time.Second)
+}
+
+// startSandbox creates the pod's namespace and starts its containers.
+func (a *Agent) startSandbox(ctx context.Context, pod *corev1.Pod) (*sandbox, error) {
+	node := a.nodes[pod.Spec.NodeName]
+	uid := string(pod.UID)
+	ips := podIPs(pod)
+	if !within(ips, node.PodCIDRs) {
+		var err error
+		if ips, err = a.ipam.allocate(uid, node.PodCIDRs); err != nil {
+			return nil, err
+		}
+	} else {
+		a.ipam.use(uid, ips)
+	}
+	nsName, link := a.sandboxNames(uid)
+	hostname := pod.Spec.Hostname
+	if hostname == "" {
+		hostname = pod.Name
+	}
+	if len(hostname) > 63 {
+		hostname = hostname[:63]
+	}
+	sb := &sandbox{
+		uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: node,
+		netns: nsName, link: link, hostname: hostname, ips: ips,
+		dir:     filepath.Join(a.cfg.StateDir, "pods", pod.Namespace+"_"+pod.Name+"_"+uid[:8]),
+		started: time.Now(),
+	}
+	if err := os.MkdirAll(sb.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pod directory: %w", err)
+	}
+	if err := a.createSandbox(ctx, sb); err != nil {
+		_ = a.deleteSandbox(ctx, sb)
+		a.ipam.release(uid)
+		return nil, err
+	}
+	// The containers' downward API sees the addresses the status will report.
+	view := pod.DeepCopy()
+	view.Status.PodIP = ips[0]
+	view.Status.PodIPs = nil
+	for _, ip := range ips {
+		view.Status.PodIPs = append(view.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	view.Status.HostIP = node.IPs[0]
+	view.Status.HostIPs = nil
+	for _, ip := range node.IPs {
+		view.Status.HostIPs = append(view.Status.HostIPs, corev1.HostIP{IP: ip})
+	}
+	for _, c := range pod.Spec.Containers {
+		sb.containers = append(sb.containers, a.newContainer(view, sb, c))
+	}
+	a.mu.Lock()
+	a.sandboxes[pod.UID] = sb
+	a.byKey[pod.Namespace+"/"+pod.Name] = pod.UID
+	a.mu.Unlock()
+	key := pod.Namespace + "/" + pod.Name
+	for _, c := range sb.containers {
+		if c.argv != nil {
+			a.startContainer(sb, c, key)
+		}
+	}
+	a.log.Info("pod started", "pod", key, "ips", ips, "netns", nsName)
+	return sb, nil
+}
+
+func within(ips, cidrs []string) bool {
+	if len(ips) != len(cidrs) || len(ips) == 0 {
+		return false
+	}
+	for i, ip := range ips {
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			return false
+		}
+		p, err := netip.ParsePrefix(cidrs[i])
+		if err != nil || !p.Contains(addr) {
+			return false
+		}
+	}
+	return true
+}
+
+// stopSandbox stops the pod's processes (TERM, then KILL after grace) and
+// removes its namespace.
+func (a *Agent) stopSandbox(ctx context.Context, sb *sandbox, grace time.Duration) {
+	sb.mu.Lock()
+	sb.stopping = true
+	cs := sb.containers
+	sb.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.stop(grace) }()
+	}
+	wg.Wait()
+	if err := a.deleteSandbox(ctx, sb); err != nil {
+		a.log.Error(err, "remove pod namespace", "pod", sb.namespace+"/"+sb.name)
+	}
+	a.ipam.release(string(sb.uid))
+	a.mu.Lock()
+	delete(a.sandboxes, sb.uid)
+	if a.byKey[sb.namespace+"/"+sb.name] == sb.uid {
+		delete(a.byKey, sb.namespace+"/"+sb.name)
+	}
+	a.mu.Unlock()
+	a.log.Info("pod stopped", "pod", sb.namespace+"/"+sb.name)
+}
+
+// sandboxFor returns the running sandbox of a pod, by namespace and name.
+func (a *Agent) sandboxFor(namespace, name string) *sandbox {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sandboxes[a.byKey[namespace+"/"+name]]
+}

@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Programs are the host programs that containers without a command of their
+// own run, by image.
+type Programs struct {
+	// Agnhost is Kubernetes' e2e test server (registry.k8s.io/e2e-test-images/agnhost).
+	Agnhost string
+	// Self is this binary, whose `pause` command is the pause image's.
+	Self string
+	// LookPath finds a host program by name; default exec.LookPath.
+	LookPath func(string) (string, error)
+}
+
+// Reasons a container cannot run, as its waiting state says.
+const (
+	ReasonImageNotRunnable = "ImageNotRunnable"
+	ReasonCommandNotFound  = "CommandNotFound"
+	ReasonConfigError      = "CreateContainerConfigError"
+)
+
+// imageBase is an image reference without its tag or digest.
+func imageBase(image string) string {
+	if i := strings.Index(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+	// A colon after the last slash starts the tag (one before it is a port).
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		image = image[:i]
+	}
+	return image
+}
+
+// Resolve returns the host command line that runs the container, or the
+// reason and a message why the testbed cannot run it. Images are not pulled:
+// a container with a command runs that host program (found on PATH) with its
+// args; one without runs its image's entry point only for the images in the
+// table below.
+func (p Programs) Resolve(c corev1.Container, env map[string]string) (argv []string, reason, message string) {
+	look := p.LookPath
+	if look == nil {
+		look = exec.LookPath
+	}
+	command, args := expandAll(c.Command, env), expandAll(c.Args, env)
+	if len(command) > 0 {
+		path, err := look(command[0])
+		if err != nil {
+			return nil, ReasonCommandNotFound, fmt.Sprintf("the testbed runs a container's command as a host program, and %q is not installed on this machine", command[0])
+		}
+		return append([]string{path}, append(command[1:], args...)...), "", ""
+	}
+	switch base := imageBase(c.Image); base {
+	case "registry.k8s.io/e2e-test-images/agnhost", "k8s.gcr.io/e2e-test-images/agnhost":
+		return append([]string{p.Agnhost}, args...), "", ""
+	case "registry.k8s.io/pause", "k8s.gcr.io/pause":
+		return []string{p.Self, "pause"}, "", ""
+	case "busybox", "docker.io/busybox", "docker.io/library/busybox", "registry.k8s.io/e2e-test-images/busybox":
+		path, err := look("busybox")
+		if err != nil {
+			return nil, ReasonCommandNotFound, "busybox is not installed on this machine (hack/ensure-host-tools.sh installs it)"
+		}
+		if len(args) == 0 {
+			args = []string{"sh"}
+		}
+		return append([]string{path}, args...), "", ""
+	default:
+		return nil, ReasonImageNotRunnable, fmt.Sprintf("the testbed does not pull images and has no entry point for %q "+
+			"(it knows agnhost, pause and busybox); give the container a command", c.Image)
+	}
+}
+
+func expandAll(in []string, env map[string]string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = Expand(s, env)
+	}
+	return out
+}
+
+// Expand replaces $(NAME) with the value of NAME in env, as Kubernetes does
+// in a container's command, args and env values: $$ is a literal $, and a
+// reference to a name env does not hold stays as it is.
+func Expand(s string, env map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := env[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// Env returns the container's environment: the defaults every container
+// gets, then its own variables in order, literal values (with $(NAME)
+// references to earlier ones expanded) and the downward API fields below.
+// An unsupported source is an error naming it.
+func Env(pod *corev1.Pod, c corev1.Container, hostname string) ([]string, map[string]string, error) {
+	vals := map[string]string{
+		"PATH":     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME":     "/root",
+		"HOSTNAME": hostname,
+	}
+	order := []string{"PATH", "HOME", "HOSTNAME"}
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+		}
+		vals[k] = v
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			set(e.Name, Expand(e.Value, vals))
+		case e.ValueFrom.FieldRef != nil:
+			v, err := fieldValue(pod, e.ValueFrom.FieldRef.FieldPath)
+			if err != nil {
+				return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+			set(e.Name, v)
+		default:
+			return nil, nil, fmt.Errorf("env %s: the testbed supports literal values and fieldRef only", e.Name)
+		}
+	}
+	out := make([]string, 0, len(order))
+	for _, k := range order {
+		out = append(out, k+"="+vals[k])
+	}
+	return out, vals, nil
+}
+
+func fieldValue(pod *corev1.Pod, path string) (string, error) {
+	switch path {
+	case "metadata.name":
+		return pod.Name, nil
+	case "metadata.namespace":
+		return pod.Namespace, nil
+	case "metadata.uid":
+		return string(pod.UID), nil
+	case "spec.nodeName":
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.podIP":
+		return pod.Status.PodIP, nil
+	case "status.podIPs":
+		return joinIPs(pod.Status.PodIPs), nil
+	case "status.hostIP":
+		return pod.Status.HostIP, nil
+	case "status.hostIPs":
+		ips := make([]string, 0, len(pod.Status.HostIPs))
+		for _, ip := range pod.Status.HostIPs {
+			ips = append(ips, ip.IP)
+		}
+		return strings.Join(ips, ","), nil
+	}
+	return "", fmt.Errorf("fieldRef %q is not one the testbed supports", path)
+}
+
+func joinIPs(ips []corev1.PodIP) string {
+	s := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		s = append(s, ip.IP)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestResolve(t *testing.T) {
+	look := func(name string) (string, error) {
+		if name == "socat" || name == "busybox" || name == "sh" {
+			return "/usr/bin/" + name, nil
+		}
+		return "", errors.New("not found")
+	}
+	p := Programs{Agnhost: "/cache/agnhost", Self: "/tb/testbed", LookPath: look}
+	env := map[string]string{"PORT": "8080"}
+	cases := []struct {
+		name   string
+		c      corev1.Container
+		argv   []string
+		reason string
+	}{
+		{"command runs the host program", corev1.Container{Image: "whatever:1", Command: []string{"socat"}, Args: []string{"TCP-LISTEN:$(PORT)", "$$(PORT)"}},
+			[]string{"/usr/bin/socat", "TCP-LISTEN:8080", "$(PORT)"}, ""},
+		{"missing program", corev1.Container{Image: "x", Command: []string{"nginx"}}, nil, ReasonCommandNotFound},
+		{"agnhost image", corev1.Container{Image: "registry.k8s.io/e2e-test-images/agnhost:2.53", Args: []string{"netexec", "--http-port=$(PORT)"}},
+			[]string{"/cache/agnhost", "netexec", "--http-port=8080"}, ""},
+		{"pause image by digest", corev1.Container{Image: "registry.k8s.io/pause@sha256:abc"}, []string{"/tb/testbed", "pause"}, ""},
+		{"busybox without args is its shell", corev1.Container{Image: "busybox"}, []string{"/usr/bin/busybox", "sh"}, ""},
+		{"registry port is not a tag", corev1.Container{Image: "localhost:5000/app"}, nil, ReasonImageNotRunnable},
+		{"unknown image", corev1.Container{Image: "nginx:1.27"}, nil, ReasonImageNotRunnable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			argv, reason, msg := p.Resolve(tc.c, env)
+			if !slices.Equal(argv, tc.argv) || reason != tc.reason {
+				t.Fatalf("Resolve = %q, %q (%s); want %q, %q", argv, reason, msg, tc.argv, tc.reason)
+			}
+			if reason != "" && msg == "" {
+				t.Fatal("a reason without a message")
+			}
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	env := map[string]string{"A": "1", "B": "two"}
+	for in, want := range map[string]string{
+		"$(A)-$(B)": "1-two", "$$(A)": "$(A)", "$(C)": "$(C)", "$(A": "$(A", "a$b": "a$b", "": "", "$": "$",
+	} {
+		if got := Expand(in, env); got != want {
+			t.Errorf("Expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestEnv(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "demo"},
+		Status:     corev1.PodStatus{PodIP: "10.1.0.2", PodIPs: []corev1.PodIP{{IP: "10.1.0.2"}, {IP: "fd00:10:1::2"}}},
+	}
+	c := corev1.Container{Env: []corev1.EnvVar{
+		{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: "IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}},
+		{Name: "NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "NS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: "GREETING", Value: "hello from $(NAME)"},
+	}}
+	env, vals, err := Env(pod, c, "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"IP": "10.1.0.2", "IPS": "10.1.0.2,fd00:10:1::2", "NAME": "web-1", "NS": "demo", "GREETING": "hello from web-1", "HOSTNAME": "web-1"}
+	for k, v := range want {
+		if vals[k] != v {
+			t.Errorf("%s = %q, want %q", k, vals[k], v)
+		}
+	}
+	if !slices.Contains(env, "GREETING=hello from web-1") {
+		t.Errorf("env %q lacks GREETING", env)
+	}
+	c.Env = []corev1.EnvVar{{Name: "S", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}}}
+	if _, _, err := Env(pod, c, "web-1"); err == nil {
+		t.Error("a secret reference: no error")
+	}
+}
+
+func TestIPAM(t *testing.T) {
+	m := newIPAM()
+	cidrs := []string{"10.1.0.0/24", "fd00:10:1:0::/64"}
+	m.use("old", []string{"10.1.0.2", "fd00:10:1::2"})
+	a, err := m.allocate("a", cidrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a, []string{"10.1.0.3", "fd00:10:1::3"}) {
+		t.Fatalf("allocate = %v", a)
+	}
+	m.release("old")
+	b, _ := m.allocate("b", cidrs)
+	if !slices.Equal(b, []string{"10.1.0.2", "fd00:10:1::2"}) {
+		t.Fatalf("after release, allocate = %v", b)
+	}
+	for range 252 { // host numbers 2..254, two taken
+		if _, err = m.allocate("x", cidrs); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatal("a full range: no error")
+	}
+}
