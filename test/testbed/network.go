@@ -159,6 +159,7 @@ func removeNetwork(ctx context.Context, dir string) error {
 	prefix := netns.Prefix(dir)
 	err := netns.DeleteAll(ctx, prefix+"-")
 	if err == nil {
+		_ = os.RemoveAll(filepath.Join(runtimeRoot, prefix+"-sock"))
 		_ = os.Remove(filepath.Join(runtimeRoot, prefix))
 	}
 	return err

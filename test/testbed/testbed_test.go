@@ -97,7 +97,7 @@ func deployWeb(t *testing.T, ctx context.Context, id string, replicas int32) []s
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "web", Image: "example.invalid/web:1",
+					Name: "web", Image: "registry.k8s.io/e2e-test-images/agnhost:2.53", Args: []string{"netexec", "--http-port=8080"},
 					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 				}}},
 			},
@@ -109,8 +109,9 @@ func deployWeb(t *testing.T, ctx context.Context, id string, replicas int32) []s
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "web"},
 		Spec: corev1.ServiceSpec{
-			Selector: labels,
-			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+			Selector:       labels,
+			Ports:          []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
 		},
 	}
 	if err := cl.Create(ctx, svc); err != nil {
@@ -125,12 +126,14 @@ func deployWeb(t *testing.T, ctx context.Context, id string, replicas int32) []s
 		}
 		podIPs = nil
 		for _, p := range pods.Items {
-			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.Spec.NodeName == "" {
-				return false, fmt.Sprintf("pod %s: phase %s ip %q node %q", p.Name, p.Status.Phase, p.Status.PodIP, p.Spec.NodeName)
+			if p.Status.Phase != corev1.PodRunning || len(p.Status.PodIPs) != 2 || p.Spec.NodeName == "" {
+				return false, fmt.Sprintf("pod %s: phase %s ips %v node %q", p.Name, p.Status.Phase, p.Status.PodIPs, p.Spec.NodeName)
 			}
-			podIPs = append(podIPs, p.Status.PodIP)
+			for _, ip := range p.Status.PodIPs {
+				podIPs = append(podIPs, ip.IP)
+			}
 		}
-		return len(podIPs) == int(replicas), fmt.Sprintf("%d pods running", len(podIPs))
+		return len(podIPs) == 2*int(replicas), fmt.Sprintf("%d pod IPs of running pods", len(podIPs))
 	})
 	eventually(t, 60*time.Second, "EndpointSlice of "+id, func() (bool, string) {
 		var slices discoveryv1.EndpointSliceList
@@ -165,13 +168,15 @@ func TestPodsGetIPsAndEndpointSlicesPerCluster(t *testing.T) {
 	ips := map[string][]string{}
 	for _, c := range tb.Clusters {
 		ips[c.ID] = deployWeb(t, ctx, c.ID, 3)
-		_, cidr, err := net.ParseCIDR(c.PodCIDR)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// Dual-stack pods: an address of each family, from the cluster's own ranges.
 		for _, ip := range ips[c.ID] {
-			if !cidr.Contains(net.ParseIP(ip)) {
-				t.Errorf("%s: pod IP %s is outside the cluster's pod CIDR %s", c.ID, ip, c.PodCIDR)
+			inside := false
+			for _, r := range testbed.PodCIDRsFor(c.Index) {
+				_, cidr, _ := net.ParseCIDR(r)
+				inside = inside || cidr.Contains(net.ParseIP(ip))
+			}
+			if !inside {
+				t.Errorf("%s: pod IP %s is outside the cluster's pod ranges %v", c.ID, ip, testbed.PodCIDRsFor(c.Index))
 			}
 		}
 		// The Service's cluster IP comes from the cluster's own range.

@@ -123,7 +123,8 @@ func replies(t *testing.T, id, ns, pod, flags, url string, n int) []string {
 // udpReplies sends n UDP "hostname" requests with nc and returns the answers.
 func udpReplies(t *testing.T, id, ns, pod, host string, port, n int) []string {
 	t.Helper()
-	script := fmt.Sprintf(`for i in $(seq %d); do echo hostname | nc -u -w 1 %s %d; echo; done`, n, host, port)
+	// nc waits a second for more after the reply: the requests go at once.
+	script := fmt.Sprintf(`for i in $(seq %d); do (echo hostname | nc -u -w 1 %s %d; echo) & done; wait`, n, host, port)
 	out, _ := shell(t, id, ns, pod, script)
 	return lines(out)
 }

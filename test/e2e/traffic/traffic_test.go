@@ -174,4 +174,3 @@ func scale(t *testing.T, id, ns, name string, replicas int32) {
 		t.Fatalf("scale %s/%s: %v", ns, name, err)
 	}
 }
-
