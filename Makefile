@@ -86,8 +86,9 @@ manifests-render: $(HELM) ## Render the install manifests (config/default, confi
 ##@ Testbed
 
 .PHONY: testbed-binaries
-testbed-binaries: ## Build the pinned testbed binaries (Kubernetes, etcd, kwok, CoreDNS) into .cache/testbed.
+testbed-binaries: ## Build the pinned testbed binaries (Kubernetes, kube-proxy, agnhost, etcd, kwok, CoreDNS) into .cache/testbed; install the data plane's system tools.
 	@hack/build-testbed.sh >/dev/null
+	@hack/ensure-host-tools.sh
 
 .PHONY: testbed-up
 testbed-up: ## Start N local clusters (default N=3) and print the kubeconfig path.

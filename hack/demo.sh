@@ -30,7 +30,7 @@ if [[ "${1:-up}" == "down" ]]; then
   exit 0
 fi
 
-log "Building the testbed binaries (the first time takes about 15 minutes)"
+log "Building the testbed binaries (the first time takes 15 to 20 minutes)"
 mkdir -p "$state/logs"
 bin_root=$(hack/build-testbed.sh 2>"$state/logs/build.log") || { tail -20 "$state/logs/build.log"; exit 1; }
 # shellcheck source=testbed-versions.env
