@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
@@ -723,50 +721,15 @@ func TestMapFuncs(t *testing.T) {
 		t.Errorf("namespaceToImports(other) = %v", got)
 	}
 
-	// All: the View's keys and every import mcsd made, even one whose
+	// Reachability: the View's keys and every import mcsd made, even one whose
 	// Service is no longer exported.
 	e.full([]registry.Export{{Cluster: "east", Service: registry.ServiceKey{Namespace: testNS, Name: "api"}, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}})
-	got := e.r.triggerToImports(ctx, trigger{all: true})
+	got := e.r.changeToImports(ctx, clusterset.Change{Reachability: true})
 	if d := cmp.Diff([]ctrl.Request{request(testNS, "api"), request(testNS, "web")}, got); d != "" {
-		t.Errorf("triggerToImports(all) (-want +got):\n%s", d)
+		t.Errorf("changeToImports(reachability) (-want +got):\n%s", d)
 	}
-}
-
-func TestForwardRegistry(t *testing.T) {
-	view := clusterset.NewView()
-	view.OnConnection(true, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	in := make(chan registry.ServiceKey)
-	out := make(chan event.TypedGenericEvent[trigger])
-	go forwardRegistry(ctx, view, in, out, 10*time.Millisecond)
-
-	// The View never blocks, even while nobody reads: keys are queued and
-	// deduplicated.
-	a, b := registry.ServiceKey{Namespace: "ns", Name: "a"}, registry.ServiceKey{Namespace: "ns", Name: "b"}
-	for _, k := range []registry.ServiceKey{a, b, a, b, a} {
-		select {
-		case in <- k:
-		case <-time.After(5 * time.Second):
-			t.Fatal("forwarder blocked the View")
-		}
-	}
-	recv := func() trigger {
-		t.Helper()
-		select {
-		case ev := <-out:
-			return ev.Object
-		case <-time.After(5 * time.Second):
-			t.Fatal("no trigger")
-		}
-		return trigger{}
-	}
-	if got := []trigger{recv(), recv()}; !cmp.Equal([]trigger{{key: a}, {key: b}}, got, cmp.AllowUnexported(trigger{})) {
-		t.Errorf("triggers = %+v", got)
-	}
-	// A change of reachability asks for every import.
-	view.OnConnection(false, errors.New("down"))
-	if got := recv(); !got.all {
-		t.Errorf("trigger = %+v, want all", got)
+	got = e.r.changeToImports(ctx, clusterset.Change{Service: registry.ServiceKey{Namespace: testNS, Name: "api"}})
+	if d := cmp.Diff([]ctrl.Request{request(testNS, "api")}, got); d != "" {
+		t.Errorf("changeToImports(service) (-want +got):\n%s", d)
 	}
 }
