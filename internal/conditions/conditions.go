@@ -80,3 +80,30 @@ func IsTrue(conds []metav1.Condition, t string) bool {
 	c := Get(conds, t)
 	return c != nil && c.Status == metav1.ConditionTrue
 }
+
+// Conditions of a ServiceImport besides the mcs-api Ready condition.
+const (
+	// RegistryReachable is False while the registry cannot be read: the
+	// import, its Service and its EndpointSlices are then kept as last seen.
+	// It is removed once the registry is reachable again.
+	RegistryReachable = "RegistryReachable"
+	// ReasonRegistryUnreachable is the reason of RegistryReachable=False.
+	ReasonRegistryUnreachable = "RegistryUnreachable"
+	// ReasonDerivedServiceConflict is the reason of Ready=False when a
+	// Service mcsd did not create holds the derived Service's name.
+	ReasonDerivedServiceConflict = "DerivedServiceConflict"
+)
+
+// ConflictReasons are the mcs-api reasons of Conflict=True, in the order a
+// condition that joins several lists them.
+var ConflictReasons = []mcsv1beta1.ServiceExportConditionReason{
+	mcsv1beta1.ServiceExportReasonPortConflict,
+	mcsv1beta1.ServiceExportReasonTypeConflict,
+	mcsv1beta1.ServiceExportReasonSessionAffinityConflict,
+	mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict,
+	mcsv1beta1.ServiceExportReasonLabelsConflict,
+	mcsv1beta1.ServiceExportReasonAnnotationsConflict,
+	mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict,
+	mcsv1beta1.ServiceExportReasonTrafficDistributionConflict,
+	mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+}

@@ -12,7 +12,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterid"
-	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -162,7 +162,7 @@ func readLocal(ctx context.Context, c client.Reader, namespace string, out *Loca
 		return fmt.Errorf("list ServiceImports: %w", err)
 	}
 	var eps discoveryv1.EndpointSliceList
-	if err := c.List(ctx, &eps, append(opts, client.MatchingLabels{discoveryv1.LabelManagedBy: imports.ManagedBy})...); err != nil {
+	if err := c.List(ctx, &eps, append(opts, client.MatchingLabels{discoveryv1.LabelManagedBy: wellknown.ManagedBy})...); err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	out.Exports, out.Imports, out.Slices = ses.Items, sis.Items, eps.Items

@@ -23,7 +23,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/api/about/v1beta1"
-	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -78,7 +78,7 @@ func etcdConflict() Input {
 		ObjectMeta: meta("shop", "web-c1-abc", ago(time.Hour), ago(40*time.Second)),
 		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}, {Addresses: []string{"10.0.0.2"}}},
 	}
-	webSlice.Labels = map[string]string{mcsv1beta1.LabelServiceName: "web", discoveryv1.LabelManagedBy: imports.ManagedBy}
+	webSlice.Labels = map[string]string{mcsv1beta1.LabelServiceName: "web", discoveryv1.LabelManagedBy: wellknown.ManagedBy}
 	webSlice2 := *webSlice.DeepCopy()
 	webSlice2.Name = "web-c2-def"
 	webSlice2.ManagedFields[0].Time = ptr.To(metav1.NewTime(ago(12 * time.Second)))

@@ -23,7 +23,6 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
-	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -33,11 +32,6 @@ const (
 	// Finalizer keeps a ServiceExport until this cluster's records of its
 	// Service are withdrawn from the registry.
 	Finalizer = "mcsd.io/export"
-
-	// ImportedSliceManagedBy is the endpointslice.kubernetes.io/managed-by
-	// value of the EndpointSlices that mcsd's import controller writes. The
-	// export controller ignores such slices.
-	ImportedSliceManagedBy = imports.ManagedBy
 
 	// ControllerName names the controller in logs and metrics.
 	ControllerName = "serviceexport"

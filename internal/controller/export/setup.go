@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/metrics"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -110,7 +111,7 @@ const sliceIndex = "mcsd.io/service"
 // serviceOfSlice is the sliceIndex value of an EndpointSlice.
 func serviceOfSlice(o client.Object) []string {
 	l := o.GetLabels()
-	if name := l[discoveryv1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] != ImportedSliceManagedBy {
+	if name := l[discoveryv1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
 		return []string{name}
 	}
 	return nil
@@ -121,7 +122,7 @@ func serviceOfSlice(o client.Object) []string {
 func sliceToExport(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
 	name := l[discoveryv1.LabelServiceName]
-	if name == "" || l[discoveryv1.LabelManagedBy] == ImportedSliceManagedBy {
+	if name == "" || l[discoveryv1.LabelManagedBy] == wellknown.ManagedBy {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}

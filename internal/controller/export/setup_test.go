@@ -20,6 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 )
 
 func TestSliceToExport(t *testing.T) {
@@ -29,7 +30,7 @@ func TestSliceToExport(t *testing.T) {
 		want   string
 	}{
 		{name: "local slice", labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}, want: "web"},
-		{name: "imported slice", labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: ImportedSliceManagedBy}},
+		{name: "imported slice", labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: wellknown.ManagedBy}},
 		{name: "no service label", labels: map[string]string{}},
 	}
 	for _, tt := range tests {

@@ -22,6 +22,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -58,7 +60,7 @@ func TestClusterSetIPImport(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"app": "web"}, si.Labels); d != "" {
 		t.Errorf("labels (-want +got):\n%s", d)
 	}
-	wantAnn := map[string]string{"team": "shop", AnnotationManaged: "true", AnnotationDerivedService: DerivedServiceName("web")}
+	wantAnn := map[string]string{"team": "shop", wellknown.AnnotationManaged: "true", wellknown.AnnotationDerivedService: DerivedServiceName("web")}
 	if d := cmp.Diff(wantAnn, si.Annotations); d != "" {
 		t.Errorf("annotations (-want +got):\n%s", d)
 	}
@@ -124,7 +126,7 @@ func TestEndpointSlicesPerCluster(t *testing.T) {
 		want := map[string]string{
 			mcsv1beta1.LabelServiceName:   "web",
 			mcsv1beta1.LabelSourceCluster: cluster,
-			discoveryv1.LabelManagedBy:    ManagedBy,
+			discoveryv1.LabelManagedBy:    wellknown.ManagedBy,
 			discoveryv1.LabelServiceName:  DerivedServiceName("web"),
 		}
 		if d := cmp.Diff(want, s.Labels); d != "" {
@@ -200,7 +202,7 @@ func TestHeadlessImport(t *testing.T) {
 	if si.Spec.Type != mcsv1beta1.Headless || len(si.Spec.IPs) != 0 {
 		t.Errorf("type %s ips %v", si.Spec.Type, si.Spec.IPs)
 	}
-	if _, ok := si.Annotations[AnnotationDerivedService]; ok {
+	if _, ok := si.Annotations[wellknown.AnnotationDerivedService]; ok {
 		t.Errorf("headless import names a derived Service: %v", si.Annotations)
 	}
 	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
@@ -374,7 +376,7 @@ func TestDisconnectedTouchesNothing(t *testing.T) {
 	}
 	e.intact()
 	si := e.serviceImport("web")
-	c := wantCondition(t, si, ConditionRegistryReachable, metav1.ConditionFalse, ReasonRegistryUnreachable)
+	c := wantCondition(t, si, conditions.RegistryReachable, metav1.ConditionFalse, conditions.ReasonRegistryUnreachable)
 	if !strings.Contains(c.Message, "deadline exceeded") {
 		t.Errorf("message %q does not say why", c.Message)
 	}
@@ -388,7 +390,7 @@ func TestDisconnectedTouchesNothing(t *testing.T) {
 	if d := cmp.Diff([]string{"patch/status *v1beta1.ServiceImport web"}, w); d != "" {
 		t.Errorf("writes after reconnecting (-want +got):\n%s", d)
 	}
-	if c := condition(e.serviceImport("web"), ConditionRegistryReachable); c != nil {
+	if c := condition(e.serviceImport("web"), conditions.RegistryReachable); c != nil {
 		t.Errorf("RegistryReachable still set: %+v", c)
 	}
 	e.intact()
@@ -413,7 +415,7 @@ func TestNotConnectedYetTouchesNothing(t *testing.T) {
 	e.full(nil)
 	e.steady("web")
 	e.intact()
-	if c := condition(e.serviceImport("web"), ConditionRegistryReachable); c != nil {
+	if c := condition(e.serviceImport("web"), conditions.RegistryReachable); c != nil {
 		t.Errorf("RegistryReachable set before the first connection report: %+v", c)
 	}
 }
@@ -459,7 +461,7 @@ func TestForeignDerivedService(t *testing.T) {
 		t.Errorf("foreign Service changed (-before +after):\n%s", d)
 	}
 	si := e.serviceImport("web")
-	c := wantCondition(t, si, "Ready", metav1.ConditionFalse, ReasonDerivedServiceConflict)
+	c := wantCondition(t, si, "Ready", metav1.ConditionFalse, conditions.ReasonDerivedServiceConflict)
 	if !strings.Contains(c.Message, squatter.Name) {
 		t.Errorf("message %q does not name the Service", c.Message)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/metrics"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 )
 
 // MaxConcurrentReconciles is how many imports the controller reconciles at
@@ -79,7 +80,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 // serviceToImport maps a derived Service to its import: by mcsd's
 // annotation, or failing that, by its ServiceImport controller reference.
 func serviceToImport(_ context.Context, o client.Object) []reconcile.Request {
-	if name := o.GetAnnotations()[AnnotationServiceImport]; name != "" && isManaged(o) {
+	if name := o.GetAnnotations()[wellknown.AnnotationServiceImport]; name != "" && isManaged(o) {
 		return []reconcile.Request{request(o.GetNamespace(), name)}
 	}
 	for _, ref := range o.GetOwnerReferences() {
@@ -99,7 +100,7 @@ const sliceIndex = "mcsd.io/import"
 // name if mcsd wrote it.
 func importOfSlice(o client.Object) []string {
 	l := o.GetLabels()
-	if name := l[mcsv1beta1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] == ManagedBy {
+	if name := l[mcsv1beta1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] == wellknown.ManagedBy {
 		return []string{name}
 	}
 	return nil
@@ -109,7 +110,7 @@ func importOfSlice(o client.Object) []string {
 func sliceToImport(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
 	name := l[mcsv1beta1.LabelServiceName]
-	if name == "" || l[discoveryv1.LabelManagedBy] != ManagedBy {
+	if name == "" || l[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
 		return nil
 	}
 	return []reconcile.Request{request(o.GetNamespace(), name)}
