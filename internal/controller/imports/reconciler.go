@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
@@ -196,12 +197,11 @@ func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.S
 		return ctrl.Result{RequeueAfter: disconnectedRetry}, nil
 	}
 	old := si.Status.DeepCopy()
-	conditions.Set(&si.Status.Conditions, metav1.Condition{
-		Type:               conditions.RegistryReachable,
-		Status:             metav1.ConditionFalse,
-		Reason:             conditions.ReasonRegistryUnreachable,
-		Message:            fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", capLen(connErr.Error(), 512)),
-		ObservedGeneration: si.Generation,
+	conditions.Set(&si.Status.Conditions, si.Generation, metav1.Condition{
+		Type:    conditions.RegistryReachable,
+		Status:  metav1.ConditionFalse,
+		Reason:  conditions.ReasonRegistryUnreachable,
+		Message: fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", capLen(connErr.Error(), 512)),
 	})
 	if _, err := r.patchStatus(ctx, si, old); err != nil {
 		return ctrl.Result{}, err
@@ -353,15 +353,9 @@ func importUpToDate(si, desired *mcsv1beta1.ServiceImport) bool {
 // patchStatus patches si's status from old to its current one, and reports
 // whether it wrote.
 func (r *Reconciler) patchStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, old *mcsv1beta1.ServiceImportStatus) (bool, error) {
-	if equality.Semantic.DeepEqual(*old, si.Status) {
-		return false, nil
-	}
 	base := si.DeepCopy()
 	base.Status = *old
-	if err := r.Client.Status().Patch(ctx, si, client.MergeFrom(base)); err != nil {
-		return false, fmt.Errorf("patch ServiceImport status: %w", err)
-	}
-	return true, nil
+	return patch.Status(ctx, r.Client, base, si, func(si *mcsv1beta1.ServiceImport) any { return si.Status })
 }
 
 // deleteEndpointSlices deletes every EndpointSlice mcsd wrote for key.

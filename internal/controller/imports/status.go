@@ -25,9 +25,7 @@ func (r *Reconciler) setStatus(s *scope) {
 		clusters[i] = mcsv1beta1.ClusterStatus{Cluster: c}
 	}
 	si.Status.Clusters = clusters
-	ready := readyCondition(s)
-	ready.ObservedGeneration = si.Generation
-	conditions.Set(&si.Status.Conditions, ready)
+	conditions.Set(&si.Status.Conditions, si.Generation, readyCondition(s))
 	conditions.Remove(&si.Status.Conditions, conditions.RegistryReachable)
 }
 
