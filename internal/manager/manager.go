@@ -199,7 +199,7 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 		return fmt.Errorf("open registry: %w", err)
 	}
 	defer func() { _ = reg.Close() }()
-	reg = metrics.InstrumentRegistry(reg, id.Cluster, metrics.BackendOf(reg))
+	reg = metrics.InstrumentRegistry(reg, id.Cluster)
 
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
 		Scheme:                 Scheme,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -16,20 +15,13 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
-// Watcher is a read-only watcher of a clusterset, as each backend's
-// NewWatcher opens it.
-type Watcher interface {
-	registry.Watcher
-	io.Closer
-}
-
 // Options configure Collect.
 type Options struct {
 	// ClusterSet is the clusterset to report on. When empty, it is read from
 	// the local cluster's ClusterProperty.
 	ClusterSet string
 	// OpenWatcher opens a read-only watcher of a clusterset.
-	OpenWatcher func(ctx context.Context, clusterSet string) (Watcher, error)
+	OpenWatcher func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error)
 	// Local reads the local cluster; nil for a report of the registry only.
 	Local client.Reader
 	// Namespace limits the services and local objects; "" for all.

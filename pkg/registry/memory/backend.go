@@ -11,7 +11,7 @@ import (
 
 var (
 	_ registry.Registry = (*Registry)(nil)
-	_ registry.Watcher  = (*Watcher)(nil)
+	_ registry.ReadOnlyWatcher = (*Watcher)(nil)
 )
 
 // Options configure Open.
@@ -82,6 +82,9 @@ func (r *Registry) write(ctx context.Context, key registry.ServiceKey, f func(*c
 	f(r.s.set(r.id.ClusterSet), registry.RecordID{Cluster: r.id.Cluster, Service: key})
 	return nil
 }
+
+// Backend implements registry.Registry.
+func (r *Registry) Backend() string { return Name }
 
 // Close implements registry.Registry. It leaves the cluster's records, which
 // expire after the TTL unless the cluster opens the store again.
