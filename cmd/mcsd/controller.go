@@ -3,12 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -18,10 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcsd-io/mcsd/internal/manager"
-	"github.com/mcsd-io/mcsd/internal/status"
-	"github.com/mcsd-io/mcsd/pkg/registry"
-	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
-	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
+	"github.com/mcsd-io/mcsd/pkg/registry/backends"
 )
 
 type controllerFlags struct {
@@ -105,7 +98,7 @@ func runController(ctx context.Context, f *controllerFlags) error {
 	ctx = logr.NewContext(ctx, log)
 	return manager.Run(ctx, manager.Options{
 		RESTConfig:              cfg,
-		OpenRegistry:            backend.open,
+		OpenRegistry:            backend.Open,
 		MetricsAddr:             f.metricsAddr,
 		HealthAddr:              f.healthAddr,
 		LeaderElection:          f.leaderElect,
@@ -136,128 +129,25 @@ func (r *registryFlags) bind(cmd *cobra.Command) {
 	fl.StringVar(&r.password, "registry-password", "", "etcd password (etcd auth; prefer the MCSD_REGISTRY_PASSWORD environment variable)")
 }
 
-// registryBackend opens the registry a URL names: for a cluster, or
-// read-only.
-type registryBackend struct {
-	open  manager.OpenFunc
-	watch func(ctx context.Context, clusterSet string) (status.Watcher, error)
-}
-
-// backends maps a registry URL scheme to the backend that serves it.
-var backends = map[string]func(u *url.URL, f *registryFlags) (registryBackend, error){
-	"etcd":     openEtcd,
-	"etcds":    openEtcd,
-	"cloudmap": openCloudMap,
-}
-
 // openRegistryURL checks the registry flags and returns the backend of the
 // URL.
-func openRegistryURL(f *registryFlags) (registryBackend, error) {
+func openRegistryURL(f *registryFlags) (backends.Backend, error) {
 	if f.url == "" {
-		return registryBackend{}, fmt.Errorf("--registry is required, e.g. --registry etcd://127.0.0.1:2379 (start one with: mcsd registry --data-dir DIR)")
+		return backends.Backend{}, fmt.Errorf("--registry is required, e.g. --registry etcd://127.0.0.1:2379 (start one with: mcsd registry --data-dir DIR)")
 	}
 	if f.password == "" {
 		f.password = os.Getenv("MCSD_REGISTRY_PASSWORD")
 	}
-	u, err := url.Parse(f.url)
+	b, err := backends.Open(f.url, backends.Settings{
+		CAFile:   f.caFile,
+		CertFile: f.certFile,
+		KeyFile:  f.keyFile,
+		Username: f.username,
+		Password: f.password,
+		TTL:      f.ttl,
+	})
 	if err != nil {
-		return registryBackend{}, fmt.Errorf("parse --registry: %w", err)
+		return backends.Backend{}, fmt.Errorf("--registry: %w", err)
 	}
-	open, ok := backends[u.Scheme]
-	if !ok {
-		var schemes []string
-		for s := range backends {
-			schemes = append(schemes, s)
-		}
-		slices.Sort(schemes)
-		return registryBackend{}, fmt.Errorf("--registry %q: unknown scheme %q (known: %s)", f.url, u.Scheme, strings.Join(schemes, ", "))
-	}
-	return open(u, f)
-}
-
-func openEtcd(u *url.URL, f *registryFlags) (registryBackend, error) {
-	if u.Host == "" {
-		return registryBackend{}, fmt.Errorf("--registry %q names no etcd endpoint", f.url)
-	}
-	scheme := "http"
-	if u.Scheme == "etcds" {
-		scheme = "https"
-	}
-	var endpoints []string
-	for _, h := range strings.Split(u.Host, ",") {
-		endpoints = append(endpoints, scheme+"://"+h)
-	}
-	opts := etcdregistry.Options{
-		Endpoints: endpoints,
-		CAFile:    f.caFile,
-		CertFile:  f.certFile,
-		KeyFile:   f.keyFile,
-		Username:  f.username,
-		Password:  f.password,
-		TTL:       f.ttl,
-	}
-	if p := strings.TrimSuffix(u.Path, "/"); p != "" {
-		opts.Prefix = p
-	}
-	return registryBackend{
-		open: func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
-			o := opts
-			o.Identity = id
-			return etcdregistry.New(ctx, o)
-		},
-		watch: func(ctx context.Context, clusterSet string) (status.Watcher, error) {
-			o := opts
-			o.Identity = registry.Identity{ClusterSet: clusterSet}
-			return etcdregistry.NewWatcher(ctx, o)
-		},
-	}, nil
-}
-
-func openCloudMap(u *url.URL, f *registryFlags) (registryBackend, error) {
-	q := u.Query()
-	opts := cloudmap.Options{
-		Region:       q.Get("region"),
-		Endpoint:     q.Get("endpoint"),
-		TTL:          f.ttl,
-		CleanupEmpty: q.Get("cleanup-empty") == "true",
-	}
-	for name, dst := range map[string]*time.Duration{"poll-interval": &opts.PollInterval, "list-interval": &opts.ListInterval} {
-		if v := q.Get(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return registryBackend{}, fmt.Errorf("--registry: %s: %w", name, err)
-			}
-			*dst = d
-		}
-	}
-	for _, r := range q["rate"] {
-		parts := strings.Split(r, ":")
-		if len(parts) != 3 {
-			return registryBackend{}, fmt.Errorf("--registry: rate=%q: want OPERATION:QPS:BURST", r)
-		}
-		qps, err := strconv.ParseFloat(parts[1], 64)
-		if err != nil {
-			return registryBackend{}, fmt.Errorf("--registry: rate=%q: %w", r, err)
-		}
-		burst, err := strconv.Atoi(parts[2])
-		if err != nil {
-			return registryBackend{}, fmt.Errorf("--registry: rate=%q: %w", r, err)
-		}
-		if opts.RateLimits == nil {
-			opts.RateLimits = cloudmap.DefaultRateLimits()
-		}
-		opts.RateLimits[parts[0]] = cloudmap.RateLimit{QPS: qps, Burst: burst}
-	}
-	return registryBackend{
-		open: func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
-			o := opts
-			o.Identity = id
-			return cloudmap.New(ctx, o)
-		},
-		watch: func(ctx context.Context, clusterSet string) (status.Watcher, error) {
-			o := opts
-			o.Identity = registry.Identity{ClusterSet: clusterSet}
-			return cloudmap.NewWatcher(ctx, o)
-		},
-	}, nil
+	return b, nil
 }

@@ -118,7 +118,7 @@ func runStatus(cmd *cobra.Command, f *statusFlags) error {
 	defer cancel()
 	r, err := status.Collect(ctx, status.Options{
 		ClusterSet:  f.clusterSet,
-		OpenWatcher: backend.watch,
+		OpenWatcher: backend.OpenWatcher,
 		Local:       local,
 		Namespace:   f.namespace,
 	})

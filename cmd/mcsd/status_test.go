@@ -23,7 +23,7 @@ func TestRegistryURL(t *testing.T) {
 		switch {
 		case tc.wantErr == "" && err != nil:
 			t.Errorf("%q: %v", tc.url, err)
-		case tc.wantErr == "" && (b.open == nil || b.watch == nil):
+		case tc.wantErr == "" && (b.Open == nil || b.OpenWatcher == nil):
 			t.Errorf("%q: backend without open or watch", tc.url)
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%q: error %v, want one containing %q", tc.url, err, tc.wantErr)

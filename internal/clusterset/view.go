@@ -2,8 +2,8 @@ package clusterset
 
 import (
 	"slices"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -14,43 +14,49 @@ type View struct {
 	mu        sync.RWMutex
 	exports   map[registry.ServiceKey]map[string]registry.Export
 	endpoints map[registry.ServiceKey]map[string]registry.Endpoints
-	clusters  map[string]registry.Cluster
 	synced    bool
 	connected bool
 	connErr   error
-	changedAt map[registry.ServiceKey]time.Time
 
 	subsMu sync.Mutex
-	subs   []chan<- registry.ServiceKey
-
-	syncedCh chan struct{}
-	now      func() time.Time
+	subs   map[int]func(Change)
+	nextID int
 }
 
 var _ registry.Handler = (*View)(nil)
+
+// Change is what the View tells its subscribers: the records of Service
+// changed, or, with Reachability set, the registry became reachable or
+// unreachable (Service is then zero).
+type Change struct {
+	Service      registry.ServiceKey
+	Reachability bool
+}
 
 // NewView returns an empty view that has not synced yet.
 func NewView() *View {
 	return &View{
 		exports:   map[registry.ServiceKey]map[string]registry.Export{},
 		endpoints: map[registry.ServiceKey]map[string]registry.Endpoints{},
-		clusters:  map[string]registry.Cluster{},
-		changedAt: map[registry.ServiceKey]time.Time{},
-		syncedCh:  make(chan struct{}),
-		now:       time.Now,
+		subs:      map[int]func(Change){},
 	}
 }
 
-// Subscribe registers ch to receive the key of every Service whose records
-// change. Sends block, so ch should be buffered or drained promptly.
-func (v *View) Subscribe(ch chan<- registry.ServiceKey) {
+// Subscribe calls f with every change from now on, until the returned
+// function is called. f runs on the goroutine that delivers the registry's
+// watch, after the View has applied the change, and must not block.
+func (v *View) Subscribe(f func(Change)) (unsubscribe func()) {
 	v.subsMu.Lock()
 	defer v.subsMu.Unlock()
-	v.subs = append(v.subs, ch)
+	id := v.nextID
+	v.nextID++
+	v.subs[id] = f
+	return func() {
+		v.subsMu.Lock()
+		defer v.subsMu.Unlock()
+		delete(v.subs, id)
+	}
 }
-
-// Synced is closed after the first full update.
-func (v *View) Synced() <-chan struct{} { return v.syncedCh }
 
 // HasSynced reports whether the first full update arrived.
 func (v *View) HasSynced() bool {
@@ -100,175 +106,134 @@ func (v *View) Keys(namespace string) []registry.ServiceKey {
 		}
 	}
 	slices.SortFunc(out, func(a, b registry.ServiceKey) int {
-		if a.Namespace != b.Namespace {
-			if a.Namespace < b.Namespace {
-				return -1
-			}
-			return 1
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
 		}
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
+		return strings.Compare(a.Name, b.Name)
 	})
 	return out
 }
 
-// Clusters returns the live clusters, sorted by id.
-func (v *View) Clusters() []registry.Cluster {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	out := make([]registry.Cluster, 0, len(v.clusters))
-	for _, c := range v.clusters {
-		out = append(out, c)
-	}
-	slices.SortFunc(out, func(a, b registry.Cluster) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
-
-// ChangedAt returns when the view last saw a change to the Service's records.
-func (v *View) ChangedAt(key registry.ServiceKey) time.Time {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.changedAt[key]
-}
-
-// OnConnection implements registry.Handler.
+// OnConnection implements registry.Handler. Subscribers hear of a change of
+// reachability, not of every report.
 func (v *View) OnConnection(connected bool, err error) {
 	v.mu.Lock()
+	changed := v.connected != connected
 	v.connected, v.connErr = connected, err
 	v.mu.Unlock()
+	if changed {
+		v.notify(Change{Reachability: true})
+	}
 }
 
-// OnUpdate implements registry.Handler.
+// OnUpdate implements registry.Handler. Subscribers hear of every Service
+// whose records differ from what the View held.
 func (v *View) OnUpdate(u registry.Update) {
-	changed := map[registry.ServiceKey]bool{}
 	v.mu.Lock()
-	now := v.now()
+	var changed map[registry.ServiceKey]bool
 	if u.Full {
-		// Everything not in the new state is gone; everything that differs changed.
-		oldExports, oldEndpoints := v.exports, v.endpoints
-		v.exports = map[registry.ServiceKey]map[string]registry.Export{}
-		v.endpoints = map[registry.ServiceKey]map[string]registry.Endpoints{}
-		v.clusters = map[string]registry.Cluster{}
-		for _, e := range u.Exports {
-			putExport(v.exports, e)
-		}
-		for _, e := range u.Endpoints {
-			putEndpoints(v.endpoints, e)
-		}
-		for k := range oldExports {
-			if !exportsEqual(oldExports[k], v.exports[k]) {
-				changed[k] = true
-			}
-		}
-		for k := range v.exports {
-			if !exportsEqual(oldExports[k], v.exports[k]) {
-				changed[k] = true
-			}
-		}
-		for k := range oldEndpoints {
-			if !endpointsEqual(oldEndpoints[k], v.endpoints[k]) {
-				changed[k] = true
-			}
-		}
-		for k := range v.endpoints {
-			if !endpointsEqual(oldEndpoints[k], v.endpoints[k]) {
-				changed[k] = true
-			}
-		}
-	} else {
-		for _, id := range u.DeletedExports {
-			if m := v.exports[id.Service]; m != nil {
-				if _, ok := m[id.Cluster]; ok {
-					delete(m, id.Cluster)
-					if len(m) == 0 {
-						delete(v.exports, id.Service)
-					}
-					changed[id.Service] = true
-				}
-			}
-		}
-		for _, id := range u.DeletedEndpoints {
-			if m := v.endpoints[id.Service]; m != nil {
-				if _, ok := m[id.Cluster]; ok {
-					delete(m, id.Cluster)
-					if len(m) == 0 {
-						delete(v.endpoints, id.Service)
-					}
-					changed[id.Service] = true
-				}
-			}
-		}
-		for _, e := range u.Exports {
-			if old, ok := v.exports[e.Service][e.Cluster]; !ok || !exportEqual(old, e) {
-				putExport(v.exports, e)
-				changed[e.Service] = true
-			}
-		}
-		for _, e := range u.Endpoints {
-			if old, ok := v.endpoints[e.Service][e.Cluster]; !ok || !endpointsOneEqual(old, e) {
-				putEndpoints(v.endpoints, e)
-				changed[e.Service] = true
-			}
-		}
-	}
-	for _, c := range u.Clusters {
-		v.clusters[c.ID] = c
-	}
-	for _, id := range u.DeletedClusters {
-		delete(v.clusters, id)
-	}
-	for k := range changed {
-		v.changedAt[k] = now
-	}
-	firstSync := u.Full && !v.synced
-	if u.Full {
+		changed = v.replace(u)
 		v.synced = true
+	} else {
+		changed = v.apply(u)
 	}
 	v.mu.Unlock()
-
-	if firstSync {
-		close(v.syncedCh)
+	for k := range changed {
+		v.notify(Change{Service: k})
 	}
-	v.notify(changed)
 }
 
-func (v *View) notify(changed map[registry.ServiceKey]bool) {
-	if len(changed) == 0 {
-		return
+// replace makes u, a full update, the View's state and returns the Services
+// whose records differ from before: everything not in u is gone. v.mu is
+// held.
+func (v *View) replace(u registry.Update) map[registry.ServiceKey]bool {
+	oldExports, oldEndpoints := v.exports, v.endpoints
+	v.exports = map[registry.ServiceKey]map[string]registry.Export{}
+	v.endpoints = map[registry.ServiceKey]map[string]registry.Endpoints{}
+	for _, e := range u.Exports {
+		put(v.exports, e.Service, e.Cluster, e)
 	}
+	for _, e := range u.Endpoints {
+		put(v.endpoints, e.Service, e.Cluster, e)
+	}
+	changed := map[registry.ServiceKey]bool{}
+	diff(changed, oldExports, v.exports, exportsEqual)
+	diff(changed, oldEndpoints, v.endpoints, endpointsEqual)
+	return changed
+}
+
+// apply applies u, an incremental update, and returns the Services whose
+// records it changed. v.mu is held.
+func (v *View) apply(u registry.Update) map[registry.ServiceKey]bool {
+	changed := map[registry.ServiceKey]bool{}
+	for _, id := range u.DeletedExports {
+		if remove(v.exports, id) {
+			changed[id.Service] = true
+		}
+	}
+	for _, id := range u.DeletedEndpoints {
+		if remove(v.endpoints, id) {
+			changed[id.Service] = true
+		}
+	}
+	for _, e := range u.Exports {
+		if old, ok := v.exports[e.Service][e.Cluster]; !ok || !exportEqual(old, e) {
+			put(v.exports, e.Service, e.Cluster, e)
+			changed[e.Service] = true
+		}
+	}
+	for _, e := range u.Endpoints {
+		if old, ok := v.endpoints[e.Service][e.Cluster]; !ok || !endpointsOneEqual(old, e) {
+			put(v.endpoints, e.Service, e.Cluster, e)
+			changed[e.Service] = true
+		}
+	}
+	return changed
+}
+
+func (v *View) notify(c Change) {
 	v.subsMu.Lock()
-	subs := slices.Clone(v.subs)
+	subs := make([]func(Change), 0, len(v.subs))
+	for _, f := range v.subs {
+		subs = append(subs, f)
+	}
 	v.subsMu.Unlock()
-	for k := range changed {
-		for _, ch := range subs {
-			ch <- k
+	for _, f := range subs {
+		f(c)
+	}
+}
+
+// diff marks in changed every Service whose records differ between old and
+// cur.
+func diff[T any](changed map[registry.ServiceKey]bool, old, cur map[registry.ServiceKey]map[string]T, equal func(a, b map[string]T) bool) {
+	for k := range old {
+		if !equal(old[k], cur[k]) {
+			changed[k] = true
+		}
+	}
+	for k := range cur {
+		if !equal(old[k], cur[k]) {
+			changed[k] = true
 		}
 	}
 }
 
-func putExport(m map[registry.ServiceKey]map[string]registry.Export, e registry.Export) {
-	if m[e.Service] == nil {
-		m[e.Service] = map[string]registry.Export{}
+func put[T any](m map[registry.ServiceKey]map[string]T, key registry.ServiceKey, cluster string, rec T) {
+	if m[key] == nil {
+		m[key] = map[string]T{}
 	}
-	m[e.Service][e.Cluster] = e
+	m[key][cluster] = rec
 }
 
-func putEndpoints(m map[registry.ServiceKey]map[string]registry.Endpoints, e registry.Endpoints) {
-	if m[e.Service] == nil {
-		m[e.Service] = map[string]registry.Endpoints{}
+// remove deletes the record id names and reports whether there was one.
+func remove[T any](m map[registry.ServiceKey]map[string]T, id registry.RecordID) bool {
+	byCluster := m[id.Service]
+	if _, ok := byCluster[id.Cluster]; !ok {
+		return false
 	}
-	m[e.Service][e.Cluster] = e
+	delete(byCluster, id.Cluster)
+	if len(byCluster) == 0 {
+		delete(m, id.Service)
+	}
+	return true
 }

@@ -3,6 +3,7 @@ package conditions
 import (
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
@@ -24,59 +25,78 @@ func rank(t string) int {
 	return len(typeOrder)
 }
 
-// Set puts c into conds, replacing the condition of the same type, and
-// reports whether anything changed. c.ObservedGeneration is stored as given.
-// When the condition existed with the same status, its LastTransitionTime is
-// kept; otherwise c.LastTransitionTime is used, or the current time when it
-// is zero. An existing condition keeps its place; a new one is inserted by
-// type (Valid, Ready, Conflict, then others in the order they were added).
-func Set(conds *[]metav1.Condition, c metav1.Condition) bool {
-	if i := slices.IndexFunc(*conds, func(o metav1.Condition) bool { return o.Type == c.Type }); i >= 0 {
-		old := (*conds)[i]
-		if old.Status == c.Status {
-			c.LastTransitionTime = old.LastTransitionTime
-		} else if c.LastTransitionTime.IsZero() {
-			c.LastTransitionTime = metav1.Now()
-		}
-		if old == c {
-			return false
-		}
-		(*conds)[i] = c
-		return true
+// Set puts c into conds with ObservedGeneration generation (the generation
+// of the object whose status holds conds), and reports whether anything
+// changed. It is meta.SetStatusCondition: LastTransitionTime moves only when
+// the status does (to c's, or now when that is zero). An existing condition
+// keeps its place; a new one is inserted by type (Valid, Ready, Conflict,
+// then others in the order they were added), so that the order does not
+// depend on history.
+func Set(conds *[]metav1.Condition, generation int64, c metav1.Condition) bool {
+	c.ObservedGeneration = generation
+	isNew := meta.FindStatusCondition(*conds, c.Type) == nil
+	changed := meta.SetStatusCondition(conds, c)
+	if isNew {
+		placeLast(*conds)
 	}
-	if c.LastTransitionTime.IsZero() {
-		c.LastTransitionTime = metav1.Now()
+	return changed
+}
+
+// placeLast moves the last condition of conds, just added, before the first
+// condition that ranks after it.
+func placeLast(conds []metav1.Condition) {
+	last := len(conds) - 1
+	r := rank(conds[last].Type)
+	if r == len(typeOrder) {
+		return
 	}
-	r := rank(c.Type)
-	at := len(*conds)
-	if r < len(typeOrder) {
-		if i := slices.IndexFunc(*conds, func(o metav1.Condition) bool { return rank(o.Type) > r }); i >= 0 {
-			at = i
-		}
+	at := slices.IndexFunc(conds[:last], func(o metav1.Condition) bool { return rank(o.Type) > r })
+	if at < 0 {
+		return
 	}
-	*conds = slices.Insert(*conds, at, c)
-	return true
+	c := conds[last]
+	copy(conds[at+1:], conds[at:last])
+	conds[at] = c
 }
 
 // Remove deletes the condition of type t and reports whether there was one.
 func Remove(conds *[]metav1.Condition, t string) bool {
-	n := len(*conds)
-	*conds = slices.DeleteFunc(*conds, func(c metav1.Condition) bool { return c.Type == t })
-	return len(*conds) != n
+	return meta.RemoveStatusCondition(conds, t)
 }
 
 // Get returns the condition of type t, or nil. The result points into conds.
 func Get(conds []metav1.Condition, t string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
+	return meta.FindStatusCondition(conds, t)
 }
 
 // IsTrue reports whether the condition of type t exists and is True.
 func IsTrue(conds []metav1.Condition, t string) bool {
-	c := Get(conds, t)
-	return c != nil && c.Status == metav1.ConditionTrue
+	return meta.IsStatusConditionTrue(conds, t)
+}
+
+// Conditions of a ServiceImport besides the mcs-api Ready condition.
+const (
+	// RegistryReachable is False while the registry cannot be read: the
+	// import, its Service and its EndpointSlices are then kept as last seen.
+	// It is removed once the registry is reachable again.
+	RegistryReachable = "RegistryReachable"
+	// ReasonRegistryUnreachable is the reason of RegistryReachable=False.
+	ReasonRegistryUnreachable = "RegistryUnreachable"
+	// ReasonDerivedServiceConflict is the reason of Ready=False when a
+	// Service mcsd did not create holds the derived Service's name.
+	ReasonDerivedServiceConflict = "DerivedServiceConflict"
+)
+
+// ConflictReasons are the mcs-api reasons of Conflict=True, in the order a
+// condition that joins several lists them.
+var ConflictReasons = []mcsv1beta1.ServiceExportConditionReason{
+	mcsv1beta1.ServiceExportReasonPortConflict,
+	mcsv1beta1.ServiceExportReasonTypeConflict,
+	mcsv1beta1.ServiceExportReasonSessionAffinityConflict,
+	mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict,
+	mcsv1beta1.ServiceExportReasonLabelsConflict,
+	mcsv1beta1.ServiceExportReasonAnnotationsConflict,
+	mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict,
+	mcsv1beta1.ServiceExportReasonTrafficDistributionConflict,
+	mcsv1beta1.ServiceExportReasonIPFamilyConflict,
 }

@@ -114,7 +114,7 @@ func TestSet(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			conds := append([]metav1.Condition(nil), tt.before...)
-			if got := Set(&conds, tt.set); got != tt.wantChanged {
+			if got := Set(&conds, tt.set.ObservedGeneration, tt.set); got != tt.wantChanged {
 				t.Errorf("Set() changed = %v, want %v", got, tt.wantChanged)
 			}
 			if diff := cmp.Diff(tt.want, conds); diff != "" {
@@ -127,7 +127,7 @@ func TestSet(t *testing.T) {
 func TestSetStampsTime(t *testing.T) {
 	var conds []metav1.Condition
 	before := time.Now().Add(-time.Second)
-	Set(&conds, metav1.Condition{Type: "Valid", Status: "True", Reason: "Valid"})
+	Set(&conds, 1, metav1.Condition{Type: "Valid", Status: "True", Reason: "Valid"})
 	if got := conds[0].LastTransitionTime.Time; got.Before(before) {
 		t.Errorf("LastTransitionTime = %v, want now", got)
 	}
@@ -136,10 +136,10 @@ func TestSetStampsTime(t *testing.T) {
 func TestSetOrderIndependentOfHistory(t *testing.T) {
 	var a, b []metav1.Condition
 	for _, typ := range []string{"Conflict", "Ready", "Valid"} {
-		Set(&a, cond(typ, "True", "R", 1, t0))
+		Set(&a, 1, cond(typ, "True", "R", 1, t0))
 	}
 	for _, typ := range []string{"Valid", "Conflict", "Ready"} {
-		Set(&b, cond(typ, "True", "R", 1, t0))
+		Set(&b, 1, cond(typ, "True", "R", 1, t0))
 	}
 	want := []string{"Valid", "Ready", "Conflict"}
 	if diff := cmp.Diff(want, types(a)); diff != "" {

@@ -199,7 +199,7 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 		return fmt.Errorf("open registry: %w", err)
 	}
 	defer func() { _ = reg.Close() }()
-	reg = metrics.InstrumentRegistry(reg, id.Cluster, metrics.BackendOf(reg))
+	reg = metrics.InstrumentRegistry(reg, id.Cluster)
 
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
 		Scheme:                 Scheme,
@@ -215,19 +215,9 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	view := clusterset.NewView()
-	if err := mgr.Add(&watchRunnable{reg: reg, view: view}); err != nil {
+	view, err := addControllers(ctx, mgr, reg, id.Cluster)
+	if err != nil {
 		return err
-	}
-	// The controllers record through record.EventRecorder (core/v1 Events),
-	// which every API server and kubectl version shows.
-	recorder := mgr.GetEventRecorderFor("mcsd") //nolint:staticcheck // see above
-
-	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view, ClusterID: id.Cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("set up export controller: %w", err)
-	}
-	if err := (&imports.Reconciler{Client: mgr.GetClient(), View: view, ClusterID: id.Cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("set up import controller: %w", err)
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -254,6 +244,26 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 		return errIdentityChanged
 	}
 	return err
+}
+
+// addControllers adds to mgr the registry watch, which feeds a new View, and
+// the export and import controllers over that View. It returns the View.
+func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry, cluster string) (*clusterset.View, error) {
+	view := clusterset.NewView()
+	if err := mgr.Add(&watchRunnable{reg: reg, view: view}); err != nil {
+		return nil, fmt.Errorf("add registry watch: %w", err)
+	}
+	// The controllers record through record.EventRecorder (core/v1 Events),
+	// which every API server and kubectl version shows.
+	recorder := mgr.GetEventRecorderFor("mcsd") //nolint:staticcheck // see above
+
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view, ClusterID: cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("set up export controller: %w", err)
+	}
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), View: view, ClusterID: cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("set up import controller: %w", err)
+	}
+	return view, nil
 }
 
 // watchRunnable feeds the view from the registry while the manager runs.

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -55,20 +56,6 @@ type Conflict struct {
 	// and (up to a few of) the clusters that disagree; empty without
 	// conflicts.
 	Message string
-}
-
-// reasonOrder is the order in which conflict reasons are reported, and
-// their notes appear in the message.
-var reasonOrder = []mcsv1beta1.ServiceExportConditionReason{
-	mcsv1beta1.ServiceExportReasonPortConflict,
-	mcsv1beta1.ServiceExportReasonTypeConflict,
-	mcsv1beta1.ServiceExportReasonSessionAffinityConflict,
-	mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict,
-	mcsv1beta1.ServiceExportReasonLabelsConflict,
-	mcsv1beta1.ServiceExportReasonAnnotationsConflict,
-	mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict,
-	mcsv1beta1.ServiceExportReasonTrafficDistributionConflict,
-	mcsv1beta1.ServiceExportReasonIPFamilyConflict,
 }
 
 // Status is True when any conflict was raised.
@@ -189,7 +176,7 @@ func Merge(exports []registry.Export) Result {
 	addNote(notes, mcsv1beta1.ServiceExportReasonIPFamilyConflict, n)
 
 	var msg []string
-	for _, r := range reasonOrder {
+	for _, r := range conditions.ConflictReasons {
 		if len(notes[r]) > 0 {
 			res.Conflict.Reasons = append(res.Conflict.Reasons, r)
 			msg = append(msg, notes[r]...)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -765,7 +766,7 @@ func TestMergeAllReasonsInOrder(t *testing.T) {
 			families(ipv6)),
 		export("c3", 3, func(s *registry.ServiceSpec) { s.SessionAffinity = corev1.ServiceAffinityNone }),
 	})
-	if diff := cmp.Diff(reasonOrder, got.Conflict.Reasons); diff != "" {
+	if diff := cmp.Diff(conditions.ConflictReasons, got.Conflict.Reasons); diff != "" {
 		t.Errorf("reasons (-want +got):\n%s", diff)
 	}
 	want := "PortConflict,TypeConflict,SessionAffinityConflict,SessionAffinityConfigConflict,LabelsConflict," +
@@ -802,7 +803,7 @@ func TestMergeMessageBounded(t *testing.T) {
 	}
 	got := Merge(exports)
 	t.Logf("%d characters: %s", utf8.RuneCountInString(got.Conflict.Message), got.Conflict.Message)
-	if len(got.Conflict.Reasons) != len(reasonOrder)-1 { // all but SessionAffinityConfigConflict
+	if len(got.Conflict.Reasons) != len(conditions.ConflictReasons)-1 { // all but SessionAffinityConfigConflict
 		t.Errorf("reasons = %v", got.Conflict.Reasons)
 	}
 	if n := utf8.RuneCountInString(got.Conflict.Message); n > maxMessageLen {

@@ -3,8 +3,6 @@ package metrics
 import (
 	"context"
 	"errors"
-	"path"
-	"reflect"
 	"time"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -22,16 +20,17 @@ const (
 )
 
 // InstrumentRegistry returns reg with its operations counted and timed in
-// the registry metrics of cluster, labelled with backend (see BackendOf):
+// the registry metrics of cluster, labelled with reg.Backend():
 // every Publisher call, and every update the Watch delivers. The handler a
 // Watch is given sees the same calls; its OnConnection reports also set
 // mcsd_registry_connected.
-func InstrumentRegistry(reg registry.Registry, cluster, backend string) registry.Registry {
+func InstrumentRegistry(reg registry.Registry, cluster string) registry.Registry {
 	Register()
-	return instrumentRegistry(std, reg, cluster, backend)
+	return instrumentRegistry(std, reg, cluster)
 }
 
-func instrumentRegistry(c *collectors, reg registry.Registry, cluster, backend string) *instrumented {
+func instrumentRegistry(c *collectors, reg registry.Registry, cluster string) *instrumented {
+	backend := reg.Backend()
 	r := &instrumented{reg: reg, m: c, cluster: cluster, backend: backend}
 	// The series exist from the start, at zero.
 	for _, op := range []string{opPutExport, opPutEndpoints, opDeleteExport, opExported} {
@@ -43,19 +42,6 @@ func instrumentRegistry(c *collectors, reg registry.Registry, cluster, backend s
 	c.registryErrors.WithLabelValues(cluster, backend, opWatch).Add(0)
 	c.registryConnected.WithLabelValues(cluster, backend).Set(0)
 	return r
-}
-
-// BackendOf names the backend of reg for the backend label: the last element
-// of the package path of its type ("etcd", "cloudmap").
-func BackendOf(reg registry.Registry) string {
-	t := reflect.TypeOf(reg)
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t == nil || t.PkgPath() == "" {
-		return "unknown"
-	}
-	return path.Base(t.PkgPath())
 }
 
 type instrumented struct {
@@ -114,6 +100,8 @@ func (r *instrumented) Watch(ctx context.Context, h registry.Handler) error {
 }
 
 func (r *instrumented) Close() error { return r.reg.Close() }
+
+func (r *instrumented) Backend() string { return r.backend }
 
 // instrumentedHandler passes a Watch's calls on to h, recording them. Calls
 // are never concurrent (registry.Handler).

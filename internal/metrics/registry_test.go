@@ -40,6 +40,8 @@ func (f *fakeRegistry) Watch(ctx context.Context, h registry.Handler) error {
 
 func (f *fakeRegistry) Close() error { return nil }
 
+func (f *fakeRegistry) Backend() string { return "fake" }
+
 // recordingHandler remembers what it was given.
 type recordingHandler struct {
 	updates   []registry.Update
@@ -54,7 +56,7 @@ func (h *recordingHandler) OnConnection(connected bool, _ error) {
 func TestInstrumentRegistryPublisher(t *testing.T) {
 	c := newCollectors()
 	f := &fakeRegistry{}
-	reg := instrumentRegistry(c, f, "east", "fake")
+	reg := instrumentRegistry(c, f, "east")
 	ctx := context.Background()
 	if err := reg.PutExport(ctx, registryKey, registry.ServiceSpec{}); err != nil {
 		t.Fatal(err)
@@ -101,7 +103,7 @@ mcsd_registry_operations_total{backend="fake",cluster="east",operation="WatchUpd
 
 func TestInstrumentRegistryWatch(t *testing.T) {
 	c := newCollectors()
-	connected := func() float64 { return testutil.ToFloat64(c.registryConnected.WithLabelValues("east", "etcd")) }
+	connected := func() float64 { return testutil.ToFloat64(c.registryConnected.WithLabelValues("east", "fake")) }
 	ctx, cancel := context.WithCancel(context.Background())
 	var during []float64
 	f := &fakeRegistry{watch: func(h registry.Handler) {
@@ -120,7 +122,7 @@ func TestInstrumentRegistryWatch(t *testing.T) {
 		cancel()
 	}}
 	h := &recordingHandler{}
-	if err := instrumentRegistry(c, f, "east", "etcd").Watch(ctx, h); !errors.Is(err, context.Canceled) {
+	if err := instrumentRegistry(c, f, "east").Watch(ctx, h); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Watch = %v", err)
 	}
 	if len(h.updates) != 3 || len(h.connected) != 6 {
@@ -133,20 +135,12 @@ func TestInstrumentRegistryWatch(t *testing.T) {
 		t.Errorf("mcsd_registry_connected after the watch ended = %v, want 0", got)
 	}
 	for op, want := range map[string]float64{opWatchResync: 2, opWatchUpdate: 1} {
-		if got := testutil.ToFloat64(c.registryOps.WithLabelValues("east", "etcd", op)); got != want {
+		if got := testutil.ToFloat64(c.registryOps.WithLabelValues("east", "fake", op)); got != want {
 			t.Errorf("operations %s = %v, want %v", op, got, want)
 		}
 	}
-	if got := testutil.ToFloat64(c.registryErrors.WithLabelValues("east", "etcd", opWatch)); got != 2 {
+	if got := testutil.ToFloat64(c.registryErrors.WithLabelValues("east", "fake", opWatch)); got != 2 {
 		t.Errorf("Watch errors = %v, want 2 (two losses; the end of the context is none)", got)
 	}
 }
 
-func TestBackendOf(t *testing.T) {
-	if got := BackendOf(&fakeRegistry{}); got != "metrics" {
-		t.Errorf("BackendOf(*metrics.fakeRegistry) = %q, want the package name", got)
-	}
-	if got := BackendOf(nil); got != "unknown" {
-		t.Errorf("BackendOf(nil) = %q", got)
-	}
-}

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/conditions"
 )
 
 // ExportReady is the state of a ServiceExport's Ready condition.
@@ -37,20 +39,6 @@ const (
 	exportConflict   = "conflict"
 	exportNoConflict = "none"
 )
-
-// conflictReasons are the mcs-api conflict reasons, whose series exist (at
-// zero) from the start.
-var conflictReasons = []mcsv1beta1.ServiceExportConditionReason{
-	mcsv1beta1.ServiceExportReasonPortConflict,
-	mcsv1beta1.ServiceExportReasonTypeConflict,
-	mcsv1beta1.ServiceExportReasonSessionAffinityConflict,
-	mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict,
-	mcsv1beta1.ServiceExportReasonLabelsConflict,
-	mcsv1beta1.ServiceExportReasonAnnotationsConflict,
-	mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict,
-	mcsv1beta1.ServiceExportReasonTrafficDistributionConflict,
-	mcsv1beta1.ServiceExportReasonIPFamilyConflict,
-}
 
 // Exports keeps mcsd_service_exports and mcsd_service_export_conflicts for
 // one cluster. The export controller reports every ServiceExport it
@@ -83,7 +71,7 @@ func newExports(c *collectors, cluster string) *Exports {
 	} {
 		e.states.declare(s...)
 	}
-	for _, r := range conflictReasons {
+	for _, r := range conditions.ConflictReasons {
 		e.conflicts.declare(string(r))
 	}
 	return e

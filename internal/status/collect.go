@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -12,16 +11,9 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterid"
-	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
-
-// Watcher is a read-only watcher of a clusterset, as each backend's
-// NewWatcher opens it.
-type Watcher interface {
-	registry.Watcher
-	io.Closer
-}
 
 // Options configure Collect.
 type Options struct {
@@ -29,7 +21,7 @@ type Options struct {
 	// the local cluster's ClusterProperty.
 	ClusterSet string
 	// OpenWatcher opens a read-only watcher of a clusterset.
-	OpenWatcher func(ctx context.Context, clusterSet string) (Watcher, error)
+	OpenWatcher func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error)
 	// Local reads the local cluster; nil for a report of the registry only.
 	Local client.Reader
 	// Namespace limits the services and local objects; "" for all.
@@ -162,7 +154,7 @@ func readLocal(ctx context.Context, c client.Reader, namespace string, out *Loca
 		return fmt.Errorf("list ServiceImports: %w", err)
 	}
 	var eps discoveryv1.EndpointSliceList
-	if err := c.List(ctx, &eps, append(opts, client.MatchingLabels{discoveryv1.LabelManagedBy: imports.ManagedBy})...); err != nil {
+	if err := c.List(ctx, &eps, append(opts, client.MatchingLabels{discoveryv1.LabelManagedBy: wellknown.ManagedBy})...); err != nil {
 		return fmt.Errorf("list EndpointSlices: %w", err)
 	}
 	out.Exports, out.Imports, out.Slices = ses.Items, sis.Items, eps.Items

@@ -55,7 +55,7 @@ func TestCollectFromEtcd(t *testing.T) {
 	start := time.Now()
 	r, err := Collect(t.Context(), Options{
 		ClusterSet: "prod",
-		OpenWatcher: func(ctx context.Context, cs string) (Watcher, error) {
+		OpenWatcher: func(ctx context.Context, cs string) (registry.ReadOnlyWatcher, error) {
 			o := opts("")
 			o.Identity.ClusterSet = cs
 			return etcd.NewWatcher(ctx, o)

@@ -23,7 +23,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/api/about/v1beta1"
-	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -78,7 +78,7 @@ func etcdConflict() Input {
 		ObjectMeta: meta("shop", "web-c1-abc", ago(time.Hour), ago(40*time.Second)),
 		Endpoints:  []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}, {Addresses: []string{"10.0.0.2"}}},
 	}
-	webSlice.Labels = map[string]string{mcsv1beta1.LabelServiceName: "web", discoveryv1.LabelManagedBy: imports.ManagedBy}
+	webSlice.Labels = map[string]string{mcsv1beta1.LabelServiceName: "web", discoveryv1.LabelManagedBy: wellknown.ManagedBy}
 	webSlice2 := *webSlice.DeepCopy()
 	webSlice2.Name = "web-c2-def"
 	webSlice2.ManagedFields[0].Time = ptr.To(metav1.NewTime(ago(12 * time.Second)))
@@ -320,7 +320,7 @@ func TestCollect(t *testing.T) {
 	}
 	w := &fakeWatcher{snap: &in.Snapshot, leases: in.Leases}
 	r, err := Collect(t.Context(), Options{
-		OpenWatcher: func(_ context.Context, cs string) (Watcher, error) { w.opened = cs; return w, nil },
+		OpenWatcher: func(_ context.Context, cs string) (registry.ReadOnlyWatcher, error) { w.opened = cs; return w, nil },
 		Local:       localClient(t, objs...),
 		Namespace:   "shop",
 		Now:         func() time.Time { return now },
@@ -340,7 +340,7 @@ func TestCollect(t *testing.T) {
 
 func TestCollectErrors(t *testing.T) {
 	t.Run("no clusterset", func(t *testing.T) {
-		_, err := Collect(t.Context(), Options{Local: localClient(t), OpenWatcher: func(context.Context, string) (Watcher, error) {
+		_, err := Collect(t.Context(), Options{Local: localClient(t), OpenWatcher: func(context.Context, string) (registry.ReadOnlyWatcher, error) {
 			t.Fatal("watcher opened without a clusterset")
 			return nil, nil
 		}})
@@ -351,7 +351,7 @@ func TestCollectErrors(t *testing.T) {
 	t.Run("registry unreachable", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
-		_, err := Collect(ctx, Options{ClusterSet: "prod", OpenWatcher: func(context.Context, string) (Watcher, error) {
+		_, err := Collect(ctx, Options{ClusterSet: "prod", OpenWatcher: func(context.Context, string) (registry.ReadOnlyWatcher, error) {
 			return &fakeWatcher{}, nil
 		}})
 		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection refused") {
@@ -360,9 +360,11 @@ func TestCollectErrors(t *testing.T) {
 	})
 	t.Run("other clusterset", func(t *testing.T) {
 		r, err := Collect(t.Context(), Options{
-			ClusterSet:  "staging",
-			Local:       localClient(t, property(aboutv1beta1.ClusterIDName, "c1"), property(aboutv1beta1.ClusterSetIDName, "prod")),
-			OpenWatcher: func(context.Context, string) (Watcher, error) { return &fakeWatcher{snap: &Snapshot{}}, nil },
+			ClusterSet: "staging",
+			Local:      localClient(t, property(aboutv1beta1.ClusterIDName, "c1"), property(aboutv1beta1.ClusterSetIDName, "prod")),
+			OpenWatcher: func(context.Context, string) (registry.ReadOnlyWatcher, error) {
+				return &fakeWatcher{snap: &Snapshot{}}, nil
+			},
 		})
 		if err != nil {
 			t.Fatal(err)

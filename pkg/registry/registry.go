@@ -10,8 +10,19 @@ import (
 type Registry interface {
 	Publisher
 	Watcher
+	// Backend names the backend ("etcd", "cloudmap", "memory") in metrics
+	// and logs.
+	Backend() string
 	// Close releases the backend. It does not withdraw the cluster's
 	// records: they stay until they expire or the cluster deletes them.
+	Close() error
+}
+
+// ReadOnlyWatcher is a Watcher of a clusterset that is no member of it: it
+// writes nothing, and no watcher of the clusterset sees it (each backend's
+// NewWatcher opens one, for status reports and tools). Close releases it.
+type ReadOnlyWatcher interface {
+	Watcher
 	Close() error
 }
 

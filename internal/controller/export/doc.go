@@ -6,6 +6,6 @@
 // clusterset view delivers them.
 //
 // EndpointSlices labelled endpointslice.kubernetes.io/managed-by with
-// ImportedSliceManagedBy are the ones the import controller writes; they are
+// wellknown.ManagedBy are the ones the import controller writes; they are
 // never exported again.
 package export

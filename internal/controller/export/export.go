@@ -23,7 +23,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
-	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -33,11 +33,6 @@ const (
 	// Finalizer keeps a ServiceExport until this cluster's records of its
 	// Service are withdrawn from the registry.
 	Finalizer = "mcsd.io/export"
-
-	// ImportedSliceManagedBy is the endpointslice.kubernetes.io/managed-by
-	// value of the EndpointSlices that mcsd's import controller writes. The
-	// export controller ignores such slices.
-	ImportedSliceManagedBy = imports.ManagedBy
 
 	// ControllerName names the controller in logs and metrics.
 	ControllerName = "serviceexport"
@@ -236,7 +231,6 @@ func (r *Reconciler) updateConflict(se *mcsv1beta1.ServiceExport, key registry.S
 		return
 	}
 	c := merge.Merge(exports).Conflict.Condition()
-	c.ObservedGeneration = se.Generation
 	var reason string
 	if c.Status == metav1.ConditionTrue {
 		reason = c.Reason
@@ -245,7 +239,7 @@ func (r *Reconciler) updateConflict(se *mcsv1beta1.ServiceExport, key registry.S
 	if r.actConflict(se, reason) {
 		r.warn(se, EventReasonConflict, c.Message)
 	}
-	conditions.Set(&se.Status.Conditions, c)
+	conditions.Set(&se.Status.Conditions, se.Generation, c)
 }
 
 // published returns what the view holds of this cluster's records of key, or
@@ -333,37 +327,27 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, se *mcsv1beta1.Service
 
 // patchStatus writes se's status if it differs from before's.
 func (r *Reconciler) patchStatus(ctx context.Context, before, se *mcsv1beta1.ServiceExport) error {
-	if equality.Semantic.DeepEqual(before.Status, se.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, se, client.MergeFrom(before)); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("patch ServiceExport status: %w", err))
-	}
-	return nil
+	_, err := patch.Status(ctx, r.Client, before, se, func(se *mcsv1beta1.ServiceExport) any { return se.Status })
+	return client.IgnoreNotFound(err)
 }
 
 // actConflict records reason as the conflict of se ("" for none) and
-// reports whether it is a new one to warn about: True now, and not True with
-// the same reason when last acted on. A ServiceExport not acted on yet (the
-// controller restarted) is compared with its stored condition.
+// reports whether it is a new one to warn about (see act).
 func (r *Reconciler) actConflict(se *mcsv1beta1.ServiceExport, reason string) bool {
-	r.actedMu.Lock()
-	defer r.actedMu.Unlock()
-	key := client.ObjectKeyFromObject(se)
-	last, ok := r.acted[key]
-	if !ok {
-		last = actedFromStatus(se)
-	}
-	prev := last.conflict
-	last.conflict = reason
-	r.setActed(key, last)
-	return reason != "" && reason != prev
+	return r.act(se, func(a *acted) *string { return &a.conflict }, reason)
 }
 
 // actFailure records msg as the registry failure of se ("" for success) and
-// reports whether it is a new one to warn about: not the failure last acted
-// on (or, not acted on yet, the one Ready reports).
+// reports whether it is a new one to warn about (see act).
 func (r *Reconciler) actFailure(se *mcsv1beta1.ServiceExport, msg string) bool {
+	return r.act(se, func(a *acted) *string { return &a.failure }, msg)
+}
+
+// act records v as the field of what se's events last reported, and reports
+// whether v is new to warn about: not "", and not what was last acted on. A
+// ServiceExport not acted on yet (the controller restarted) is compared with
+// what its stored conditions report.
+func (r *Reconciler) act(se *mcsv1beta1.ServiceExport, field func(*acted) *string, v string) bool {
 	r.actedMu.Lock()
 	defer r.actedMu.Unlock()
 	key := client.ObjectKeyFromObject(se)
@@ -371,10 +355,10 @@ func (r *Reconciler) actFailure(se *mcsv1beta1.ServiceExport, msg string) bool {
 	if !ok {
 		last = actedFromStatus(se)
 	}
-	prev := last.failure
-	last.failure = msg
+	prev := *field(&last)
+	*field(&last) = v
 	r.setActed(key, last)
-	return msg != "" && msg != prev
+	return v != "" && v != prev
 }
 
 // setActed stores a; r.actedMu is held.
@@ -434,11 +418,10 @@ func (r *Reconciler) warn(se *mcsv1beta1.ServiceExport, reason, msg string) {
 
 func setCondition(se *mcsv1beta1.ServiceExport, t mcsv1beta1.ServiceExportConditionType, s metav1.ConditionStatus,
 	reason mcsv1beta1.ServiceExportConditionReason, msg string) {
-	conditions.Set(&se.Status.Conditions, metav1.Condition{
-		Type:               string(t),
-		Status:             s,
-		Reason:             string(reason),
-		Message:            msg,
-		ObservedGeneration: se.Generation,
+	conditions.Set(&se.Status.Conditions, se.Generation, metav1.Condition{
+		Type:    string(t),
+		Status:  s,
+		Reason:  string(reason),
+		Message: msg,
 	})
 }

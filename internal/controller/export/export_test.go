@@ -28,6 +28,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -468,7 +469,7 @@ func TestEndpointsFromSlices(t *testing.T) {
 		ep("10.1.0.9", nil))
 	fqdn := newSlice("web-fqdn", svcName, discoveryv1.AddressTypeFQDN, httpPort(), ep("a.example.com", nil))
 	imported := newSlice("web-imported", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.9.9.9", nil))
-	imported.Labels[discoveryv1.LabelManagedBy] = ImportedSliceManagedBy
+	imported.Labels[discoveryv1.LabelManagedBy] = wellknown.ManagedBy
 	otherSvc := newSlice("api-a", "api", discoveryv1.AddressTypeIPv4, httpPort(), ep("10.2.0.1", nil))
 	empty := newSlice("web-empty", svcName, discoveryv1.AddressTypeIPv4, nil)
 

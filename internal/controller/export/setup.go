@@ -20,10 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/metrics"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -34,9 +35,9 @@ const (
 )
 
 // SetupWithManager registers the controller, the startup cleanup and the
-// cluster's export metrics with mgr. It subscribes to the View at once, and
-// keeps consuming its changes until ctx ends, so that the View never blocks
-// on this controller.
+// cluster's export metrics with mgr. The View's changes reach the
+// controller's workqueue through its source (View.Source) while the
+// controller runs.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.Registry == nil || r.View == nil || r.ClusterID == "" {
 		return errors.New("export: Client, Registry, View and ClusterID are required")
@@ -47,11 +48,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("index EndpointSlices by Service: %w", err)
 	}
 	r.slicesIndexed = true
-	keys := make(chan registry.ServiceKey, 128)
-	changes := make(chan event.TypedGenericEvent[registry.ServiceKey])
-	r.View.Subscribe(keys)
-	go forwardChanges(ctx, keys, changes)
-
 	log := mgr.GetLogger().WithValues("controller", ControllerName)
 	cleanup := manager.RunnableFunc(func(ctx context.Context) error {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
@@ -78,7 +74,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(notStatusOnly())).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToExport)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToExport)).
-		WatchesRawSource(source.TypedChannel(changes, handler.TypedEnqueueRequestsFromMapFunc(keyToExport))).
+		WatchesRawSource(r.View.Source(changeToExport)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("build export controller: %w", err)
@@ -115,7 +111,7 @@ const sliceIndex = "mcsd.io/service"
 // serviceOfSlice is the sliceIndex value of an EndpointSlice.
 func serviceOfSlice(o client.Object) []string {
 	l := o.GetLabels()
-	if name := l[discoveryv1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] != ImportedSliceManagedBy {
+	if name := l[discoveryv1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
 		return []string{name}
 	}
 	return nil
@@ -126,50 +122,19 @@ func serviceOfSlice(o client.Object) []string {
 func sliceToExport(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
 	name := l[discoveryv1.LabelServiceName]
-	if name == "" || l[discoveryv1.LabelManagedBy] == ImportedSliceManagedBy {
+	if name == "" || l[discoveryv1.LabelManagedBy] == wellknown.ManagedBy {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }
 
-// keyToExport maps a Service whose registry records changed to its
-// ServiceExport.
-func keyToExport(_ context.Context, k registry.ServiceKey) []reconcile.Request {
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: k.Namespace, Name: k.Name}}}
-}
-
-// forwardChanges passes the keys the View reports to the controller's
-// channel source without ever blocking the View: keys wait, deduplicated, in
-// a queue while the controller is not reading (not started yet, or busy).
-// After ctx ends it keeps draining in so that the View's sends still return.
-func forwardChanges(ctx context.Context, in <-chan registry.ServiceKey, out chan<- event.TypedGenericEvent[registry.ServiceKey]) {
-	var (
-		queue   []registry.ServiceKey
-		pending = map[registry.ServiceKey]bool{}
-	)
-	for {
-		var (
-			send chan<- event.TypedGenericEvent[registry.ServiceKey]
-			next event.TypedGenericEvent[registry.ServiceKey]
-		)
-		if len(queue) > 0 {
-			send, next = out, event.TypedGenericEvent[registry.ServiceKey]{Object: queue[0]}
-		}
-		select {
-		case k := <-in:
-			if !pending[k] {
-				pending[k] = true
-				queue = append(queue, k)
-			}
-		case send <- next:
-			delete(pending, queue[0])
-			queue = queue[1:]
-		case <-ctx.Done():
-			for range in {
-			}
-			return
-		}
+// changeToExport maps a Service whose registry records changed to its
+// ServiceExport; the registry's reachability does not concern exports.
+func changeToExport(_ context.Context, c clusterset.Change) []reconcile.Request {
+	if c.Reachability {
+		return nil
 	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Service.Namespace, Name: c.Service.Name}}}
 }
 
 // withdrawOrphansUntilDone runs withdrawOrphans until it succeeds or ctx

@@ -2,11 +2,11 @@ package export
 
 import (
 	"context"
-	"k8s.io/utils/ptr"
 	"net/http"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"testing"
-	"time"
+
+	"k8s.io/utils/ptr"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,51 +20,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
-	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 )
-
-func TestForwardChangesNeverBlocksTheView(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	view := clusterset.NewView()
-	keys := make(chan registry.ServiceKey) // unbuffered: only the forwarder drains it
-	out := make(chan event.TypedGenericEvent[registry.ServiceKey])
-	view.Subscribe(keys)
-	go forwardChanges(ctx, keys, out)
-
-	// Many changes while nobody reads out, the same key many times.
-	for i := range 200 {
-		view.OnUpdate(registry.Update{Exports: []registry.Export{{
-			Cluster: "c", Service: webKey, Order: int64(i),
-		}}})
-	}
-	select {
-	case ev := <-out:
-		if ev.Object != webKey {
-			t.Errorf("got %v, want %v", ev.Object, webKey)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no change delivered")
-	}
-	select {
-	case ev := <-out:
-		t.Errorf("key delivered twice: %v", ev.Object)
-	case <-time.After(50 * time.Millisecond):
-	}
-
-	// After ctx ends the View is still never blocked.
-	cancel()
-	done := make(chan struct{})
-	go func() {
-		view.OnUpdate(registry.Update{Exports: []registry.Export{{Cluster: "c", Service: webKey, Order: 1000}}})
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("View blocked after the forwarder stopped")
-	}
-}
 
 func TestSliceToExport(t *testing.T) {
 	tests := []struct {
@@ -73,7 +30,7 @@ func TestSliceToExport(t *testing.T) {
 		want   string
 	}{
 		{name: "local slice", labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}, want: "web"},
-		{name: "imported slice", labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: ImportedSliceManagedBy}},
+		{name: "imported slice", labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: wellknown.ManagedBy}},
 		{name: "no service label", labels: map[string]string{}},
 	}
 	for _, tt := range tests {

@@ -11,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -51,7 +52,7 @@ func endpointGroups(list []discoveryv1.EndpointSlice) []registry.EndpointGroup {
 	byKey := map[string]*registry.EndpointGroup{}
 	for i := range list {
 		s := &list[i]
-		if s.Labels[discoveryv1.LabelManagedBy] == ImportedSliceManagedBy {
+		if s.Labels[discoveryv1.LabelManagedBy] == wellknown.ManagedBy {
 			continue
 		}
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {

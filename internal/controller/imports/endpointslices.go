@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -151,7 +152,7 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 						Namespace:       s.key.Namespace,
 						Name:            sliceName(s.key.Name, cluster, id, chunk),
 						Labels:          sliceLabels(s, cluster),
-						Annotations:     map[string]string{AnnotationManaged: "true"},
+						Annotations:     map[string]string{wellknown.AnnotationManaged: "true"},
 						OwnerReferences: []metav1.OwnerReference{ownerRef(s.si)},
 					},
 					AddressType: st.addressType,
@@ -172,7 +173,7 @@ func sliceLabels(s *scope, cluster string) map[string]string {
 	l := map[string]string{
 		mcsv1beta1.LabelServiceName:   s.key.Name,
 		mcsv1beta1.LabelSourceCluster: cluster,
-		discoveryv1.LabelManagedBy:    ManagedBy,
+		discoveryv1.LabelManagedBy:    wellknown.ManagedBy,
 	}
 	if s.res.Spec.Type == mcsv1beta1.ClusterSetIP && s.foreignSvc == nil {
 		l[discoveryv1.LabelServiceName] = s.derivedName

@@ -23,49 +23,15 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
 // ControllerName names the import controller (logs, metrics).
 const ControllerName = "serviceimport"
-
-const (
-	// ManagedBy is the endpointslice.kubernetes.io/managed-by value of every
-	// EndpointSlice mcsd writes for an import. Kubernetes' own EndpointSlice
-	// controllers leave such slices alone, and mcsd's export controller
-	// ignores them, so that an import is never exported again.
-	ManagedBy = "controller.mcsd.io"
-
-	// AnnotationManaged, set to "true", marks the ServiceImports, derived
-	// Services and EndpointSlices mcsd created. mcsd updates and deletes only
-	// objects that carry it (EndpointSlices: or the ManagedBy label).
-	AnnotationManaged = "multicluster.mcsd.io/managed"
-	// AnnotationDerivedService on a ClusterSetIP ServiceImport names the
-	// Service mcsd derived for it, whose cluster IPs are the import's IPs.
-	AnnotationDerivedService = "multicluster.mcsd.io/derived-service"
-	// AnnotationServiceImport on a derived Service names its ServiceImport.
-	AnnotationServiceImport = "multicluster.mcsd.io/service-import"
-	// AnnotationIPFamilies on a derived Service lists, comma-separated and in
-	// order, the IP families mcsd asked for when it created the Service: the
-	// import's families at the time. The Service's spec.ipFamilies holds fewer
-	// when this cluster refused a family.
-	AnnotationIPFamilies = "multicluster.mcsd.io/ip-families"
-)
-
-// Conditions of a ServiceImport besides the mcs-api Ready condition.
-const (
-	// ConditionRegistryReachable is False while the registry cannot be read:
-	// the import, its Service and its EndpointSlices are then kept as last
-	// seen. It is removed once the registry is reachable again.
-	ConditionRegistryReachable = "RegistryReachable"
-	// ReasonRegistryUnreachable is the reason of RegistryReachable=False.
-	ReasonRegistryUnreachable = "RegistryUnreachable"
-	// ReasonDerivedServiceConflict is the reason of Ready=False when a
-	// Service mcsd did not create holds the derived Service's name.
-	ReasonDerivedServiceConflict = "DerivedServiceConflict"
-)
 
 // Event reasons.
 const (
@@ -206,7 +172,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if foreign != nil {
 		log.Error(errNotManaged, "A ServiceImport that mcsd did not create holds the name of an exported Service; leaving it alone")
 		r.eventf(foreign, corev1.EventTypeWarning, eventNotManaged,
-			"ServiceImport %s was not created by mcsd (no %s annotation): mcsd will not manage it. Delete it to let mcsd import the Service exported by the clusterset", key, AnnotationManaged)
+			"ServiceImport %s was not created by mcsd (no %s annotation): mcsd will not manage it. Delete it to let mcsd import the Service exported by the clusterset", key, wellknown.AnnotationManaged)
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, r.reconcileNormal(ctx, &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si, derivedName: DerivedServiceName(key.Name)})
@@ -231,12 +197,11 @@ func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.S
 		return ctrl.Result{RequeueAfter: disconnectedRetry}, nil
 	}
 	old := si.Status.DeepCopy()
-	conditions.Set(&si.Status.Conditions, metav1.Condition{
-		Type:               ConditionRegistryReachable,
-		Status:             metav1.ConditionFalse,
-		Reason:             ReasonRegistryUnreachable,
-		Message:            fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", capLen(connErr.Error(), 512)),
-		ObservedGeneration: si.Generation,
+	conditions.Set(&si.Status.Conditions, si.Generation, metav1.Condition{
+		Type:    conditions.RegistryReachable,
+		Status:  metav1.ConditionFalse,
+		Reason:  conditions.ReasonRegistryUnreachable,
+		Message: fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", capLen(connErr.Error(), 512)),
 	})
 	if _, err := r.patchStatus(ctx, si, old); err != nil {
 		return ctrl.Result{}, err
@@ -356,11 +321,11 @@ func desiredImport(s *scope) *mcsv1beta1.ServiceImport {
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	annotations[AnnotationManaged] = "true"
+	annotations[wellknown.AnnotationManaged] = "true"
 	spec := *s.res.Spec.DeepCopy()
 	spec.IPs = nil
 	if spec.Type == mcsv1beta1.ClusterSetIP {
-		annotations[AnnotationDerivedService] = s.derivedName
+		annotations[wellknown.AnnotationDerivedService] = s.derivedName
 		if s.svc != nil && !needsRecreate(s.svc, spec.IPFamilies) {
 			spec.IPFamilies, spec.IPs = importIPs(s.svc, spec.IPFamilies)
 		}
@@ -388,15 +353,9 @@ func importUpToDate(si, desired *mcsv1beta1.ServiceImport) bool {
 // patchStatus patches si's status from old to its current one, and reports
 // whether it wrote.
 func (r *Reconciler) patchStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, old *mcsv1beta1.ServiceImportStatus) (bool, error) {
-	if equality.Semantic.DeepEqual(*old, si.Status) {
-		return false, nil
-	}
 	base := si.DeepCopy()
 	base.Status = *old
-	if err := r.Client.Status().Patch(ctx, si, client.MergeFrom(base)); err != nil {
-		return false, fmt.Errorf("patch ServiceImport status: %w", err)
-	}
-	return true, nil
+	return patch.Status(ctx, r.Client, base, si, func(si *mcsv1beta1.ServiceImport) any { return si.Status })
 }
 
 // deleteEndpointSlices deletes every EndpointSlice mcsd wrote for key.
@@ -421,7 +380,7 @@ func (r *Reconciler) listEndpointSlices(ctx context.Context, key registry.Servic
 	list := &discoveryv1.EndpointSliceList{}
 	opts := []client.ListOption{client.InNamespace(key.Namespace), client.MatchingLabels{
 		mcsv1beta1.LabelServiceName: key.Name,
-		discoveryv1.LabelManagedBy:  ManagedBy,
+		discoveryv1.LabelManagedBy:  wellknown.ManagedBy,
 	}}
 	if r.slicesIndexed {
 		// The same slices, found through the index rather than by matching
@@ -460,7 +419,9 @@ func (r *Reconciler) actClusters(key types.NamespacedName, clusters, stored []st
 	return last
 }
 
-func isManaged(o metav1.Object) bool { return o.GetAnnotations()[AnnotationManaged] == "true" }
+func isManaged(o metav1.Object) bool {
+	return o.GetAnnotations()[wellknown.AnnotationManaged] == "true"
+}
 
 func (r *Reconciler) eventf(o *mcsv1beta1.ServiceImport, typ, reason, format string, args ...any) {
 	if r.Recorder != nil {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -20,10 +19,11 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -60,7 +60,7 @@ func TestClusterSetIPImport(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"app": "web"}, si.Labels); d != "" {
 		t.Errorf("labels (-want +got):\n%s", d)
 	}
-	wantAnn := map[string]string{"team": "shop", AnnotationManaged: "true", AnnotationDerivedService: DerivedServiceName("web")}
+	wantAnn := map[string]string{"team": "shop", wellknown.AnnotationManaged: "true", wellknown.AnnotationDerivedService: DerivedServiceName("web")}
 	if d := cmp.Diff(wantAnn, si.Annotations); d != "" {
 		t.Errorf("annotations (-want +got):\n%s", d)
 	}
@@ -126,7 +126,7 @@ func TestEndpointSlicesPerCluster(t *testing.T) {
 		want := map[string]string{
 			mcsv1beta1.LabelServiceName:   "web",
 			mcsv1beta1.LabelSourceCluster: cluster,
-			discoveryv1.LabelManagedBy:    ManagedBy,
+			discoveryv1.LabelManagedBy:    wellknown.ManagedBy,
 			discoveryv1.LabelServiceName:  DerivedServiceName("web"),
 		}
 		if d := cmp.Diff(want, s.Labels); d != "" {
@@ -202,7 +202,7 @@ func TestHeadlessImport(t *testing.T) {
 	if si.Spec.Type != mcsv1beta1.Headless || len(si.Spec.IPs) != 0 {
 		t.Errorf("type %s ips %v", si.Spec.Type, si.Spec.IPs)
 	}
-	if _, ok := si.Annotations[AnnotationDerivedService]; ok {
+	if _, ok := si.Annotations[wellknown.AnnotationDerivedService]; ok {
 		t.Errorf("headless import names a derived Service: %v", si.Annotations)
 	}
 	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
@@ -376,7 +376,7 @@ func TestDisconnectedTouchesNothing(t *testing.T) {
 	}
 	e.intact()
 	si := e.serviceImport("web")
-	c := wantCondition(t, si, ConditionRegistryReachable, metav1.ConditionFalse, ReasonRegistryUnreachable)
+	c := wantCondition(t, si, conditions.RegistryReachable, metav1.ConditionFalse, conditions.ReasonRegistryUnreachable)
 	if !strings.Contains(c.Message, "deadline exceeded") {
 		t.Errorf("message %q does not say why", c.Message)
 	}
@@ -390,7 +390,7 @@ func TestDisconnectedTouchesNothing(t *testing.T) {
 	if d := cmp.Diff([]string{"patch/status *v1beta1.ServiceImport web"}, w); d != "" {
 		t.Errorf("writes after reconnecting (-want +got):\n%s", d)
 	}
-	if c := condition(e.serviceImport("web"), ConditionRegistryReachable); c != nil {
+	if c := condition(e.serviceImport("web"), conditions.RegistryReachable); c != nil {
 		t.Errorf("RegistryReachable still set: %+v", c)
 	}
 	e.intact()
@@ -415,7 +415,7 @@ func TestNotConnectedYetTouchesNothing(t *testing.T) {
 	e.full(nil)
 	e.steady("web")
 	e.intact()
-	if c := condition(e.serviceImport("web"), ConditionRegistryReachable); c != nil {
+	if c := condition(e.serviceImport("web"), conditions.RegistryReachable); c != nil {
 		t.Errorf("RegistryReachable set before the first connection report: %+v", c)
 	}
 }
@@ -461,7 +461,7 @@ func TestForeignDerivedService(t *testing.T) {
 		t.Errorf("foreign Service changed (-before +after):\n%s", d)
 	}
 	si := e.serviceImport("web")
-	c := wantCondition(t, si, "Ready", metav1.ConditionFalse, ReasonDerivedServiceConflict)
+	c := wantCondition(t, si, "Ready", metav1.ConditionFalse, conditions.ReasonDerivedServiceConflict)
 	if !strings.Contains(c.Message, squatter.Name) {
 		t.Errorf("message %q does not name the Service", c.Message)
 	}
@@ -723,50 +723,15 @@ func TestMapFuncs(t *testing.T) {
 		t.Errorf("namespaceToImports(other) = %v", got)
 	}
 
-	// All: the View's keys and every import mcsd made, even one whose
+	// Reachability: the View's keys and every import mcsd made, even one whose
 	// Service is no longer exported.
 	e.full([]registry.Export{{Cluster: "east", Service: registry.ServiceKey{Namespace: testNS, Name: "api"}, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}})
-	got := e.r.triggerToImports(ctx, trigger{all: true})
+	got := e.r.changeToImports(ctx, clusterset.Change{Reachability: true})
 	if d := cmp.Diff([]ctrl.Request{request(testNS, "api"), request(testNS, "web")}, got); d != "" {
-		t.Errorf("triggerToImports(all) (-want +got):\n%s", d)
+		t.Errorf("changeToImports(reachability) (-want +got):\n%s", d)
 	}
-}
-
-func TestForwardRegistry(t *testing.T) {
-	view := clusterset.NewView()
-	view.OnConnection(true, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	in := make(chan registry.ServiceKey)
-	out := make(chan event.TypedGenericEvent[trigger])
-	go forwardRegistry(ctx, view, in, out, 10*time.Millisecond)
-
-	// The View never blocks, even while nobody reads: keys are queued and
-	// deduplicated.
-	a, b := registry.ServiceKey{Namespace: "ns", Name: "a"}, registry.ServiceKey{Namespace: "ns", Name: "b"}
-	for _, k := range []registry.ServiceKey{a, b, a, b, a} {
-		select {
-		case in <- k:
-		case <-time.After(5 * time.Second):
-			t.Fatal("forwarder blocked the View")
-		}
-	}
-	recv := func() trigger {
-		t.Helper()
-		select {
-		case ev := <-out:
-			return ev.Object
-		case <-time.After(5 * time.Second):
-			t.Fatal("no trigger")
-		}
-		return trigger{}
-	}
-	if got := []trigger{recv(), recv()}; !cmp.Equal([]trigger{{key: a}, {key: b}}, got, cmp.AllowUnexported(trigger{})) {
-		t.Errorf("triggers = %+v", got)
-	}
-	// A change of reachability asks for every import.
-	view.OnConnection(false, errors.New("down"))
-	if got := recv(); !got.all {
-		t.Errorf("trigger = %+v, want all", got)
+	got = e.r.changeToImports(ctx, clusterset.Change{Service: registry.ServiceKey{Namespace: testNS, Name: "api"}})
+	if d := cmp.Diff([]ctrl.Request{request(testNS, "api")}, got); d != "" {
+		t.Errorf("changeToImports(service) (-want +got):\n%s", d)
 	}
 }

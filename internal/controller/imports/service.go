@@ -21,6 +21,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/merge"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 )
 
 // The derived Service
@@ -35,7 +36,7 @@ import (
 // import's IP families change (the oldest export changed its families), the
 // Service is deleted and created again, since Kubernetes does not let a
 // Service change its primary family, and the import's IPs change with it.
-// mcsd compares the families it asked for (AnnotationIPFamilies), not the
+// mcsd compares the families it asked for (wellknown.AnnotationIPFamilies), not the
 // ones the Service got, so a Service the cluster gave fewer families is not
 // recreated over and over.
 //
@@ -64,7 +65,7 @@ func (r *Reconciler) readDerivedService(ctx context.Context, s *scope) error {
 // isOurService reports whether svc is the Service mcsd derived for the
 // import called name.
 func isOurService(svc *corev1.Service, name string) bool {
-	return isManaged(svc) && svc.Annotations[AnnotationServiceImport] == name
+	return isManaged(svc) && svc.Annotations[wellknown.AnnotationServiceImport] == name
 }
 
 // reconcileService creates, updates or (for a family change) recreates the
@@ -97,10 +98,10 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 
 	if s.svc != nil && needsRecreate(s.svc, s.res.Spec.IPFamilies) {
 		log.Info("Recreating derived Service: the import's IP families changed", "service", klog.KObj(s.svc),
-			"from", requestedFamilies(s.svc), "to", desired.Annotations[AnnotationIPFamilies])
+			"from", requestedFamilies(s.svc), "to", desired.Annotations[wellknown.AnnotationIPFamilies])
 		r.eventf(s.si, corev1.EventTypeNormal, eventServiceRecreated,
 			"IP families changed from [%s] to [%s]: recreating the derived Service %s, the import's IPs change",
-			requestedFamilies(s.svc), desired.Annotations[AnnotationIPFamilies], s.derivedName)
+			requestedFamilies(s.svc), desired.Annotations[wellknown.AnnotationIPFamilies], s.derivedName)
 		if err := r.Client.Delete(ctx, s.svc); client.IgnoreNotFound(err) != nil {
 			s.svcErr = err
 			return fmt.Errorf("delete derived Service for recreation: %w", err)
@@ -154,9 +155,9 @@ func desiredService(s *scope) *corev1.Service {
 			Namespace: s.key.Namespace,
 			Name:      s.derivedName,
 			Annotations: map[string]string{
-				AnnotationManaged:       "true",
-				AnnotationServiceImport: s.key.Name,
-				AnnotationIPFamilies:    joinFamilies(spec.IPFamilies),
+				wellknown.AnnotationManaged:       "true",
+				wellknown.AnnotationServiceImport: s.key.Name,
+				wellknown.AnnotationIPFamilies:    joinFamilies(spec.IPFamilies),
 			},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(s.si)},
 		},
@@ -276,7 +277,7 @@ func needsRecreate(svc *corev1.Service, families []corev1.IPFamily) bool {
 // requestedFamilies returns the families mcsd asked for when it created
 // svc, or if that record was removed, the families svc has.
 func requestedFamilies(svc *corev1.Service) string {
-	if v, ok := svc.Annotations[AnnotationIPFamilies]; ok {
+	if v, ok := svc.Annotations[wellknown.AnnotationIPFamilies]; ok {
 		return v
 	}
 	return joinFamilies(svc.Spec.IPFamilies)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -12,16 +11,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/metrics"
-	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 )
 
 // MaxConcurrentReconciles is how many imports the controller reconciles at
@@ -36,18 +33,14 @@ import (
 // converged in 138–145 s instead of 149–154 s.
 const MaxConcurrentReconciles = 4
 
-// connectionPollInterval is how often the registry source checks whether the
-// registry's reachability changed (the View reports it by value only).
-const connectionPollInterval = 2 * time.Second
-
 // SetupWithManager registers the controller with mgr. Requests come from:
 // the View (a Service's records changed; every import when the registry
 // becomes reachable or unreachable), Namespaces (every exported Service of
 // the namespace), and the ServiceImports, derived Services and
 // EndpointSlices mcsd writes, so that hand edits and deletions are repaired.
 //
-// It subscribes to the View at once and consumes its changes until ctx ends,
-// so that the View never blocks on this controller. It also makes the
+// The View's changes reach the controller's workqueue through its source
+// (View.Source) while the controller runs. SetupWithManager also makes the
 // cluster's import and propagation metrics; the import counts end with mgr.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.Client == nil || r.View == nil {
@@ -59,11 +52,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("index EndpointSlices by import: %w", err)
 	}
 	r.slicesIndexed = true
-	keys := make(chan registry.ServiceKey, 128)
-	triggers := make(chan event.TypedGenericEvent[trigger])
-	r.View.Subscribe(keys)
-	go forwardRegistry(ctx, r.View, keys, triggers, connectionPollInterval)
-
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
@@ -71,7 +59,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToImport)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToImport)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToImports)).
-		WatchesRawSource(source.Channel(triggers, handler.TypedEnqueueRequestsFromMapFunc(r.triggerToImports))).
+		WatchesRawSource(r.View.Source(r.changeToImports)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("build import controller: %w", err)
@@ -92,7 +80,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 // serviceToImport maps a derived Service to its import: by mcsd's
 // annotation, or failing that, by its ServiceImport controller reference.
 func serviceToImport(_ context.Context, o client.Object) []reconcile.Request {
-	if name := o.GetAnnotations()[AnnotationServiceImport]; name != "" && isManaged(o) {
+	if name := o.GetAnnotations()[wellknown.AnnotationServiceImport]; name != "" && isManaged(o) {
 		return []reconcile.Request{request(o.GetNamespace(), name)}
 	}
 	for _, ref := range o.GetOwnerReferences() {
@@ -112,7 +100,7 @@ const sliceIndex = "mcsd.io/import"
 // name if mcsd wrote it.
 func importOfSlice(o client.Object) []string {
 	l := o.GetLabels()
-	if name := l[mcsv1beta1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] == ManagedBy {
+	if name := l[mcsv1beta1.LabelServiceName]; name != "" && l[discoveryv1.LabelManagedBy] == wellknown.ManagedBy {
 		return []string{name}
 	}
 	return nil
@@ -122,7 +110,7 @@ func importOfSlice(o client.Object) []string {
 func sliceToImport(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
 	name := l[mcsv1beta1.LabelServiceName]
-	if name == "" || l[discoveryv1.LabelManagedBy] != ManagedBy {
+	if name == "" || l[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
 		return nil
 	}
 	return []reconcile.Request{request(o.GetNamespace(), name)}
@@ -138,19 +126,14 @@ func (r *Reconciler) namespaceToImports(_ context.Context, o client.Object) []re
 	return reqs
 }
 
-// trigger is what the registry source delivers: the key of a Service whose
-// records changed, or all, when the registry's reachability changed.
-type trigger struct {
-	key registry.ServiceKey
-	all bool
-}
-
-// triggerToImports maps a trigger to requests. For all: every Service the
-// View knows, and every import mcsd made (the View no longer lists Services
-// that stopped being exported while it was unreachable).
-func (r *Reconciler) triggerToImports(ctx context.Context, t trigger) []reconcile.Request {
-	if !t.all {
-		return []reconcile.Request{request(t.key.Namespace, t.key.Name)}
+// changeToImports maps a change of the View to requests: the import of a
+// Service whose records changed; when the registry's reachability changed,
+// every Service the View knows and every import mcsd made (the View no
+// longer lists Services that stopped being exported while it was
+// unreachable). The ServiceImports are listed from the manager's cache.
+func (r *Reconciler) changeToImports(ctx context.Context, c clusterset.Change) []reconcile.Request {
+	if !c.Reachability {
+		return []reconcile.Request{request(c.Service.Namespace, c.Service.Name)}
 	}
 	seen := map[types.NamespacedName]bool{}
 	var reqs []reconcile.Request
@@ -178,55 +161,4 @@ func (r *Reconciler) triggerToImports(ctx context.Context, t trigger) []reconcil
 
 func request(namespace, name string) reconcile.Request {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}
-}
-
-// forwardRegistry passes the View's changes to the controller's channel
-// source without ever blocking the View: keys wait, deduplicated, in a
-// queue while the controller is not reading (not started yet, or busy). It
-// also polls the View's reachability and sends one "all" trigger when it
-// changes. After ctx ends it keeps draining in so that the View's sends
-// still return.
-func forwardRegistry(ctx context.Context, view *clusterset.View, in <-chan registry.ServiceKey, out chan<- event.TypedGenericEvent[trigger], poll time.Duration) {
-	var (
-		queue   []registry.ServiceKey
-		pending = map[registry.ServiceKey]bool{}
-		all     bool
-	)
-	connected, _ := view.Connected()
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-	for {
-		var (
-			send chan<- event.TypedGenericEvent[trigger]
-			next event.TypedGenericEvent[trigger]
-		)
-		switch {
-		case all:
-			send, next = out, event.TypedGenericEvent[trigger]{Object: trigger{all: true}}
-		case len(queue) > 0:
-			send, next = out, event.TypedGenericEvent[trigger]{Object: trigger{key: queue[0]}}
-		}
-		select {
-		case k := <-in:
-			if !pending[k] {
-				pending[k] = true
-				queue = append(queue, k)
-			}
-		case <-tick.C:
-			if c, _ := view.Connected(); c != connected {
-				connected, all = c, true
-			}
-		case send <- next:
-			if next.Object.all {
-				all = false
-			} else {
-				delete(pending, queue[0])
-				queue = queue[1:]
-			}
-		case <-ctx.Done():
-			for range in {
-			}
-			return
-		}
-	}
 }

@@ -25,10 +25,8 @@ func (r *Reconciler) setStatus(s *scope) {
 		clusters[i] = mcsv1beta1.ClusterStatus{Cluster: c}
 	}
 	si.Status.Clusters = clusters
-	ready := readyCondition(s)
-	ready.ObservedGeneration = si.Generation
-	conditions.Set(&si.Status.Conditions, ready)
-	conditions.Remove(&si.Status.Conditions, ConditionRegistryReachable)
+	conditions.Set(&si.Status.Conditions, si.Generation, readyCondition(s))
+	conditions.Remove(&si.Status.Conditions, conditions.RegistryReachable)
 }
 
 // readyCondition is the mcs-api Ready condition of s's import. The message
@@ -53,7 +51,7 @@ func readyCondition(s *scope) metav1.Condition {
 	}
 	switch {
 	case s.foreignSvc != nil:
-		return cond(metav1.ConditionFalse, ReasonDerivedServiceConflict,
+		return cond(metav1.ConditionFalse, conditions.ReasonDerivedServiceConflict,
 			"Service %s, which this import needs for its cluster IPs, exists and was not created by mcsd; delete or rename it", s.derivedName)
 	case len(s.unsupported) > 0:
 		return cond(metav1.ConditionFalse, unsupported,
@@ -129,7 +127,7 @@ func importState(conds []metav1.Condition) metrics.ImportState {
 		return metrics.ImportReady
 	case c.Reason == string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported):
 		return metrics.ImportIPFamilyNotSupported
-	case c.Reason == ReasonDerivedServiceConflict:
+	case c.Reason == conditions.ReasonDerivedServiceConflict:
 		return metrics.ImportDerivedServiceConflict
 	}
 	return metrics.ImportPending

@@ -24,6 +24,12 @@ import (
 
 var _ registry.Registry = (*Backend)(nil)
 
+// Name is the backend's name in metrics and logs, and its URL scheme.
+const Name = "cloudmap"
+
+// Backend implements registry.Registry.
+func (b *Backend) Backend() string { return Name }
+
 // Backend is the Cloud Map registry backend opened for one cluster.
 type Backend struct {
 	*reader

@@ -8,7 +8,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
-var _ registry.Watcher = (*Watcher)(nil)
+var _ registry.ReadOnlyWatcher = (*Watcher)(nil)
 
 // Watcher reads a clusterset without being a member of it: it writes no
 // heartbeat, creates no namespace or service and registers nothing, so no

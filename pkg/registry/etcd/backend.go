@@ -22,6 +22,13 @@ import (
 
 var _ registry.Registry = (*Backend)(nil)
 
+// Name is the backend's name in metrics and logs, and its URL scheme
+// (etcds with TLS).
+const Name = "etcd"
+
+// Backend implements registry.Registry.
+func (b *Backend) Backend() string { return Name }
+
 // Backend is the etcd registry backend opened for one cluster.
 type Backend struct {
 	conn

@@ -14,8 +14,8 @@ import (
 )
 
 var (
-	_ registry.Watcher        = (*Watcher)(nil)
-	_ registry.LeaseInspector = (*Watcher)(nil)
+	_ registry.ReadOnlyWatcher = (*Watcher)(nil)
+	_ registry.LeaseInspector  = (*Watcher)(nil)
 )
 
 // Watcher reads a clusterset without being a member of it: it grants no

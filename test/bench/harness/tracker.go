@@ -16,7 +16,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/controller/export"
-	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
@@ -218,7 +218,7 @@ func (t *tracker) onSlice(cluster string, s *discoveryv1.EndpointSlice, deleted 
 	defer t.mu.Unlock()
 	l := s.Labels
 	switch l[discoveryv1.LabelManagedBy] {
-	case imports.ManagedBy:
+	case wellknown.ManagedBy:
 		svc := l[mcsv1beta1.LabelServiceName]
 		st := t.stateOf(cluster, svc)
 		if deleted {

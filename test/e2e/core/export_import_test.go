@@ -15,6 +15,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -118,7 +119,7 @@ func TestExportAndUnexport(t *testing.T) {
 			t.Errorf("%s: derived service IP %s != import IP %s", c.ID, svc.Spec.ClusterIP, si.Spec.IPs[0])
 		}
 		for _, s := range importedSlices(t, cl, ns, "web")["c1"] {
-			if s.Labels[discoveryv1.LabelManagedBy] != imports.ManagedBy {
+			if s.Labels[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
 				t.Errorf("%s: slice %s managed-by %q", c.ID, s.Name, s.Labels[discoveryv1.LabelManagedBy])
 			}
 			if s.Labels[discoveryv1.LabelServiceName] != svc.Name {

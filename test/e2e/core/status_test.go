@@ -84,7 +84,7 @@ func statusReport(t *testing.T, ns string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	r, err := status.Collect(ctx, status.Options{
-		OpenWatcher: func(ctx context.Context, clusterSet string) (status.Watcher, error) {
+		OpenWatcher: func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error) {
 			return etcdregistry.NewWatcher(ctx, etcdregistry.Options{
 				Identity:  registry.Identity{ClusterSet: clusterSet},
 				Endpoints: []string{env.RegistryURL()},

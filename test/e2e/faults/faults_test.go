@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/controller/export"
-	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -192,9 +192,9 @@ func TestRegistryOutage(t *testing.T) {
 		for _, id := range clusterIDs() {
 			for _, name := range names {
 				si := fw.GetImport(t, clientOf(t, id), ns, name)
-				c := conditionOf(si, imports.ConditionRegistryReachable)
+				c := conditionOf(si, conditions.RegistryReachable)
 				k := id + " " + name
-				if _, seen := reported[k]; !seen && c != nil && c.Status == metav1.ConditionFalse && c.Reason == imports.ReasonRegistryUnreachable {
+				if _, seen := reported[k]; !seen && c != nil && c.Status == metav1.ConditionFalse && c.Reason == conditions.ReasonRegistryUnreachable {
 					reported[k] = time.Since(down).Round(100 * time.Millisecond)
 				}
 			}
@@ -206,7 +206,7 @@ func TestRegistryOutage(t *testing.T) {
 		for _, name := range names {
 			if _, ok := reported[id+" "+name]; !ok {
 				t.Errorf("%s: import %s never reported the outage (no %s=False %s condition within %s)",
-					id, name, imports.ConditionRegistryReachable, imports.ReasonRegistryUnreachable, outage)
+					id, name, conditions.RegistryReachable, conditions.ReasonRegistryUnreachable, outage)
 			}
 		}
 	}
@@ -225,7 +225,7 @@ func TestRegistryOutage(t *testing.T) {
 					return false, fmt.Sprintf("%s: %s: %s", id, name, msg)
 				}
 				si := fw.GetImport(t, clientOf(t, id), ns, name)
-				if c := conditionOf(si, imports.ConditionRegistryReachable); c != nil {
+				if c := conditionOf(si, conditions.RegistryReachable); c != nil {
 					return false, fmt.Sprintf("%s: %s: %s", id, name, fw.CondString(si.Status.Conditions))
 				}
 			}

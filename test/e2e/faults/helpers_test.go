@@ -18,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -178,7 +179,7 @@ func podIPs(t *testing.T, cl client.Client, ns, app string) []string {
 func importedSlices(cl client.Client, ns, name string) (map[string][]discoveryv1.EndpointSlice, error) {
 	var list discoveryv1.EndpointSliceList
 	if err := cl.List(context.Background(), &list, client.InNamespace(ns),
-		client.MatchingLabels{mcsv1beta1.LabelServiceName: name, discoveryv1.LabelManagedBy: imports.ManagedBy}); err != nil {
+		client.MatchingLabels{mcsv1beta1.LabelServiceName: name, discoveryv1.LabelManagedBy: wellknown.ManagedBy}); err != nil {
 		return nil, err
 	}
 	out := map[string][]discoveryv1.EndpointSlice{}
@@ -293,12 +294,12 @@ func derivedObjects(t *testing.T, id string) (map[string]types.UID, error) {
 		return nil, err
 	}
 	for _, o := range svcs.Items {
-		if o.Annotations[imports.AnnotationManaged] == "true" {
+		if o.Annotations[wellknown.AnnotationManaged] == "true" {
 			out["Service/"+o.Namespace+"/"+o.Name] = o.UID
 		}
 	}
 	var eps discoveryv1.EndpointSliceList
-	if err := cl.List(ctx, &eps, client.MatchingLabels{discoveryv1.LabelManagedBy: imports.ManagedBy}); err != nil {
+	if err := cl.List(ctx, &eps, client.MatchingLabels{discoveryv1.LabelManagedBy: wellknown.ManagedBy}); err != nil {
 		return nil, err
 	}
 	for _, o := range eps.Items {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/manager"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -285,7 +286,7 @@ func importedSlices(t testing.TB, cl client.Client, ns, name string) []discovery
 	t.Helper()
 	var list discoveryv1.EndpointSliceList
 	if err := cl.List(context.Background(), &list, client.InNamespace(ns),
-		client.MatchingLabels{mcsv1beta1.LabelServiceName: name, discoveryv1.LabelManagedBy: imports.ManagedBy}); err != nil {
+		client.MatchingLabels{mcsv1beta1.LabelServiceName: name, discoveryv1.LabelManagedBy: wellknown.ManagedBy}); err != nil {
 		t.Fatal(err)
 	}
 	return list.Items

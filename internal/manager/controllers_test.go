@@ -1,0 +1,251 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/memory"
+)
+
+// runs numbers the runs of a test (go test -count), so that each run's
+// metric series, by cluster, are its own.
+var runs atomic.Int64
+
+// inProcess is mcsd's manager for one cluster with no API server: its cache
+// is fake informers that the test feeds, its client a fake API server that
+// keeps the indexes the controllers register.
+type inProcess struct {
+	mgr       ctrl.Manager
+	view      *clusterset.View
+	api       client.Client
+	informers *informertest.FakeInformers
+	stop      func()
+}
+
+// startInProcess starts the controllers of cluster over a Registry of store,
+// with objs in the cluster's API server.
+func startInProcess(t *testing.T, store *memory.Store, cluster string, objs ...client.Object) *inProcess {
+	t.Helper()
+	// Every kind the controllers watch gets its informer up front: the fake
+	// informers make them on first use without a lock.
+	informers := &informertest.FakeInformers{Scheme: Scheme, InformersByGVK: map[schema.GroupVersionKind]toolscache.SharedIndexInformer{}}
+	for _, o := range []client.Object{&mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Namespace{}} {
+		gvk, err := gvkOf(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		informers.InformersByGVK[gvk] = &lockedInformer{FakeInformer: &controllertest.FakeInformer{Synced: true}}
+	}
+	c := &indexingCache{FakeInformers: informers}
+	api := &lateClient{}
+	mgr, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
+		Scheme:                 Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		MapperProvider:         staticMapper,
+		NewCache:               func(*rest.Config, cache.Options) (cache.Cache, error) { return c, nil },
+		NewClient:              func(*rest.Config, client.Options) (client.Client, error) { return api, nil },
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := store.Open(memory.Options{Identity: registry.Identity{ClusterSet: "set", Cluster: cluster}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	view, err := addControllers(ctx, mgr, reg, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(Scheme).WithObjects(objs...).
+		WithStatusSubresource(&mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{})
+	for _, ix := range c.indexes {
+		b = b.WithIndex(ix.obj, ix.field, ix.extract)
+	}
+	api.Client = b.Build()
+
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	p := &inProcess{mgr: mgr, view: view, api: api, informers: informers}
+	var once sync.Once
+	p.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager of %s: %v", cluster, err)
+			}
+			_ = reg.Close()
+		})
+	}
+	t.Cleanup(p.stop)
+	poll.Until(t, 10*time.Second, cluster+"'s View synced", func() (bool, string) { return view.HasSynced(), "" })
+	return p
+}
+
+// add tells the controllers that obj was created, as an informer would.
+func (p *inProcess) add(t *testing.T, obj client.Object) {
+	t.Helper()
+	i, err := p.informers.GetInformer(t.Context(), obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i.(*lockedInformer).add(obj)
+}
+
+func gvkOf(o client.Object) (schema.GroupVersionKind, error) {
+	gvks, _, err := Scheme.ObjectKinds(o)
+	if err != nil {
+		return schema.GroupVersionKind{}, fmt.Errorf("kind of %T: %w", o, err)
+	}
+	return gvks[0], nil
+}
+
+// indexingCache keeps the indexes the controllers register, for the fake API
+// server that serves their reads.
+type indexingCache struct {
+	*informertest.FakeInformers
+	indexes []index
+}
+
+type index struct {
+	obj     client.Object
+	field   string
+	extract client.IndexerFunc
+}
+
+func (c *indexingCache) IndexField(_ context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+	c.indexes = append(c.indexes, index{obj: obj, field: field, extract: extract})
+	return nil
+}
+
+// lockedInformer is a fake informer whose handlers the controllers may
+// register from their goroutines while the test adds objects.
+type lockedInformer struct {
+	mu sync.Mutex
+	*controllertest.FakeInformer
+}
+
+func (i *lockedInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.FakeInformer.AddEventHandler(h)
+}
+
+func (i *lockedInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandler, o toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.FakeInformer.AddEventHandlerWithOptions(h, o)
+}
+
+func (i *lockedInformer) add(obj client.Object) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.FakeInformer.Add(obj)
+}
+
+// lateClient is the manager's client, built once the controllers have
+// registered their indexes.
+type lateClient struct{ client.Client }
+
+func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+	m := meta.NewDefaultRESTMapper(nil)
+	for _, o := range []client.Object{&discoveryv1.EndpointSlice{}, &corev1.Service{}, &mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}} {
+		gvk, err := gvkOf(o)
+		if err != nil {
+			return nil, err
+		}
+		m.Add(gvk, meta.RESTScopeNamespace)
+	}
+	m.Add(corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot)
+	return m, nil
+}
+
+// TestNoGoroutineOutlivesTheManager starts the controllers and stops them:
+// every goroutine they started ends.
+func TestNoGoroutineOutlivesTheManager(t *testing.T) {
+	baseline := goleak.IgnoreCurrent()
+	store := memory.NewStore()
+	cluster := fmt.Sprintf("leak-%d", runs.Add(1))
+	p := startInProcess(t, store, cluster)
+	// A change and a change of reachability go through the sources.
+	other, err := store.Open(memory.Options{Identity: registry.Identity{ClusterSet: "set", Cluster: "other"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.PutExport(t.Context(), registry.ServiceKey{Namespace: "shop", Name: "web"}, registry.ServiceSpec{Type: registry.ClusterSetIP}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the other cluster's export in the View", func() (bool, string) {
+		return len(p.view.Keys("shop")) == 1, ""
+	})
+	p.stop()
+	_ = other.Close()
+	goleak.VerifyNone(t, baseline,
+		// controller-runtime v0.23.3's priority queue may leave its
+		// handleReadyItems goroutine blocked after ShutDown
+		// (kubernetes-sigs/controller-runtime#3538, fixed by #3540).
+		goleak.IgnoreAnyFunction("sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue.(*priorityqueue[...]).handleReadyItems.func1.1"))
+}
+
+// TestExportReachesAnotherManager carries an export from one cluster's
+// controllers to another's through one in-memory registry, in one process.
+func TestExportReachesAnotherManager(t *testing.T) {
+	run := runs.Add(1)
+	east, west := fmt.Sprintf("east-%d", run), fmt.Sprintf("west-%d", run)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.10", ClusterIPs: []string{"10.0.0.10"},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports:      []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		},
+	}
+	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
+	store := memory.NewStore()
+	src := startInProcess(t, store, east, ns.DeepCopy(), svc, se)
+	dst := startInProcess(t, store, west, ns.DeepCopy())
+
+	src.add(t, se)
+	si := &mcsv1beta1.ServiceImport{}
+	took := poll.Until(t, 10*time.Second, "the ServiceImport in "+west, func() (bool, string) {
+		err := dst.api.Get(t.Context(), client.ObjectKey{Namespace: "shop", Name: "web"}, si)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(si.Status.Clusters) == 1, fmt.Sprintf("clusters %v", si.Status.Clusters)
+	})
+	t.Logf("export in %s to import in %s: %s", east, west, took)
+	if si.Spec.Type != mcsv1beta1.ClusterSetIP || len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 80 || si.Status.Clusters[0].Cluster != east {
+		t.Errorf("ServiceImport = %+v %+v, want a ClusterSetIP import of port 80 from %s", si.Spec, si.Status, east)
+	}
+}

@@ -1,0 +1,25 @@
+package wellknown
+
+// ManagedBy is the endpointslice.kubernetes.io/managed-by value of every
+// EndpointSlice mcsd writes for an import. Kubernetes' own EndpointSlice
+// controllers leave such slices alone, and mcsd's export controller ignores
+// them, so that an import is never exported again.
+const ManagedBy = "controller.mcsd.io"
+
+// Annotations mcsd writes.
+const (
+	// AnnotationManaged, set to "true", marks the ServiceImports, derived
+	// Services and EndpointSlices mcsd created. mcsd updates and deletes only
+	// objects that carry it (EndpointSlices: or the ManagedBy label).
+	AnnotationManaged = "multicluster.mcsd.io/managed"
+	// AnnotationDerivedService on a ClusterSetIP ServiceImport names the
+	// Service mcsd derived for it, whose cluster IPs are the import's IPs.
+	AnnotationDerivedService = "multicluster.mcsd.io/derived-service"
+	// AnnotationServiceImport on a derived Service names its ServiceImport.
+	AnnotationServiceImport = "multicluster.mcsd.io/service-import"
+	// AnnotationIPFamilies on a derived Service lists, comma-separated and in
+	// order, the IP families mcsd asked for when it created the Service: the
+	// import's families at the time. The Service's spec.ipFamilies holds fewer
+	// when this cluster refused a family.
+	AnnotationIPFamilies = "multicluster.mcsd.io/ip-families"
+)

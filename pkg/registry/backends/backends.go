@@ -1,0 +1,110 @@
+package backends
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
+)
+
+// Settings are what a registry URL does not hold: files, secrets and the
+// lease TTL. A backend ignores the ones it has no use for.
+type Settings struct {
+	// CAFile, CertFile and KeyFile configure TLS (etcds).
+	CAFile, CertFile, KeyFile string
+	// Username and Password authenticate to etcd.
+	Username, Password string
+	// TTL is how long a cluster's records outlive it; zero for the backend's
+	// default.
+	TTL time.Duration
+}
+
+// Backend opens one backend, as a URL and Settings configured it.
+type Backend struct {
+	// Name is the backend's name in metrics and logs.
+	Name string
+	// Open opens the backend for a cluster of a clusterset.
+	Open func(ctx context.Context, id registry.Identity) (registry.Registry, error)
+	// OpenWatcher opens a read-only watcher of a clusterset.
+	OpenWatcher func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error)
+}
+
+// schemes maps a URL scheme to the constructor of its backend.
+var schemes = map[string]func(*url.URL, Settings) (Backend, error){
+	"etcd":     etcdBackend,
+	"etcds":    etcdBackend,
+	"cloudmap": cloudMapBackend,
+}
+
+// Schemes lists the URL schemes Open knows, sorted.
+func Schemes() []string {
+	out := make([]string, 0, len(schemes))
+	for s := range schemes {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Open returns the backend rawURL names, configured with s.
+func Open(rawURL string, s Settings) (Backend, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return Backend{}, fmt.Errorf("parse registry URL: %w", err)
+	}
+	newBackend, ok := schemes[u.Scheme]
+	if !ok {
+		return Backend{}, fmt.Errorf("registry URL %q: unknown scheme %q (known: %s)", u.Redacted(), u.Scheme, strings.Join(Schemes(), ", "))
+	}
+	return newBackend(u, s)
+}
+
+func etcdBackend(u *url.URL, s Settings) (Backend, error) {
+	opts, err := etcd.ParseURL(u)
+	if err != nil {
+		return Backend{}, err
+	}
+	opts.CAFile, opts.CertFile, opts.KeyFile = s.CAFile, s.CertFile, s.KeyFile
+	opts.Username, opts.Password = s.Username, s.Password
+	opts.TTL = s.TTL
+	return Backend{
+		Name: etcd.Name,
+		Open: func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
+			o := opts
+			o.Identity = id
+			return etcd.New(ctx, o)
+		},
+		OpenWatcher: func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error) {
+			o := opts
+			o.Identity = registry.Identity{ClusterSet: clusterSet}
+			return etcd.NewWatcher(ctx, o)
+		},
+	}, nil
+}
+
+func cloudMapBackend(u *url.URL, s Settings) (Backend, error) {
+	opts, err := cloudmap.ParseURL(u)
+	if err != nil {
+		return Backend{}, err
+	}
+	opts.TTL = s.TTL
+	return Backend{
+		Name: cloudmap.Name,
+		Open: func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
+			o := opts
+			o.Identity = id
+			return cloudmap.New(ctx, o)
+		},
+		OpenWatcher: func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error) {
+			o := opts
+			o.Identity = registry.Identity{ClusterSet: clusterSet}
+			return cloudmap.NewWatcher(ctx, o)
+		},
+	}, nil
+}
