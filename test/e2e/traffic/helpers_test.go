@@ -124,7 +124,8 @@ func replies(t *testing.T, id, ns, pod, flags, url string, n int) []string {
 func udpReplies(t *testing.T, id, ns, pod, host string, port, n int) []string {
 	t.Helper()
 	// nc waits a second for more after the reply: the requests go at once.
-	script := fmt.Sprintf(`for i in $(seq %d); do (echo hostname | nc -u -w 1 %s %d; echo) & done; wait`, n, host, port)
+	// Each answer is printed whole, in one write, so that answers do not mix.
+	script := fmt.Sprintf(`for i in $(seq %d); do (r=$(echo hostname | nc -u -w 1 %s %d); echo "$r") & done; wait`, n, host, port)
 	out, _ := shell(t, id, ns, pod, script)
 	return lines(out)
 }
