@@ -143,4 +143,3 @@ func TestInstrumentRegistryWatch(t *testing.T) {
 		t.Errorf("Watch errors = %v, want 2 (two losses; the end of the context is none)", got)
 	}
 }
-

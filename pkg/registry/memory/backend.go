@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	_ registry.Registry = (*Registry)(nil)
+	_ registry.Registry        = (*Registry)(nil)
 	_ registry.ReadOnlyWatcher = (*Watcher)(nil)
 )
 

@@ -16,25 +16,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
-// Eventually calls cond until it returns true or timeout passes; the last
-// message cond gave is in the failure.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // Consistently fails if cond turns false within d.
 func Consistently(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
