@@ -169,7 +169,7 @@ func (i *lockedInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHa
 func (i *lockedInformer) add(obj client.Object) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.FakeInformer.Add(obj)
+	i.Add(obj)
 }
 
 // lateClient is the manager's client, built once the controllers have
