@@ -129,6 +129,9 @@ func TestShippedRBAC(t *testing.T) {
 	if err := c1.Update(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
+	// One change at a time: had the import seen both at once, it would
+	// create its new EndpointSlices with every endpoint, and update none.
+	waitImported(t, c1, c2, ns, "web", 2)
 	dep := &appsv1.Deployment{}
 	if err := c1.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, dep); err != nil {
 		t.Fatal(err)
