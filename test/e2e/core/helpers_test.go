@@ -240,7 +240,7 @@ func noImportAnywhere(t *testing.T, ns, name string, d time.Duration) {
 	for _, id := range clusterIDs() {
 		clients[id] = env.Client(t, id)
 	}
-	fw.Consistently(t, d, "no import of "+ns+"/"+name, func() (bool, string) {
+	poll.Throughout(t, d, "no import of "+ns+"/"+name, func() (bool, string) {
 		for _, id := range slices.Sorted(maps.Keys(clients)) {
 			if ok, msg := importGone(t, clients[id], ns, name); !ok {
 				return false, id + ": " + msg

@@ -149,7 +149,7 @@ func TestClusterSetIP(t *testing.T) {
 			return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%+v", si)
 		})
 		v4, v6 := byFamily(importIPs[id])
-		fw.Consistently(t, time.Second, "stable answer in "+id, func() (bool, string) {
+		poll.Throughout(t, time.Second, "stable answer in "+id, func() (bool, string) {
 			for qt, want := range map[uint16][]string{dns.TypeA: v4, dns.TypeAAAA: v6} {
 				r, err := query(id, svcName, qt)
 				if err != nil {

@@ -186,7 +186,7 @@ func TestRegistryOutage(t *testing.T) {
 	t.Logf("registry stopped in %s", time.Since(down).Round(time.Millisecond))
 	// When each import first reported the outage, by "cluster import".
 	reported := map[string]time.Duration{}
-	fw.Consistently(t, outage, "no import, derived Service or EndpointSlice deleted during the outage", func() (bool, string) {
+	poll.Throughout(t, outage, "no import, derived Service or EndpointSlice deleted during the outage", func() (bool, string) {
 		if ok, msg := nothingDeleted(); !ok {
 			return false, msg
 		}
@@ -243,7 +243,7 @@ func TestRegistryOutage(t *testing.T) {
 		})
 	}
 	t.Log(leaseReport(leases))
-	fw.Consistently(t, env.TTL()+2*time.Second, "imports and records stay after the outage", func() (bool, string) {
+	poll.Throughout(t, env.TTL()+2*time.Second, "imports and records stay after the outage", func() (bool, string) {
 		if ok, msg := nothingDeleted(); !ok {
 			return false, msg + " (" + leaseReport(leases) + ")"
 		}

@@ -52,7 +52,7 @@ func TestClusterIdentityMissingThenSet(t *testing.T) {
 
 	// An export made now is not published.
 	ips := deployAndExport(t, "c3", fw.App{Namespace: ns, Name: "late", Replicas: 1})
-	fw.Consistently(t, 3*time.Second, "nothing exported without a cluster id", func() (bool, string) {
+	poll.Throughout(t, 3*time.Second, "nothing exported without a cluster id", func() (bool, string) {
 		if si := fw.GetImport(t, clientOf(t, "c1"), ns, "late"); si != nil {
 			return false, "c1 imported it"
 		}

@@ -232,7 +232,7 @@ func TestShippedRBAC(t *testing.T) {
 			return refused, "no EndpointSlice create refused yet"
 		})
 		// ...and never appear.
-		fw.Consistently(t, 5*time.Second, "no EndpointSlices for web2 in c2", func() (bool, string) {
+		poll.Throughout(t, 5*time.Second, "no EndpointSlices for web2 in c2", func() (bool, string) {
 			n := len(importedSlices(t, c2, ns, "web2"))
 			return n == 0, fmt.Sprintf("%d EndpointSlices", n)
 		})
