@@ -1,6 +1,10 @@
 // Package clusterset keeps this controller's view of the whole clusterset as
 // the registry delivers it: every live cluster's exports and endpoints, by
-// Service. It turns a backend's watch into per-Service change notifications
-// for the export and import controllers, and remembers whether the registry
-// is reachable, so that nothing is deleted while it is not.
+// Service, and whether the registry is reachable, so that nothing is deleted
+// while it is not.
+//
+// The View is the one path from the registry's watch to the controllers:
+// View.Source is a controller-runtime source that adds a request to a
+// controller's workqueue for each Service whose records change, and for a
+// change of reachability, from the controller's start until it stops.
 package clusterset

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 var (
@@ -100,6 +101,13 @@ mcsd_service_imports{cluster="west",state="registry-unreachable"} 0
 }
 
 func TestNilTrackersCountNothing(t *testing.T) {
+	// A live tracker's series, at zero, so that there is a count to keep.
+	live := NewExports("nil-trackers")
+	defer live.Close()
+	before := gatherMCSD(t)
+	if !strings.Contains(before, "nil-trackers") {
+		t.Fatalf("no series of the live tracker to compare:\n%s", before)
+	}
 	var e *Exports
 	e.Set(webKey, ExportState{Valid: true})
 	e.Forget(webKey)
@@ -111,6 +119,26 @@ func TestNilTrackersCountNothing(t *testing.T) {
 	var p *Propagation
 	p.Applied(registryKey, nil)
 	p.Forget(registryKey)
+	if after := gatherMCSD(t); after != before {
+		t.Errorf("nil trackers changed the mcsd series:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// gatherMCSD is every mcsd series of the process's metrics registry, as text.
+func gatherMCSD(t *testing.T) string {
+	t.Helper()
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "mcsd_") {
+			b.WriteString(mf.String())
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 func TestRegisterTwice(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,8 @@ func WriteJSON(w io.Writer, r Report) error {
 }
 
 // WriteTable writes r as tables for people: ages are relative to r.Time.
+// The sections: the live clusters, the exported Services, every cluster's
+// export of them, the conflicts, this cluster's own objects, and warnings.
 func WriteTable(w io.Writer, r Report) error {
 	p := &printer{w: w, now: r.Time}
 	title := "Clusterset " + r.ClusterSet
@@ -28,10 +31,27 @@ func WriteTable(w io.Writer, r Report) error {
 		title += ", namespace " + r.Namespace
 	}
 	p.line("%s, read at %s", title, r.Time.Format(time.RFC3339))
+	p.clusters(r.Clusters)
+	p.services(r.Services)
+	p.exports(r.Services)
+	p.conflicts(r.Services)
+	if r.Local != nil {
+		p.local(r.Local)
+	}
+	if len(r.Warnings) > 0 {
+		p.line("")
+		for _, w := range r.Warnings {
+			p.line("warning: %s", w)
+		}
+	}
+	return p.err
+}
 
-	p.table("No live clusters.", len(r.Clusters), func(t *table) {
+// clusters writes the live clusters and their liveness.
+func (p *printer) clusters(clusters []Cluster) {
+	p.table("No live clusters.", len(clusters), func(t *table) {
 		t.row("CLUSTER", "EXPORTS", "LAST SEEN", "EXPIRES IN", "TTL", "LIVE FOR", "LIVENESS")
-		for _, c := range r.Clusters {
+		for _, c := range clusters {
 			id := c.ID
 			if c.Local {
 				id += " (local)"
@@ -43,10 +63,13 @@ func WriteTable(w io.Writer, r Report) error {
 			t.row(id, strconv.Itoa(c.Exports), p.ago(c.LastSeen), p.until(c.Expires), ttl, p.age(c.Since), liveness(c))
 		}
 	})
+}
 
-	p.table("No exported services.", len(r.Services), func(t *table) {
+// services writes the exported Services as the clusterset imports them.
+func (p *printer) services(services []Service) {
+	p.table("No exported services.", len(services), func(t *table) {
 		t.row("SERVICE", "TYPE", "PORTS", "CLUSTERS", "PUBLISHED", "CONFLICT")
-		for _, s := range r.Services {
+		for _, s := range services {
 			conflict := "-"
 			if c := s.Conflict; c != nil {
 				conflict = fmt.Sprintf("%s (%s wins)", strings.Join(c.Reasons, ","), c.Winner)
@@ -54,81 +77,76 @@ func WriteTable(w io.Writer, r Report) error {
 			t.row(s.Namespace+"/"+s.Name, s.Import.Type, ports(s.Import.Ports), list(s.Import.Clusters), p.ago(s.Import.Published), conflict)
 		}
 	})
+}
 
-	if len(r.Services) > 0 {
-		p.table("", 1, func(t *table) {
-			t.row("EXPORT", "CLUSTER", "RANK", "TYPE", "PORTS", "ENDPOINTS", "UPDATED")
-			for _, s := range r.Services {
-				for _, x := range s.Exports {
-					eps, updated := "-", "-"
-					if e := x.Endpoints; e != nil {
-						eps = fmt.Sprintf("%d/%d ready", e.Ready, e.Total)
-						updated = p.ago(e.Updated)
-					}
-					t.row(s.Namespace+"/"+s.Name, x.Cluster, strconv.Itoa(x.Rank), x.Type, ports(x.Ports), eps, updated)
-				}
-			}
-		})
+// exports writes every cluster's export of each Service, when there are any.
+func (p *printer) exports(services []Service) {
+	if len(services) == 0 {
+		return
 	}
-
-	conflicts := 0
-	for _, s := range r.Services {
-		if s.Conflict != nil {
-			conflicts++
+	p.table("", 1, func(t *table) {
+		t.row("EXPORT", "CLUSTER", "RANK", "TYPE", "PORTS", "ENDPOINTS", "UPDATED")
+		for _, s := range services {
+			for _, x := range s.Exports {
+				eps, updated := "-", "-"
+				if e := x.Endpoints; e != nil {
+					eps = fmt.Sprintf("%d/%d ready", e.Ready, e.Total)
+					updated = p.ago(e.Updated)
+				}
+				t.row(s.Namespace+"/"+s.Name, x.Cluster, strconv.Itoa(x.Rank), x.Type, ports(x.Ports), eps, updated)
+			}
 		}
-	}
-	if conflicts > 0 {
-		p.table("", 1, func(t *table) {
-			t.row("CONFLICT", "WINNER", "REASONS", "MESSAGE")
-			for _, s := range r.Services {
-				if c := s.Conflict; c != nil {
-					t.row(s.Namespace+"/"+s.Name, c.Winner, strings.Join(c.Reasons, ","), c.Message)
-				}
-			}
-		})
-	}
+	})
+}
 
-	if l := r.Local; l != nil {
-		id := l.Cluster
-		if id == "" {
-			id = "(id unknown)"
-		}
-		p.line("")
-		p.line("Local cluster %s", id)
-		p.table("No ServiceExports.", len(l.Exports), func(t *table) {
-			t.row("SERVICEEXPORT", "VALID", "READY", "CONFLICT", "IN REGISTRY")
-			for _, e := range l.Exports {
-				t.row(e.Namespace+"/"+e.Name,
-					conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionValid), "True"),
-					conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionReady), "True"),
-					conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionConflict), "False"),
-					yesNo(e.InRegistry))
-			}
-		})
-		p.table("No ServiceImports.", len(l.Imports), func(t *table) {
-			t.row("SERVICEIMPORT", "TYPE", "READY", "CLUSTERS", "SLICES", "ENDPOINTS", "CHANGED", "PUBLISHED", "MATCHES REGISTRY")
-			for _, i := range l.Imports {
-				ready := "-"
-				if i.Ready != nil {
-					ready = conditionCell([]Condition{*i.Ready}, i.Ready.Type, "True")
-				}
-				matches := "yes"
-				if len(i.Differs) > 0 {
-					matches = "no: " + strings.Join(i.Differs, ", ")
-				}
-				t.row(i.Namespace+"/"+i.Name, i.Type, ready, list(i.Clusters), strconv.Itoa(i.EndpointSlices), strconv.Itoa(i.Endpoints),
-					p.ago(i.LastChange), p.ago(i.Published), matches)
-			}
-		})
+// conflicts writes the Services whose exports conflict, when there are any.
+func (p *printer) conflicts(services []Service) {
+	if !slices.ContainsFunc(services, func(s Service) bool { return s.Conflict != nil }) {
+		return
 	}
+	p.table("", 1, func(t *table) {
+		t.row("CONFLICT", "WINNER", "REASONS", "MESSAGE")
+		for _, s := range services {
+			if c := s.Conflict; c != nil {
+				t.row(s.Namespace+"/"+s.Name, c.Winner, strings.Join(c.Reasons, ","), c.Message)
+			}
+		}
+	})
+}
 
-	if len(r.Warnings) > 0 {
-		p.line("")
-		for _, w := range r.Warnings {
-			p.line("warning: %s", w)
-		}
+// local writes this cluster's ServiceExports and ServiceImports.
+func (p *printer) local(l *Local) {
+	id := l.Cluster
+	if id == "" {
+		id = "(id unknown)"
 	}
-	return p.err
+	p.line("")
+	p.line("Local cluster %s", id)
+	p.table("No ServiceExports.", len(l.Exports), func(t *table) {
+		t.row("SERVICEEXPORT", "VALID", "READY", "CONFLICT", "IN REGISTRY")
+		for _, e := range l.Exports {
+			t.row(e.Namespace+"/"+e.Name,
+				conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionValid), "True"),
+				conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionReady), "True"),
+				conditionCell(e.Conditions, string(mcsv1beta1.ServiceExportConditionConflict), "False"),
+				yesNo(e.InRegistry))
+		}
+	})
+	p.table("No ServiceImports.", len(l.Imports), func(t *table) {
+		t.row("SERVICEIMPORT", "TYPE", "READY", "CLUSTERS", "SLICES", "ENDPOINTS", "CHANGED", "PUBLISHED", "MATCHES REGISTRY")
+		for _, i := range l.Imports {
+			ready := "-"
+			if i.Ready != nil {
+				ready = conditionCell([]Condition{*i.Ready}, i.Ready.Type, "True")
+			}
+			matches := "yes"
+			if len(i.Differs) > 0 {
+				matches = "no: " + strings.Join(i.Differs, ", ")
+			}
+			t.row(i.Namespace+"/"+i.Name, i.Type, ready, list(i.Clusters), strconv.Itoa(i.EndpointSlices), strconv.Itoa(i.Endpoints),
+				p.ago(i.LastChange), p.ago(i.Published), matches)
+		}
+	})
 }
 
 // printer writes lines and tables, keeping the first error.

@@ -30,107 +30,135 @@ import (
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/memory"
 )
 
 const (
-	ns        = "default"
-	thisID    = "c-local"
-	otherID   = "c-other"
-	ownOrder  = 100 // this cluster's exports are younger than the others' in these tests
-	otherOrd  = 1
-	svcName   = "web"
-	validType = string(mcsv1beta1.ServiceExportConditionValid)
-	readyType = string(mcsv1beta1.ServiceExportConditionReady)
-	confType  = string(mcsv1beta1.ServiceExportConditionConflict)
+	ns         = "default"
+	clusterSet = "set"
+	thisID     = "c-local"
+	otherID    = "c-other"
+	ownOrder   = 100 // this cluster's exports are younger than the others' in these tests
+	otherOrd   = 1
+	svcName    = "web"
+	validType  = string(mcsv1beta1.ServiceExportConditionValid)
+	readyType  = string(mcsv1beta1.ServiceExportConditionReady)
+	confType   = string(mcsv1beta1.ServiceExportConditionConflict)
 )
 
 var webKey = registry.ServiceKey{Namespace: ns, Name: svcName}
 
-// fakeRegistry is an in-memory registry.Publisher for one cluster.
-type fakeRegistry struct {
-	mu        sync.Mutex
-	exports   map[registry.ServiceKey]registry.ServiceSpec
-	endpoints map[registry.ServiceKey][]registry.EndpointGroup
-	err       error
+// testRegistry is the memory backend opened for this cluster, with a
+// failure the test can switch on for every call.
+type testRegistry struct {
+	registry.Registry
+	store *memory.Store
+
+	mu  sync.Mutex
+	err error
 }
 
-var _ registry.Publisher = (*fakeRegistry)(nil)
+var _ registry.Publisher = (*testRegistry)(nil)
 
-func newFakeRegistry() *fakeRegistry {
-	return &fakeRegistry{
-		exports:   map[registry.ServiceKey]registry.ServiceSpec{},
-		endpoints: map[registry.ServiceKey][]registry.EndpointGroup{},
+func newTestRegistry(t *testing.T) *testRegistry {
+	t.Helper()
+	store := memory.NewStore()
+	reg, err := store.Open(memory.Options{Identity: registry.Identity{ClusterSet: clusterSet, Cluster: thisID}})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = reg.Close() })
+	return &testRegistry{Registry: reg, store: store}
 }
 
-func (f *fakeRegistry) PutExport(_ context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err != nil {
-		return f.err
-	}
-	f.exports[key] = spec
-	return nil
-}
-
-func (f *fakeRegistry) PutEndpoints(_ context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err != nil {
-		return f.err
-	}
-	f.endpoints[key] = groups
-	return nil
-}
-
-func (f *fakeRegistry) DeleteExport(_ context.Context, key registry.ServiceKey) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err != nil {
-		return f.err
-	}
-	delete(f.exports, key)
-	delete(f.endpoints, key)
-	return nil
-}
-
-func (f *fakeRegistry) Exported(context.Context) ([]registry.ServiceKey, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err != nil {
-		return nil, f.err
-	}
-	var keys []registry.ServiceKey
-	for k := range f.exports {
-		keys = append(keys, k)
-	}
-	return keys, nil
-}
-
-func (f *fakeRegistry) setErr(err error) {
+func (f *testRegistry) setErr(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.err = err
 }
 
-func (f *fakeRegistry) export(key registry.ServiceKey) (registry.ServiceSpec, bool) {
+func (f *testRegistry) failure() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.exports[key]
-	return s, ok
+	return f.err
 }
 
-func (f *fakeRegistry) groups(key registry.ServiceKey) []registry.EndpointGroup {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.endpoints[key]
+func (f *testRegistry) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
+	if err := f.failure(); err != nil {
+		return err
+	}
+	return f.Registry.PutExport(ctx, key, spec)
 }
+
+func (f *testRegistry) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
+	if err := f.failure(); err != nil {
+		return err
+	}
+	return f.Registry.PutEndpoints(ctx, key, groups)
+}
+
+func (f *testRegistry) DeleteExport(ctx context.Context, key registry.ServiceKey) error {
+	if err := f.failure(); err != nil {
+		return err
+	}
+	return f.Registry.DeleteExport(ctx, key)
+}
+
+func (f *testRegistry) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
+	if err := f.failure(); err != nil {
+		return nil, err
+	}
+	return f.Registry.Exported(ctx)
+}
+
+// stored is the clusterset as the registry holds it: the first, full update
+// of a read-only watch.
+func (f *testRegistry) stored() registry.Update {
+	h := &firstUpdate{}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
+	_ = f.store.Watcher(clusterSet).Watch(ctx, h)
+	return h.u
+}
+
+// export returns this cluster's export of key in the registry.
+func (f *testRegistry) export(key registry.ServiceKey) (registry.ServiceSpec, bool) {
+	for _, e := range f.stored().Exports {
+		if e.Cluster == thisID && e.Service == key {
+			return e.Spec, true
+		}
+	}
+	return registry.ServiceSpec{}, false
+}
+
+// groups returns this cluster's endpoints of key in the registry, or nil.
+func (f *testRegistry) groups(key registry.ServiceKey) []registry.EndpointGroup {
+	for _, e := range f.stored().Endpoints {
+		if e.Cluster == thisID && e.Service == key {
+			return e.Groups
+		}
+	}
+	return nil
+}
+
+// firstUpdate keeps the first update a watch delivers and ends the watch.
+type firstUpdate struct {
+	u    registry.Update
+	stop context.CancelFunc
+}
+
+func (h *firstUpdate) OnUpdate(u registry.Update) {
+	h.u = u
+	h.stop()
+}
+
+func (h *firstUpdate) OnConnection(bool, error) {}
 
 // env is a reconciler over a fake client, a fake registry and a view.
 type env struct {
 	t      *testing.T
 	c      client.Client
-	reg    *fakeRegistry
+	reg    *testRegistry
 	view   *clusterset.View
 	rec    *record.FakeRecorder
 	r      *Reconciler
@@ -146,7 +174,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	if err := mcsv1beta1.Install(scheme); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, reg: newFakeRegistry(), view: clusterset.NewView(), rec: record.NewFakeRecorder(100)}
+	e := &env{t: t, reg: newTestRegistry(t), view: clusterset.NewView(), rec: record.NewFakeRecorder(100)}
 	count := func() { e.writes.Add(1) }
 	e.c = fake.NewClientBuilder().
 		WithScheme(scheme).
@@ -207,18 +235,15 @@ func (e *env) serviceExport() *mcsv1beta1.ServiceExport {
 	return se
 }
 
-// syncView feeds the view a full update: this cluster's records as the fake
-// registry holds them, plus others.
+// syncView feeds the view a full update: this cluster's records as the
+// registry holds them, younger than the others (ownOrder), plus others.
 func (e *env) syncView(others ...registry.Export) {
-	u := registry.Update{Full: true, Exports: others, Clusters: []registry.Cluster{{ID: thisID}, {ID: otherID}}}
-	e.reg.mu.Lock()
-	for k, s := range e.reg.exports {
-		u.Exports = append(u.Exports, registry.Export{Cluster: thisID, Service: k, Spec: s, Order: ownOrder})
+	stored := e.reg.stored()
+	u := registry.Update{Full: true, Exports: others, Endpoints: stored.Endpoints, Clusters: []registry.Cluster{{ID: thisID}, {ID: otherID}}}
+	for _, x := range stored.Exports {
+		x.Order = ownOrder
+		u.Exports = append(u.Exports, x)
 	}
-	for k, g := range e.reg.endpoints {
-		u.Endpoints = append(u.Endpoints, registry.Endpoints{Cluster: thisID, Service: k, Groups: g})
-	}
-	e.reg.mu.Unlock()
 	e.view.OnUpdate(u)
 }
 

@@ -98,7 +98,7 @@ func TestSetupWithManager(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &Reconciler{Client: mgr.GetClient(), Registry: newFakeRegistry(), View: clusterset.NewView(), ClusterID: thisID}
+	r := &Reconciler{Client: mgr.GetClient(), Registry: newTestRegistry(t), View: clusterset.NewView(), ClusterID: thisID}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		t.Fatalf("SetupWithManager: %v", err)
 	}

@@ -23,14 +23,12 @@ import (
 
 // MaxConcurrentReconciles is how many imports the controller reconciles at
 // once; never the same import twice at once, the work queue sees to that. A
-// new import takes four API writes one after the other (the ServiceImport,
-// its derived Service, its cluster IP, its EndpointSlices) and a status
-// patch: with one worker, thousands of imports at once (a cold start, a
-// namespace exported at once) are written strictly one request at a time,
-// the controller waiting on the API server between requests. With four, the
-// writes of different imports overlap: on the benchmark's testbed
-// (docs/performance.md) a cold start of 3 clusters × 2,000 Services
-// converged in 138–145 s instead of 149–154 s.
+// new import takes several API writes one after the other (docs/design.md,
+// "Imports"): with one worker, thousands of new imports (a cold start, a
+// namespace exported at once) would be written strictly one request at a
+// time, the controller waiting on the API server between requests; with
+// several, the writes of different imports overlap. What that buys on the
+// benchmark's testbed is in docs/performance.md.
 const MaxConcurrentReconciles = 4
 
 // SetupWithManager registers the controller with mgr. Requests come from:

@@ -29,3 +29,27 @@ func Until(t testing.TB, timeout time.Duration, what string, cond func() (bool, 
 		<-tick.C
 	}
 }
+
+// ThroughoutInterval is how often Throughout checks its condition, which is
+// usually an API read that should not load the system under test.
+const ThroughoutInterval = 200 * time.Millisecond
+
+// Throughout calls cond every ThroughoutInterval for d and fails t with what
+// and cond's message the first time it returns false: for what must not
+// happen, such as a deletion during an outage.
+func Throughout(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(ThroughoutInterval)
+	defer tick.Stop()
+	for {
+		if ok, msg := cond(); !ok {
+			t.Fatalf("%s stopped holding: %s", what, msg)
+			return
+		}
+		if !time.Now().Before(deadline) {
+			return
+		}
+		<-tick.C
+	}
+}

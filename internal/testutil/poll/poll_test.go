@@ -41,3 +41,19 @@ func TestUntilFailsWithTheLastMessage(t *testing.T) {
 		t.Errorf("failure %q, want %q", ft.failed, want)
 	}
 }
+
+func TestThroughoutChecksUntilTheEnd(t *testing.T) {
+	calls := 0
+	poll.Throughout(t, 3*poll.ThroughoutInterval, "the condition", func() (bool, string) {
+		calls++
+		return true, ""
+	})
+	if calls < 2 {
+		t.Errorf("cond called %d times over three intervals, want at least 2", calls)
+	}
+	ft := &fakeT{TB: t}
+	poll.Throughout(ft, time.Minute, "the condition", func() (bool, string) { return false, "broken" })
+	if want := "the condition stopped holding: broken"; ft.failed != want {
+		t.Errorf("failure %q, want %q", ft.failed, want)
+	}
+}

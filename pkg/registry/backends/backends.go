@@ -73,19 +73,8 @@ func etcdBackend(u *url.URL, s Settings) (Backend, error) {
 	opts.CAFile, opts.CertFile, opts.KeyFile = s.CAFile, s.CertFile, s.KeyFile
 	opts.Username, opts.Password = s.Username, s.Password
 	opts.TTL = s.TTL
-	return Backend{
-		Name: etcd.Name,
-		Open: func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
-			o := opts
-			o.Identity = id
-			return etcd.New(ctx, o)
-		},
-		OpenWatcher: func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error) {
-			o := opts
-			o.Identity = registry.Identity{ClusterSet: clusterSet}
-			return etcd.NewWatcher(ctx, o)
-		},
-	}, nil
+	withID := func(o etcd.Options, id registry.Identity) etcd.Options { o.Identity = id; return o }
+	return newBackend(etcd.Name, opts, withID, etcd.New, etcd.NewWatcher), nil
 }
 
 func cloudMapBackend(u *url.URL, s Settings) (Backend, error) {
@@ -94,17 +83,31 @@ func cloudMapBackend(u *url.URL, s Settings) (Backend, error) {
 		return Backend{}, err
 	}
 	opts.TTL = s.TTL
+	withID := func(o cloudmap.Options, id registry.Identity) cloudmap.Options { o.Identity = id; return o }
+	return newBackend(cloudmap.Name, opts, withID, cloudmap.New, cloudmap.NewWatcher), nil
+}
+
+// newBackend is the Backend of a backend's constructors over opts, which
+// withID gives an identity.
+func newBackend[O any, R registry.Registry, W registry.ReadOnlyWatcher](
+	name string, opts O, withID func(O, registry.Identity) O,
+	open func(context.Context, O) (R, error), watch func(context.Context, O) (W, error),
+) Backend {
 	return Backend{
-		Name: cloudmap.Name,
+		Name: name,
 		Open: func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
-			o := opts
-			o.Identity = id
-			return cloudmap.New(ctx, o)
+			r, err := open(ctx, withID(opts, id))
+			if err != nil {
+				return nil, err // not a nil *Backend in a non-nil interface
+			}
+			return r, nil
 		},
 		OpenWatcher: func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error) {
-			o := opts
-			o.Identity = registry.Identity{ClusterSet: clusterSet}
-			return cloudmap.NewWatcher(ctx, o)
+			w, err := watch(ctx, withID(opts, registry.Identity{ClusterSet: clusterSet}))
+			if err != nil {
+				return nil, err
+			}
+			return w, nil
 		},
-	}, nil
+	}
 }

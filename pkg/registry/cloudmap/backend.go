@@ -75,12 +75,16 @@ func newReader(ctx context.Context, api API, opts Options) (*reader, context.Can
 		kv = append(kv, "cluster", opts.Identity.Cluster)
 	}
 	log := logr.FromContextOrDiscard(ctx).WithValues(kv...)
+	now := opts.now
+	if now == nil {
+		now = time.Now
+	}
 	rctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	return &reader{
 		opts:  opts,
 		api:   newLimitedAPI(api, opts.RateLimits),
 		log:   log,
-		now:   time.Now,
+		now:   now,
 		ctx:   rctx,
 		known: map[string]service{},
 	}, cancel

@@ -120,6 +120,10 @@ type Options struct {
 	// Concurrency is how many instance registrations one call makes at once.
 	// Default 8.
 	Concurrency int
+
+	// now is the backend's clock; nil for time.Now. Tests set it to be
+	// past a TTL without waiting for it.
+	now func() time.Time
 }
 
 // Default fills the unset fields with their defaults.

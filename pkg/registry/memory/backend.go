@@ -25,7 +25,6 @@ type Options struct {
 // Registry is a Store opened for one cluster of one clusterset.
 type Registry struct {
 	Watcher
-	closeOnce sync.Once
 }
 
 // Open opens s for opts.Identity: the cluster is live from now until its
@@ -89,7 +88,7 @@ func (r *Registry) Backend() string { return Name }
 // Close implements registry.Registry. It leaves the cluster's records, which
 // expire after the TTL unless the cluster opens the store again.
 func (r *Registry) Close() error {
-	r.closeOnce.Do(func() {
+	r.once.Do(func() {
 		close(r.closed)
 		r.s.mu.Lock()
 		defer r.s.mu.Unlock()

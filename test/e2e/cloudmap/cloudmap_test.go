@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -72,7 +73,7 @@ func TestExportImportReadinessUnexport(t *testing.T) {
 	c1, c2 := env.Client(t, "c1"), env.Client(t, "c2")
 	fw.EnsureNamespace(t, c2, ns)
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
-	fw.Eventually(t, timeout, "pods running in c1", func() (bool, string) {
+	poll.Until(t, timeout, "pods running in c1", func() (bool, string) {
 		n := len(runningPods(t, c1, ns))
 		return n == 2, fmt.Sprintf("%d running", n)
 	})
@@ -81,7 +82,7 @@ func TestExportImportReadinessUnexport(t *testing.T) {
 
 	for _, id := range []string{"c1", "c2"} {
 		cl := env.Client(t, id)
-		fw.Eventually(t, timeout, "import in "+id, func() (bool, string) {
+		poll.Until(t, timeout, "import in "+id, func() (bool, string) {
 			si := fw.GetImport(t, cl, ns, "web")
 			if si == nil {
 				return false, "no ServiceImport"
@@ -98,18 +99,18 @@ func TestExportImportReadinessUnexport(t *testing.T) {
 	pods := runningPods(t, c1, ns)
 	pod := pods[0]
 	setReady(t, c1, &pod, false)
-	fw.Eventually(t, timeout, "not-ready pod leaves c2's ready set", func() (bool, string) {
+	poll.Until(t, timeout, "not-ready pod leaves c2's ready set", func() (bool, string) {
 		got := readyByCluster(t, c2, ns, "web")["c1"]
 		return slices.Equal(got, []string{pods[1].Status.PodIP}), fmt.Sprintf("ready %v", got)
 	})
 	setReady(t, c1, &pod, true)
-	fw.Eventually(t, timeout, "pod ready again in c2", func() (bool, string) {
+	poll.Until(t, timeout, "pod ready again in c2", func() (bool, string) {
 		got := readyByCluster(t, c2, ns, "web")["c1"]
 		return slices.Equal(got, want), fmt.Sprintf("ready %v", got)
 	})
 
 	fw.Unexport(t, c1, ns, "web")
-	fw.Eventually(t, timeout, "import gone from c2", func() (bool, string) {
+	poll.Until(t, timeout, "import gone from c2", func() (bool, string) {
 		if fw.GetImport(t, c2, ns, "web") != nil {
 			return false, "ServiceImport still there"
 		}
@@ -150,7 +151,7 @@ func TestConflict(t *testing.T) {
 	fw.EnsureNamespace(t, c2, ns)
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "api", Replicas: 1})
 	fw.Export(t, c1, ns, "api")
-	fw.Eventually(t, timeout, "import in c2", func() (bool, string) {
+	poll.Until(t, timeout, "import in c2", func() (bool, string) {
 		return fw.GetImport(t, c2, ns, "api") != nil, "no import yet"
 	})
 	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "api", Replicas: 1,
@@ -158,7 +159,7 @@ func TestConflict(t *testing.T) {
 	fw.Export(t, c2, ns, "api")
 	for _, id := range []string{"c1", "c2"} {
 		cl := env.Client(t, id)
-		fw.Eventually(t, timeout, "conflict on the export in "+id, func() (bool, string) {
+		poll.Until(t, timeout, "conflict on the export in "+id, func() (bool, string) {
 			se := &mcsv1beta1.ServiceExport{}
 			if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "api"}, se); err != nil {
 				return false, err.Error()
@@ -169,7 +170,7 @@ func TestConflict(t *testing.T) {
 		})
 	}
 	// The import keeps c1's port definition and has endpoints from both.
-	fw.Eventually(t, timeout, "import from both clusters", func() (bool, string) {
+	poll.Until(t, timeout, "import from both clusters", func() (bool, string) {
 		si := fw.GetImport(t, c2, ns, "api")
 		if si == nil || len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 80 || len(si.Status.Clusters) != 2 {
 			return false, fmt.Sprintf("%+v", si)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -33,7 +34,7 @@ func TestConflictingExports(t *testing.T) {
 	}})
 	ips1 := waitPods(t, c1, ns, "web", 2)
 	fw.Export(t, c1, ns, "web")
-	fw.Eventually(t, timeout, "import of c1's export in c1", func() (bool, string) {
+	poll.Until(t, timeout, "import of c1's export in c1", func() (bool, string) {
 		si := fw.GetImport(t, c1, ns, "web")
 		return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%v", si)
 	})

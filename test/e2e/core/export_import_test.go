@@ -15,6 +15,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
@@ -75,7 +76,7 @@ func TestExportAndUnexport(t *testing.T) {
 		fw.EnsureNamespace(t, env.Client(t, c.ID), ns)
 	}
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 3})
-	fw.Eventually(t, timeout, "pods running in c1", func() (bool, string) {
+	poll.Until(t, timeout, "pods running in c1", func() (bool, string) {
 		ips := podIPs(t, c1, ns, "web")
 		return len(ips) == 3, fmt.Sprintf("%d pods running", len(ips))
 	})
@@ -84,7 +85,7 @@ func TestExportAndUnexport(t *testing.T) {
 
 	for _, c := range env.TB.Clusters {
 		cl := env.Client(t, c.ID)
-		fw.Eventually(t, timeout, "import in "+c.ID, func() (bool, string) {
+		poll.Until(t, timeout, "import in "+c.ID, func() (bool, string) {
 			si := fw.GetImport(t, cl, ns, "web")
 			if si == nil {
 				return false, "no ServiceImport"
@@ -132,7 +133,7 @@ func TestExportAndUnexport(t *testing.T) {
 	}
 
 	// The export's conditions say it is valid, exported, without conflict.
-	fw.Eventually(t, timeout, "export conditions", func() (bool, string) {
+	poll.Until(t, timeout, "export conditions", func() (bool, string) {
 		se := &mcsv1beta1.ServiceExport{}
 		if err := c1.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, se); err != nil {
 			return false, err.Error()
@@ -148,7 +149,7 @@ func TestExportAndUnexport(t *testing.T) {
 	fw.Unexport(t, c1, ns, "web")
 	for _, c := range env.TB.Clusters {
 		cl := env.Client(t, c.ID)
-		fw.Eventually(t, timeout, "import gone from "+c.ID, func() (bool, string) {
+		poll.Until(t, timeout, "import gone from "+c.ID, func() (bool, string) {
 			if si := fw.GetImport(t, cl, ns, "web"); si != nil {
 				return false, "ServiceImport still there"
 			}
@@ -159,7 +160,7 @@ func TestExportAndUnexport(t *testing.T) {
 		})
 	}
 	// The ServiceExport itself is gone (its finalizer ran).
-	fw.Eventually(t, timeout, "ServiceExport deleted", func() (bool, string) {
+	poll.Until(t, timeout, "ServiceExport deleted", func() (bool, string) {
 		err := c1.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, &mcsv1beta1.ServiceExport{})
 		return client.IgnoreNotFound(err) == nil && err != nil, fmt.Sprint(err)
 	})

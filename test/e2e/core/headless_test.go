@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -42,7 +43,7 @@ func TestHeadlessStatefulSet(t *testing.T) {
 		waitPods(t, cl, ns, "web", 2)
 		// Kubernetes' own slices carry the hostnames: the precondition of
 		// everything below.
-		fw.Eventually(t, timeout, "local slices with hostnames in "+id, func() (bool, string) {
+		poll.Until(t, timeout, "local slices with hostnames in "+id, func() (bool, string) {
 			var list discoveryv1.EndpointSliceList
 			if err := cl.List(context.Background(), &list, client.InNamespace(ns),
 				client.MatchingLabels{discoveryv1.LabelServiceName: "web"}); err != nil {

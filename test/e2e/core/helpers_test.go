@@ -17,6 +17,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -34,7 +35,7 @@ func inEveryCluster(t *testing.T, what string, check func(id string, cl client.C
 	t.Helper()
 	for _, id := range clusterIDs() {
 		cl := env.Client(t, id)
-		fw.Eventually(t, timeout, what+" in "+id, func() (bool, string) { return check(id, cl) })
+		poll.Until(t, timeout, what+" in "+id, func() (bool, string) { return check(id, cl) })
 	}
 }
 
@@ -65,7 +66,7 @@ func getExport(t *testing.T, cl client.Client, ns, name string) *mcsv1beta1.Serv
 func waitExportCondition(t *testing.T, cl client.Client, ns, name, typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	t.Helper()
 	var got metav1.Condition
-	fw.Eventually(t, timeout, fmt.Sprintf("ServiceExport %s/%s %s=%s %s", ns, name, typ, status, reason), func() (bool, string) {
+	poll.Until(t, timeout, fmt.Sprintf("ServiceExport %s/%s %s=%s %s", ns, name, typ, status, reason), func() (bool, string) {
 		se := getExport(t, cl, ns, name)
 		if se == nil {
 			return false, "no ServiceExport"
@@ -100,7 +101,7 @@ func runningPods(t *testing.T, cl client.Client, ns, app string) map[string]core
 func waitPods(t *testing.T, cl client.Client, ns, app string, n int) []string {
 	t.Helper()
 	var ips []string
-	fw.Eventually(t, timeout, fmt.Sprintf("%d pods of %s/%s running", n, ns, app), func() (bool, string) {
+	poll.Until(t, timeout, fmt.Sprintf("%d pods of %s/%s running", n, ns, app), func() (bool, string) {
 		ips = podIPs(t, cl, ns, app)
 		return len(ips) == n, fmt.Sprintf("%d running: %v", len(ips), ips)
 	})
@@ -203,7 +204,7 @@ func importGone(t *testing.T, cl client.Client, ns, name string) (bool, string) 
 // updateService applies change to a Service, retrying on conflicts.
 func updateService(t *testing.T, cl client.Client, ns, name string, change func(*corev1.Service)) {
 	t.Helper()
-	fw.Eventually(t, timeout, "update Service "+ns+"/"+name, func() (bool, string) {
+	poll.Until(t, timeout, "update Service "+ns+"/"+name, func() (bool, string) {
 		svc := &corev1.Service{}
 		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
 			return false, err.Error()
@@ -226,7 +227,7 @@ func deleteService(t *testing.T, cl client.Client, ns, name string) {
 	if err := cl.Delete(context.Background(), svc); err != nil {
 		t.Fatalf("delete Service %s/%s: %v", ns, name, err)
 	}
-	fw.Eventually(t, timeout, "Service "+ns+"/"+name+" gone", func() (bool, string) {
+	poll.Until(t, timeout, "Service "+ns+"/"+name+" gone", func() (bool, string) {
 		err := cl.Get(context.Background(), client.ObjectKeyFromObject(svc), &corev1.Service{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -239,7 +240,7 @@ func noImportAnywhere(t *testing.T, ns, name string, d time.Duration) {
 	for _, id := range clusterIDs() {
 		clients[id] = env.Client(t, id)
 	}
-	fw.Consistently(t, d, "no import of "+ns+"/"+name, func() (bool, string) {
+	poll.Throughout(t, d, "no import of "+ns+"/"+name, func() (bool, string) {
 		for _, id := range slices.Sorted(maps.Keys(clients)) {
 			if ok, msg := importGone(t, clients[id], ns, name); !ok {
 				return false, id + ": " + msg

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -67,7 +68,7 @@ func TestExportedLabelsAndAnnotations(t *testing.T) {
 	}
 	expect("exported labels and annotations", se.Spec.ExportedLabels, se.Spec.ExportedAnnotations)
 
-	fw.Eventually(t, timeout, "change exported labels", func() (bool, string) {
+	poll.Until(t, timeout, "change exported labels", func() (bool, string) {
 		cur := getExport(t, c1, ns, "web")
 		cur.Spec.ExportedLabels = map[string]string{"tier": "frontend", "team": "a"}
 		cur.Spec.ExportedAnnotations = nil

@@ -9,6 +9,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/mcsd-io/mcsd/internal/metrics/metricstest"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -24,7 +25,7 @@ func TestMetrics(t *testing.T) {
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 	want := waitPods(t, c1, ns, "web", 2)
 	fw.Export(t, c1, ns, "web")
-	fw.Eventually(t, timeout, "import in c2 with c1's endpoints", func() (bool, string) {
+	poll.Until(t, timeout, "import in c2 with c1's endpoints", func() (bool, string) {
 		si := fw.GetImport(t, c2, ns, "web")
 		if si == nil || len(si.Spec.IPs) == 0 {
 			return false, "no ServiceImport with an IP"
@@ -47,7 +48,7 @@ func TestMetrics(t *testing.T) {
 		{"mcsd_registry_connected", map[string]string{"cluster": "c2", "backend": "etcd"}},
 		{"mcsd_propagation_seconds", map[string]string{"cluster": "c2", "source_cluster": "c1"}},
 	} {
-		fw.Eventually(t, timeout, fmt.Sprintf("%s%v > 0", m.name, m.labels), func() (bool, string) {
+		poll.Until(t, timeout, fmt.Sprintf("%s%v > 0", m.name, m.labels), func() (bool, string) {
 			v, err := metricstest.Sum(ctrlmetrics.Registry, m.name, m.labels)
 			if err != nil {
 				return false, err.Error()

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -38,12 +39,12 @@ func TestImportInNamespaceCreatedLater(t *testing.T) {
 		return true, ""
 	}
 	for id, cl := range map[string]client.Client{"c1": c1, "c2": c2} {
-		fw.Eventually(t, timeout, "import in "+id, func() (bool, string) { return imported(id, cl) })
+		poll.Until(t, timeout, "import in "+id, func() (bool, string) { return imported(id, cl) })
 	}
 	if err := c3.Get(context.Background(), client.ObjectKey{Name: ns}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("namespace %s in c3 before the test created it: %v", ns, err)
 	}
 
 	fw.EnsureNamespace(t, c3, ns)
-	fw.Eventually(t, timeout, "import in c3", func() (bool, string) { return imported("c3", c3) })
+	poll.Until(t, timeout, "import in c3", func() (bool, string) { return imported("c3", c3) })
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/mcsd-io/mcsd/internal/status"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
@@ -39,7 +40,7 @@ func TestStatusShowsConflict(t *testing.T) {
 	}})
 	waitPods(t, c1, ns, "web", 1)
 	fw.Export(t, c1, ns, "web")
-	fw.Eventually(t, timeout, "import of c1's export in c1", func() (bool, string) {
+	poll.Until(t, timeout, "import of c1's export in c1", func() (bool, string) {
 		si := fw.GetImport(t, c1, ns, "web")
 		return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%v", si)
 	})
@@ -54,7 +55,7 @@ func TestStatusShowsConflict(t *testing.T) {
 
 	path := filepath.Join("testdata", "status.golden")
 	var got string
-	fw.Eventually(t, timeout, "status report as "+path, func() (bool, string) {
+	poll.Until(t, timeout, "status report as "+path, func() (bool, string) {
 		got = statusReport(t, ns)
 		if *update {
 			return true, ""

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -49,7 +50,7 @@ func TestClusterSetIP(t *testing.T) {
 	// Export → first correct answer in c3, which exports nothing: the A
 	// record equals c3's own ServiceImport IPv4.
 	var latency time.Duration
-	poll(t, timeout, "first correct A answer in c3", func() (bool, string) {
+	poll.Until(t, timeout, "first correct A answer in c3", func() (bool, string) {
 		r, err := query("c3", svcName, dns.TypeA)
 		if err != nil {
 			return false, err.Error()
@@ -71,7 +72,7 @@ func TestClusterSetIP(t *testing.T) {
 	for i, id := range clusterIDs() {
 		cl := env.Client(t, id)
 		var si *mcsv1beta1.ServiceImport
-		fw.Eventually(t, timeout, "dual-stack import with both clusters in "+id, func() (bool, string) {
+		poll.Until(t, timeout, "dual-stack import with both clusters in "+id, func() (bool, string) {
 			si = fw.GetImport(t, cl, ns, name)
 			if si == nil {
 				return false, "no ServiceImport"
@@ -131,7 +132,7 @@ func TestClusterSetIP(t *testing.T) {
 		// answers it with every port, named or not, in cluster.local too.)
 		soloName := "solo." + ns + ".svc.clusterset.local"
 		var solo *mcsv1beta1.ServiceImport
-		fw.Eventually(t, timeout, "import of solo in "+id, func() (bool, string) {
+		poll.Until(t, timeout, "import of solo in "+id, func() (bool, string) {
 			solo = fw.GetImport(t, cl, ns, "solo")
 			return solo != nil && len(solo.Spec.IPs) == 1, fmt.Sprintf("%+v", solo)
 		})
@@ -143,12 +144,12 @@ func TestClusterSetIP(t *testing.T) {
 	fw.Unexport(t, c1, ns, name)
 	for _, id := range clusterIDs() {
 		cl := env.Client(t, id)
-		fw.Eventually(t, timeout, "import from c2 alone in "+id, func() (bool, string) {
+		poll.Until(t, timeout, "import from c2 alone in "+id, func() (bool, string) {
 			si := fw.GetImport(t, cl, ns, name)
 			return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%+v", si)
 		})
 		v4, v6 := byFamily(importIPs[id])
-		fw.Consistently(t, time.Second, "stable answer in "+id, func() (bool, string) {
+		poll.Throughout(t, time.Second, "stable answer in "+id, func() (bool, string) {
 			for qt, want := range map[uint16][]string{dns.TypeA: v4, dns.TypeAAAA: v6} {
 				r, err := query(id, svcName, qt)
 				if err != nil {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
@@ -79,7 +80,7 @@ func TestShippedConfig(t *testing.T) {
 	defer func() { _ = d.Close() }()
 
 	var ip string
-	fw.Eventually(t, timeout, "import in c3", func() (bool, string) {
+	poll.Until(t, timeout, "import in c3", func() (bool, string) {
 		si := fw.GetImport(t, env.Client(t, "c3"), ns, name)
 		if si == nil || len(si.Spec.IPs) == 0 {
 			return false, fmt.Sprintf("%+v", si)
@@ -88,7 +89,7 @@ func TestShippedConfig(t *testing.T) {
 		return true, ""
 	})
 	svcName := name + "." + ns + ".svc.clusterset.local"
-	fw.Eventually(t, timeout, svcName+" from the shipped Corefile", func() (bool, string) {
+	poll.Until(t, timeout, svcName+" from the shipped Corefile", func() (bool, string) {
 		m, err := testbed.Query(ctx, d.Addr(), svcName, dns.TypeA)
 		if err != nil {
 			return false, err.Error()

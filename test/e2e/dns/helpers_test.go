@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
@@ -115,29 +116,12 @@ func query(id, name string, qtype uint16) (reply, error) {
 	return r, nil
 }
 
-// poll calls cond every 10ms (fine enough to measure DNS latency) until it
-// returns true or d passes, and returns how long that took.
-func poll(t *testing.T, d time.Duration, what string, cond func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		ok, msg := cond()
-		if ok {
-			return time.Since(start)
-		}
-		if time.Since(start) > d {
-			t.Fatalf("timed out after %s waiting for %s: %s", d, what, msg)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // eventuallyDNS waits until the reply of cluster id's CoreDNS to name
 // satisfies ok, and returns how long that took.
 func eventuallyDNS(t *testing.T, d time.Duration, id, name string, qtype uint16, ok func(reply) bool) time.Duration {
 	t.Helper()
 	what := fmt.Sprintf("%s %s in %s", name, dns.TypeToString[qtype], id)
-	return poll(t, d, what, func() (bool, string) {
+	return poll.Until(t, d, what, func() (bool, string) {
 		r, err := query(id, name, qtype)
 		if err != nil {
 			return false, err.Error()
@@ -215,7 +199,7 @@ func makeDualStack(t *testing.T, cl client.Client, ns, name string) *corev1.Serv
 func runningPods(t *testing.T, cl client.Client, ns, app string, n int) map[string]corev1.Pod {
 	t.Helper()
 	var out map[string]corev1.Pod
-	fw.Eventually(t, timeout, fmt.Sprintf("%d pods of %s/%s running", n, ns, app), func() (bool, string) {
+	poll.Until(t, timeout, fmt.Sprintf("%d pods of %s/%s running", n, ns, app), func() (bool, string) {
 		var pods corev1.PodList
 		if err := cl.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
 			return false, err.Error()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/controller/export"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -87,11 +88,11 @@ func TestControllerRestartWithinTTL(t *testing.T) {
 	recsBefore := registryRecords(t, restarted)
 	env.StopController(restarted)
 	down := time.Now()
-	time.Sleep(time.Second)
 	c := startController(t, restarted)
 	t.Logf("%s's controller restarted and ready %s after it stopped", restarted, time.Since(down).Round(time.Millisecond))
-	// Quiet period: the restarted controller has reconciled everything.
-	time.Sleep(5 * time.Second)
+	// The restarted controller has reconciled every object of its cluster:
+	// whatever it would write, it has written.
+	waitReconciled(t, restarted, timeout)
 
 	own := c.Writes()
 	t.Logf("writes of the restarted controller in %s: %v", restarted, own)
@@ -185,7 +186,7 @@ func TestRegistryOutage(t *testing.T) {
 	t.Logf("registry stopped in %s", time.Since(down).Round(time.Millisecond))
 	// When each import first reported the outage, by "cluster import".
 	reported := map[string]time.Duration{}
-	fw.Consistently(t, outage, "no import, derived Service or EndpointSlice deleted during the outage", func() (bool, string) {
+	poll.Throughout(t, outage, "no import, derived Service or EndpointSlice deleted during the outage", func() (bool, string) {
 		if ok, msg := nothingDeleted(); !ok {
 			return false, msg
 		}
@@ -215,7 +216,7 @@ func TestRegistryOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := time.Now()
-	fw.Eventually(t, timeout, "imports converged again with the condition cleared", func() (bool, string) {
+	poll.Until(t, timeout, "imports converged again with the condition cleared", func() (bool, string) {
 		if ok, msg := nothingDeleted(); !ok {
 			t.Fatalf("after the registry came back: %s (%s)", msg, leaseReport(leases))
 		}
@@ -237,12 +238,12 @@ func TestRegistryOutage(t *testing.T) {
 	// starts; a backend whose lease was lost anyway writes its records again.
 	// Either way the records are there, on a live lease, and they stay.
 	for _, id := range clusterIDs() {
-		fw.Eventually(t, timeout, id+"'s records back in the registry", func() (bool, string) {
+		poll.Until(t, timeout, id+"'s records back in the registry", func() (bool, string) {
 			return recordsLive(t, id, ns, want)
 		})
 	}
 	t.Log(leaseReport(leases))
-	fw.Consistently(t, env.TTL()+2*time.Second, "imports and records stay after the outage", func() (bool, string) {
+	poll.Throughout(t, env.TTL()+2*time.Second, "imports and records stay after the outage", func() (bool, string) {
 		if ok, msg := nothingDeleted(); !ok {
 			return false, msg + " (" + leaseReport(leases) + ")"
 		}
@@ -366,7 +367,7 @@ func TestExportDeletedWhileControllerDown(t *testing.T) {
 			t.Errorf("%s: import keep was deleted", id)
 		}
 	}
-	fw.Eventually(t, timeout, "ServiceExport pending deleted (finalizer ran)", func() (bool, string) {
+	poll.Until(t, timeout, "ServiceExport pending deleted (finalizer ran)", func() (bool, string) {
 		err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pending"}, &mcsv1beta1.ServiceExport{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})

@@ -15,9 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/metrics/metricstest"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
@@ -151,7 +154,7 @@ func waitPods(t *testing.T, id, ns, app string, n int) []string {
 	t.Helper()
 	cl := clientOf(t, id)
 	var ips []string
-	fw.Eventually(t, timeout, fmt.Sprintf("%d pods of %s running in %s", n, app, id), func() (bool, string) {
+	poll.Until(t, timeout, fmt.Sprintf("%d pods of %s running in %s", n, app, id), func() (bool, string) {
 		ips = podIPs(t, cl, ns, app)
 		return len(ips) == n, fmt.Sprintf("%d pods running: %v", len(ips), ips)
 	})
@@ -242,7 +245,7 @@ func importMatches(t *testing.T, id, ns, name string, want map[string][]string) 
 // importMatches).
 func waitImport(t *testing.T, id, ns, name string, want map[string][]string, within time.Duration) {
 	t.Helper()
-	fw.Eventually(t, within, fmt.Sprintf("import %s/%s in %s from %v", ns, name, id, slices.Sorted(maps.Keys(want))), func() (bool, string) {
+	poll.Until(t, within, fmt.Sprintf("import %s/%s in %s from %v", ns, name, id, slices.Sorted(maps.Keys(want))), func() (bool, string) {
 		return importMatches(t, id, ns, name, want)
 	})
 }
@@ -252,7 +255,7 @@ func waitImport(t *testing.T, id, ns, name string, want map[string][]string, wit
 func waitImportGone(t *testing.T, id, ns, name string, within time.Duration) {
 	t.Helper()
 	cl := clientOf(t, id)
-	fw.Eventually(t, within, fmt.Sprintf("import %s/%s gone from %s", ns, name, id), func() (bool, string) {
+	poll.Until(t, within, fmt.Sprintf("import %s/%s gone from %s", ns, name, id), func() (bool, string) {
 		if fw.GetImport(t, cl, ns, name) != nil {
 			return false, "ServiceImport still there"
 		}
@@ -366,19 +369,14 @@ func churn(d map[string]int) map[string]int {
 // quiet.
 func waitQuiet(t *testing.T, quiet, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	last := allWrites()
 	since := time.Now()
-	for time.Since(since) < quiet {
-		if time.Now().After(deadline) {
-			t.Fatalf("controllers still writing after %s: %v", within, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-		now := allWrites()
-		if fmt.Sprint(now) != fmt.Sprint(last) {
+	poll.Until(t, within, fmt.Sprintf("no controller write for %s", quiet), func() (bool, string) {
+		if now := allWrites(); fmt.Sprint(now) != fmt.Sprint(last) {
 			last, since = now, time.Now()
 		}
-	}
+		return time.Since(since) >= quiet, fmt.Sprintf("still writing: %v", last)
+	})
 }
 
 // registryRecords reads cluster id's records from etcd.
@@ -397,4 +395,32 @@ func conditionOf(si *mcsv1beta1.ServiceImport, typ string) *metav1.Condition {
 		return nil
 	}
 	return fw.Condition(si.Status.Conditions, typ)
+}
+
+// waitReconciled waits until cluster id's controller has reconciled every
+// ServiceExport and ServiceImport of the cluster since it started: its
+// export and import gauges, which start empty with each run, count them all.
+func waitReconciled(t *testing.T, id string, within time.Duration) {
+	t.Helper()
+	cl := clientOf(t, id)
+	poll.Until(t, within, id+"'s controller reconciled every export and import", func() (bool, string) {
+		var ses mcsv1beta1.ServiceExportList
+		var sis mcsv1beta1.ServiceImportList
+		if err := cl.List(context.Background(), &ses); err != nil {
+			return false, err.Error()
+		}
+		if err := cl.List(context.Background(), &sis); err != nil {
+			return false, err.Error()
+		}
+		exports, err := metricstest.Sum(ctrlmetrics.Registry, "mcsd_service_exports", map[string]string{"cluster": id, "condition": "Ready"})
+		if err != nil {
+			return false, err.Error()
+		}
+		imports, err := metricstest.Sum(ctrlmetrics.Registry, "mcsd_service_imports", map[string]string{"cluster": id})
+		if err != nil {
+			return false, err.Error()
+		}
+		return int(exports) == len(ses.Items) && int(imports) == len(sis.Items),
+			fmt.Sprintf("exports counted %v of %d, imports counted %v of %d", exports, len(ses.Items), imports, len(sis.Items))
+	})
 }

@@ -14,6 +14,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/api/about/v1beta1"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -40,7 +41,7 @@ func TestClusterIdentityMissingThenSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctrl := env.Controller("c3")
-	fw.Eventually(t, timeout, "c3's mcsd to say what is missing", func() (bool, string) {
+	poll.Until(t, timeout, "c3's mcsd to say what is missing", func() (bool, string) {
 		code, body, err := ctrl.Readyz(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -51,7 +52,7 @@ func TestClusterIdentityMissingThenSet(t *testing.T) {
 
 	// An export made now is not published.
 	ips := deployAndExport(t, "c3", fw.App{Namespace: ns, Name: "late", Replicas: 1})
-	fw.Consistently(t, 3*time.Second, "nothing exported without a cluster id", func() (bool, string) {
+	poll.Throughout(t, 3*time.Second, "nothing exported without a cluster id", func() (bool, string) {
 		if si := fw.GetImport(t, clientOf(t, "c1"), ns, "late"); si != nil {
 			return false, "c1 imported it"
 		}

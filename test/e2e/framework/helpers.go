@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,37 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
-
-// Eventually calls cond until it returns true or timeout passes; the last
-// message cond gave is in the failure.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// Consistently fails if cond turns false within d.
-func Consistently(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if ok, msg := cond(); !ok {
-			t.Fatalf("%s stopped holding: %s", what, msg)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // EnsureNamespace creates a namespace if it is missing.
 func EnsureNamespace(t testing.TB, cl client.Client, name string) {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcsd-io/mcsd/internal/manager"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
@@ -103,23 +104,15 @@ func (c *controller) stop() {
 // has read the registry and synced its caches.
 func (c *controller) waitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := "no answer"
-	for time.Now().Before(deadline) {
+	poll.Until(t, timeout, "mcsd in "+c.id+" ready", func() (bool, string) {
 		resp, err := http.Get(c.healthURL + "/readyz?verbose")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-		} else {
-			last = err.Error()
+		if err != nil {
+			return false, fmt.Sprintf("%v; forbidden requests: %v", err, c.requests.forbidden())
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("mcsd in %s not ready after %s: %s; forbidden requests: %v", c.id, timeout, last, c.requests.forbidden())
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%s: %s; forbidden requests: %v", resp.Status, strings.TrimSpace(string(body)), c.requests.forbidden())
+	})
 }
 
 // apiRequest is one API request as RBAC sees it.

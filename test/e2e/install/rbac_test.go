@@ -27,6 +27,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/manager"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
@@ -87,7 +88,7 @@ func TestShippedRBAC(t *testing.T) {
 	fw.Export(t, c1, ns, "web")
 
 	// Exported from c1: finalizer and conditions written.
-	fw.Eventually(t, timeout, "ServiceExport web Ready in c1", func() (bool, string) {
+	poll.Until(t, timeout, "ServiceExport web Ready in c1", func() (bool, string) {
 		se := &mcsv1beta1.ServiceExport{}
 		if err := c1.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, se); err != nil {
 			return false, err.Error()
@@ -104,7 +105,7 @@ func TestShippedRBAC(t *testing.T) {
 	// new import gets none).
 	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1})
 	fw.Export(t, c2, ns, "web")
-	fw.Eventually(t, timeout, "ClustersChanged Event on the import in c2", func() (bool, string) {
+	poll.Until(t, timeout, "ClustersChanged Event on the import in c2", func() (bool, string) {
 		var events corev1.EventList
 		if err := c2.List(ctx, &events, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -128,6 +129,9 @@ func TestShippedRBAC(t *testing.T) {
 	if err := c1.Update(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
+	// One change at a time: had the import seen both at once, it would
+	// create its new EndpointSlices with every endpoint, and update none.
+	waitImported(t, c1, c2, ns, "web", 2)
 	dep := &appsv1.Deployment{}
 	if err := c1.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, dep); err != nil {
 		t.Fatal(err)
@@ -141,7 +145,7 @@ func TestShippedRBAC(t *testing.T) {
 	// Withdrawn: everything mcsd made in c2 is deleted, the ServiceExport's
 	// finalizer removed.
 	fw.Unexport(t, c1, ns, "web")
-	fw.Eventually(t, timeout, "import of web gone from c2", func() (bool, string) {
+	poll.Until(t, timeout, "import of web gone from c2", func() (bool, string) {
 		if si := fw.GetImport(t, c2, ns, "web"); si != nil {
 			return false, "ServiceImport still there"
 		}
@@ -217,7 +221,7 @@ func TestShippedRBAC(t *testing.T) {
 		fw.Export(t, c1, ns, "web2")
 		t.Cleanup(func() { fw.Unexport(t, c1, ns, "web2") })
 		// The import happens, but its EndpointSlices are refused...
-		fw.Eventually(t, timeout, "ServiceImport web2 in c2, EndpointSlices refused", func() (bool, string) {
+		poll.Until(t, timeout, "ServiceImport web2 in c2, EndpointSlices refused", func() (bool, string) {
 			si := fw.GetImport(t, c2, ns, "web2")
 			if si == nil || len(si.Spec.IPs) == 0 {
 				return false, "no ServiceImport with an IP"
@@ -228,7 +232,7 @@ func TestShippedRBAC(t *testing.T) {
 			return refused, "no EndpointSlice create refused yet"
 		})
 		// ...and never appear.
-		fw.Consistently(t, 5*time.Second, "no EndpointSlices for web2 in c2", func() (bool, string) {
+		poll.Throughout(t, 5*time.Second, "no EndpointSlices for web2 in c2", func() (bool, string) {
 			n := len(importedSlices(t, c2, ns, "web2"))
 			return n == 0, fmt.Sprintf("%d EndpointSlices", n)
 		})
@@ -252,7 +256,7 @@ func TestShippedRBAC(t *testing.T) {
 func waitImported(t *testing.T, c1, c2 client.Client, ns, name string, ports int) {
 	t.Helper()
 	ctx := context.Background()
-	fw.Eventually(t, timeout, fmt.Sprintf("import of %s in c2", name), func() (bool, string) {
+	poll.Until(t, timeout, fmt.Sprintf("import of %s in c2", name), func() (bool, string) {
 		si := fw.GetImport(t, c2, ns, name)
 		if si == nil {
 			return false, "no ServiceImport"
