@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/test/testbed"
 	"github.com/mcsd-io/mcsd/test/testbed/netns"
 )
@@ -55,7 +56,7 @@ func TestPodRunsAndExecWorks(t *testing.T) {
 		}}},
 	})
 	var pod *corev1.Pod
-	eventually(t, time.Minute, "pod box ready", func() (bool, string) {
+	poll.Until(t, time.Minute, "pod box ready", func() (bool, string) {
 		p, c := readyCondition(t, "c1", ns, "box")
 		pod = p
 		return c != nil && c.Status == corev1.ConditionTrue, "not yet"
@@ -83,7 +84,7 @@ func TestPodRunsAndExecWorks(t *testing.T) {
 	if err := clientFor(t, "c1").Delete(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "pod box gone", func() (bool, string) {
+	poll.Until(t, time.Minute, "pod box gone", func() (bool, string) {
 		p, _ := readyCondition(t, "c1", ns, "box")
 		return p == nil, "still there"
 	})
@@ -104,7 +105,7 @@ func TestUnrunnableContainerIsNotReady(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "nginx"},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "nginx", Image: "nginx:1.27"}}},
 	})
-	eventually(t, time.Minute, "pod nginx reported not ready with the reason", func() (bool, string) {
+	poll.Until(t, time.Minute, "pod nginx reported not ready with the reason", func() (bool, string) {
 		p, c := readyCondition(t, "c2", "unrunnable", "nginx")
 		if p == nil || c == nil || len(p.Status.ContainerStatuses) != 1 {
 			return false, "no status yet"

@@ -21,6 +21,7 @@ import (
 
 	aboutv1alpha1 "github.com/mcsd-io/mcsd/api/about/v1alpha1"
 	aboutv1beta1 "github.com/mcsd-io/mcsd/api/about/v1beta1"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
@@ -64,21 +65,6 @@ func clientFor(t *testing.T, id string) client.Client {
 	return cl
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
-}
-
 // deployWeb creates a Deployment and a Service in the cluster and returns
 // the pod IPs once every pod runs and the EndpointSlice lists them as ready.
 func deployWeb(t *testing.T, ctx context.Context, id string, replicas int32) []string {
@@ -119,7 +105,7 @@ func deployWeb(t *testing.T, ctx context.Context, id string, replicas int32) []s
 	}
 
 	var podIPs []string
-	eventually(t, 90*time.Second, "pods of "+id+" to run", func() (bool, string) {
+	poll.Until(t, 90*time.Second, "pods of "+id+" to run", func() (bool, string) {
 		var pods corev1.PodList
 		if err := cl.List(ctx, &pods, client.InNamespace("web")); err != nil {
 			return false, err.Error()
@@ -135,7 +121,7 @@ func deployWeb(t *testing.T, ctx context.Context, id string, replicas int32) []s
 		}
 		return len(podIPs) == 2*int(replicas), fmt.Sprintf("%d pod IPs of running pods", len(podIPs))
 	})
-	eventually(t, 60*time.Second, "EndpointSlice of "+id, func() (bool, string) {
+	poll.Until(t, 60*time.Second, "EndpointSlice of "+id, func() (bool, string) {
 		var slices discoveryv1.EndpointSliceList
 		if err := cl.List(ctx, &slices, client.InNamespace("web"), client.MatchingLabels{discoveryv1.LabelServiceName: "web"}); err != nil {
 			return false, err.Error()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -65,7 +66,7 @@ func waitPodsReady(t *testing.T, id, ns string, labels map[string]string, n int,
 	t.Helper()
 	cl := env.Client(t, id)
 	var names []string
-	fw.Eventually(t, timeout, fmt.Sprintf("%d ready pods %v in %s/%s", n, labels, id, ns), func() (bool, string) {
+	poll.Until(t, timeout, fmt.Sprintf("%d ready pods %v in %s/%s", n, labels, id, ns), func() (bool, string) {
 		var pods corev1.PodList
 		if err := cl.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
 			return false, err.Error()

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -44,7 +45,7 @@ func TestClusterSetTraffic(t *testing.T) {
 	web := "http://web." + ns + ".svc.clusterset.local"
 
 	t.Run("curl by name reaches pods of both clusters", func(t *testing.T) {
-		fw.Eventually(t, timeout, "replies from c1 and c2", func() (bool, string) {
+		poll.Until(t, timeout, "replies from c1 and c2", func() (bool, string) {
 			got := origins(replies(t, "c2", ns, client, "", web+"/hostname", 30), byCluster)
 			return got["c1"] > 0 && got["c2"] > 0 && got["?"] == 0, fmt.Sprint(got)
 		})
@@ -54,13 +55,13 @@ func TestClusterSetTraffic(t *testing.T) {
 		if code != 0 || !strings.Contains(out, ":") {
 			t.Fatalf("AAAA web: %q (exit %d)", out, code)
 		}
-		fw.Eventually(t, timeout, "IPv6 replies from c1 and c2", func() (bool, string) {
+		poll.Until(t, timeout, "IPv6 replies from c1 and c2", func() (bool, string) {
 			got := origins(replies(t, "c2", ns, client, "-6", web+"/hostname", 30), byCluster)
 			return got["c1"] > 0 && got["c2"] > 0 && got["?"] == 0, fmt.Sprint(got)
 		})
 	})
 	t.Run("UDP reaches both clusters", func(t *testing.T) {
-		fw.Eventually(t, timeout, "UDP replies from c1 and c2", func() (bool, string) {
+		poll.Until(t, timeout, "UDP replies from c1 and c2", func() (bool, string) {
 			got := origins(udpReplies(t, "c2", ns, client, "web."+ns+".svc.clusterset.local", 8081, 30), byCluster)
 			return got["c1"] > 0 && got["c2"] > 0 && got["?"] == 0, fmt.Sprint(got)
 		})
@@ -76,7 +77,7 @@ func TestClusterSetTraffic(t *testing.T) {
 		for _, id := range []string{"c1", "c2"} {
 			sticky[id] = podNames(t, id, ns, "sticky")
 		}
-		fw.Eventually(t, timeout, "sticky import routed", func() (bool, string) {
+		poll.Until(t, timeout, "sticky import routed", func() (bool, string) {
 			got := replies(t, "c2", ns, client, "", "http://sticky."+ns+".svc.clusterset.local/hostname", 20)
 			distinct := slices.Compact(slices.Sorted(slices.Values(got)))
 			o := origins(got, sticky)
@@ -85,7 +86,7 @@ func TestClusterSetTraffic(t *testing.T) {
 	})
 	t.Run("c1 scaled to zero leaves c2's pods", func(t *testing.T) {
 		scale(t, "c1", ns, "web", 0)
-		fw.Eventually(t, timeout, "replies from c2 only", func() (bool, string) {
+		poll.Until(t, timeout, "replies from c2 only", func() (bool, string) {
 			got := origins(replies(t, "c2", ns, client, "", web+"/hostname", 20), byCluster)
 			return got["c2"] == 20, fmt.Sprint(got)
 		})
@@ -94,7 +95,7 @@ func TestClusterSetTraffic(t *testing.T) {
 		for _, id := range []string{"c1", "c2"} {
 			fw.Unexport(t, env.Client(t, id), ns, "web")
 		}
-		fw.Eventually(t, timeout, "web no longer resolves", func() (bool, string) {
+		poll.Until(t, timeout, "web no longer resolves", func() (bool, string) {
 			out, code := shell(t, "c2", ns, client, "curl -s -m 2 "+web+"/hostname")
 			return code == 6, fmt.Sprintf("curl exit %d: %q", code, out) // 6: could not resolve host
 		})
@@ -114,7 +115,7 @@ func TestHeadlessPerPodNames(t *testing.T) {
 	client := startClient(t, "c2", ns)
 	for _, pod := range []string{"db-0", "db-1"} {
 		name := pod + ".c1.db." + ns + ".svc.clusterset.local"
-		fw.Eventually(t, timeout, name+" answers A and AAAA", func() (bool, string) {
+		poll.Until(t, timeout, name+" answers A and AAAA", func() (bool, string) {
 			out, _ := shell(t, "c2", ns, client, "dig +short A "+name+"; dig +short AAAA "+name)
 			l := lines(out)
 			return len(l) == 2 && strings.Contains(l[1], ":"), fmt.Sprint(l)
@@ -151,11 +152,11 @@ wait`},
 	fw.Export(t, env.Client(t, "c1"), ns, "echo")
 	client := startClient(t, "c2", ns)
 	host := "echo." + ns + ".svc.clusterset.local"
-	fw.Eventually(t, timeout, "nc over TCP", func() (bool, string) {
+	poll.Until(t, timeout, "nc over TCP", func() (bool, string) {
 		out, _ := shell(t, "c2", ns, client, "nc -w 2 "+host+" 7000 </dev/null")
 		return strings.TrimSpace(out) == "pong from "+pods[0], out
 	})
-	fw.Eventually(t, timeout, "nc over UDP", func() (bool, string) {
+	poll.Until(t, timeout, "nc over UDP", func() (bool, string) {
 		out, _ := shell(t, "c2", ns, client, "echo ping | nc -u -w 1 "+host+" 7001")
 		return strings.TrimSpace(out) == "pong from "+pods[0], out
 	})
