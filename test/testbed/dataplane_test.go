@@ -138,3 +138,34 @@ func TestCloseRemovesTheDataPlane(t *testing.T) {
 		t.Errorf("state directory left: %v", err)
 	}
 }
+
+// A testbed whose owner died without Close (a test binary killed by its
+// timeout) is removed by the next Start: its processes, state and every
+// network namespace.
+func TestNextStartRemovesACrashedTestbed(t *testing.T) {
+	ctx := context.Background()
+	crashed, err := testbed.Start(ctx, testbed.Options{Name: "crashed-" + strconv.Itoa(os.Getpid()), Clusters: 1, NodesPerCluster: 1, Ephemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := strings.TrimSuffix(crashed.Clusters[0].NodeNetns(), "-c1")
+	// Its owner is now a process that has exited.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(crashed.Dir(), "owner"), []byte(strconv.Itoa(gone.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next, err := testbed.Start(ctx, testbed.Options{Name: "next-" + strconv.Itoa(os.Getpid()), Clusters: 1, NodesPerCluster: 1, Ephemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = next.Close(ctx) }()
+	if left := netns.List(prefix + "-"); len(left) > 0 {
+		t.Errorf("namespaces of the crashed testbed left: %v", left)
+	}
+	if _, err := os.Stat(crashed.Dir()); !os.IsNotExist(err) {
+		t.Errorf("state directory of the crashed testbed left: %v", err)
+	}
+}
