@@ -91,8 +91,8 @@ testbed-binaries: ## Build the pinned testbed binaries (Kubernetes, kube-proxy, 
 	@hack/ensure-host-tools.sh
 
 .PHONY: testbed-up
-testbed-up: ## Start N local clusters (default N=3) and print the kubeconfig path.
-	@$(GO) run ./test/testbed/cmd/testbed up -n $(N)
+testbed-up: ## Start N local clusters (default N=3) and print the kubeconfig path; TESTBED_ARGS=-no-dataplane for control planes alone.
+	@$(GO) run ./test/testbed/cmd/testbed up -n $(N) $(TESTBED_ARGS)
 
 .PHONY: testbed-down
 testbed-down: ## Stop the testbed's processes and remove its state.
