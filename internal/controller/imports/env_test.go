@@ -2,11 +2,14 @@ package imports
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -23,12 +26,26 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/memory"
 )
 
-const testNS = "shop"
+const (
+	testNS     = "shop"
+	clusterSet = "set"
+	// settleTimeout bounds the wait for the View to catch up with a write.
+	settleTimeout = 10 * time.Second
+)
 
-// env is a reconciler over a fake API server and a View the test feeds.
+var webKey = registry.ServiceKey{Namespace: testNS, Name: "web"}
+
+// env is a reconciler over a fake API server and the View of a memory
+// registry: the exporting clusters publish their records through their own
+// Registries of one Store, and the View is fed by a watch of the store, as
+// the manager's registry watch feeds it (internal/manager). Tests call
+// Reconcile themselves once the View holds what the registry does, so that
+// they can tell what one reconcile writes.
 type env struct {
 	t    *testing.T
 	ctx  context.Context
@@ -36,6 +53,14 @@ type env struct {
 	view *clusterset.View
 	rec  *record.FakeRecorder
 	r    *Reconciler
+
+	// store is the registry; watcher is this cluster's connection to it,
+	// which feeds view; clusters are the exporting clusters' Registries.
+	store    *memory.Store
+	watcher  *memory.Watcher
+	clusters map[string]*memory.Registry
+	// down is set between disconnect and reconnect: the View hears nothing.
+	down bool
 
 	// mu guards writes and uids: a reconcile writes the derived Service and
 	// the EndpointSlices concurrently.
@@ -60,8 +85,14 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	api := fake.NewClientBuilder().WithScheme(scheme).
 		WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
 		WithObjects(objs...).Build()
-	e := &env{t: t, ctx: ctrl.LoggerInto(context.Background(), ctrl.Log), api: api, view: clusterset.NewView(), rec: record.NewFakeRecorder(100)}
-	e.view.OnConnection(true, nil)
+	store := memory.NewStore()
+	e := &env{
+		t: t, ctx: ctrl.LoggerInto(context.Background(), ctrl.Log), api: api, view: clusterset.NewView(), rec: record.NewFakeRecorder(100),
+		store: store, watcher: store.Watcher(clusterSet), clusters: map[string]*memory.Registry{},
+	}
+	t.Cleanup(func() { _ = e.watcher.Close() })
+	e.watch(e.view)
+	e.waitConnected(true)
 	counted := interceptor.NewClient(api, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			e.record("create", obj)
@@ -131,9 +162,139 @@ func (e *env) steady(name string) {
 	}
 }
 
-// full replaces the View's state.
-func (e *env) full(exports []registry.Export, endpoints ...registry.Endpoints) {
-	e.view.OnUpdate(registry.Update{Full: true, Exports: exports, Endpoints: endpoints})
+// watch feeds h from the env's watcher until the test ends, as the
+// manager's registry watch feeds its View.
+func (e *env) watch(h registry.Handler) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.watcher.Watch(ctx, h) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, registry.ErrClosed) {
+			e.t.Errorf("registry watch: %v", err)
+		}
+	})
+}
+
+// waitConnected waits until the View reports the registry reachable or not.
+func (e *env) waitConnected(want bool) {
+	e.t.Helper()
+	poll.Until(e.t, settleTimeout, fmt.Sprintf("the View to report the registry connected=%t", want), func() (bool, string) {
+		connected, err := e.view.Connected()
+		return connected == want, fmt.Sprintf("connected=%t (%v)", connected, err)
+	})
+}
+
+// open opens cluster's Registry in the store, its endpoints stamped by
+// stamp (nil: the time they are put).
+func (e *env) open(cluster string, stamp func() time.Time) *memory.Registry {
+	e.t.Helper()
+	reg, err := e.store.Open(memory.Options{Identity: registry.Identity{ClusterSet: clusterSet, Cluster: cluster}, Stamp: stamp})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = reg.Close() })
+	e.clusters[cluster] = reg
+	return reg
+}
+
+// publisher returns cluster's Registry, opened on first use.
+func (e *env) publisher(cluster string) *memory.Registry {
+	if reg := e.clusters[cluster]; reg != nil {
+		return reg
+	}
+	return e.open(cluster, nil)
+}
+
+// publish puts each export through its cluster's Registry, in order, so
+// that the first is the oldest of those not exported before, then each
+// cluster's endpoints; then it waits for the View to hold them.
+func (e *env) publish(exports []registry.Export, endpoints ...registry.Endpoints) {
+	e.t.Helper()
+	for _, x := range exports {
+		if err := e.publisher(x.Cluster).PutExport(e.ctx, x.Service, x.Spec); err != nil {
+			e.t.Fatalf("%s: put export: %v", x.Cluster, err)
+		}
+	}
+	for _, x := range endpoints {
+		if err := e.publisher(x.Cluster).PutEndpoints(e.ctx, x.Service, x.Groups); err != nil {
+			e.t.Fatalf("%s: put endpoints: %v", x.Cluster, err)
+		}
+	}
+	e.settle()
+}
+
+// unexport deletes the clusters' exports of web, endpoints included, and
+// waits for the View to hear of it.
+func (e *env) unexport(clusters ...string) {
+	e.t.Helper()
+	for _, c := range clusters {
+		if err := e.publisher(c).DeleteExport(e.ctx, webKey); err != nil {
+			e.t.Fatalf("%s: delete export: %v", c, err)
+		}
+	}
+	e.settle()
+}
+
+// disconnect cuts this cluster off the registry until reconnect.
+func (e *env) disconnect(err error) {
+	e.t.Helper()
+	e.watcher.Disconnect(err)
+	e.down = true
+	e.waitConnected(false)
+}
+
+// reconnect ends the outage: the View is read again in full.
+func (e *env) reconnect() {
+	e.t.Helper()
+	e.watcher.Reconnect()
+	e.down = false
+	e.waitConnected(true)
+	e.settle()
+}
+
+// settle waits until the View holds the registry's records, unless this
+// cluster is cut off from the registry.
+func (e *env) settle() {
+	e.t.Helper()
+	if e.down {
+		return
+	}
+	poll.Until(e.t, settleTimeout, "the View to hold the registry's records", func() (bool, string) {
+		stored := e.store.Snapshot(clusterSet)
+		exports := map[registry.ServiceKey]map[string]registry.Export{}
+		endpoints := map[registry.ServiceKey]map[string]registry.Endpoints{}
+		for _, x := range stored.Exports {
+			byCluster(exports, x.Service)[x.Cluster] = x
+		}
+		for _, x := range stored.Endpoints {
+			byCluster(endpoints, x.Service)[x.Cluster] = x
+		}
+		for _, k := range e.view.Keys("") {
+			byCluster(exports, k)
+		}
+		for k, want := range exports {
+			held := map[string]registry.Export{}
+			for _, x := range e.view.Exports(k) {
+				held[x.Cluster] = x
+			}
+			if !reflect.DeepEqual(want, held) {
+				return false, fmt.Sprintf("exports of %s: registry %v, View %v", k, want, held)
+			}
+			if held := e.view.Endpoints(k); !reflect.DeepEqual(byCluster(endpoints, k), held) {
+				return false, fmt.Sprintf("endpoints of %s differ", k)
+			}
+		}
+		return true, ""
+	})
+}
+
+// byCluster returns m's records of key, made on first use.
+func byCluster[T any](m map[registry.ServiceKey]map[string]T, key registry.ServiceKey) map[string]T {
+	if m[key] == nil {
+		m[key] = map[string]T{}
+	}
+	return m[key]
 }
 
 func (e *env) serviceImport(name string) *mcsv1beta1.ServiceImport {
@@ -220,17 +381,15 @@ func port(name string, proto corev1.Protocol, n int32) registry.Port {
 	return registry.Port{Name: name, Protocol: proto, Port: n}
 }
 
-func export(cluster string, order int64, typ registry.ServiceType, families []corev1.IPFamily, ports ...registry.Port) registry.Export {
-	return registry.Export{
-		Cluster: cluster,
-		Service: registry.ServiceKey{Namespace: testNS, Name: "web"},
-		Order:   order,
-		Spec:    registry.ServiceSpec{Type: typ, Ports: ports, IPFamilies: families},
-	}
+// export is cluster's export of web, to publish: the registry orders it.
+func export(cluster string, typ registry.ServiceType, families []corev1.IPFamily, ports ...registry.Port) registry.Export {
+	return registry.Export{Cluster: cluster, Service: webKey, Spec: registry.ServiceSpec{Type: typ, Ports: ports, IPFamilies: families}}
 }
 
+// endpoints is cluster's endpoints of web, to publish: the registry stamps
+// them.
 func endpoints(cluster string, groups ...registry.EndpointGroup) registry.Endpoints {
-	return registry.Endpoints{Cluster: cluster, Service: registry.ServiceKey{Namespace: testNS, Name: "web"}, Groups: groups}
+	return registry.Endpoints{Cluster: cluster, Service: webKey, Groups: groups}
 }
 
 func group(at discoveryv1.AddressType, ports []registry.EndpointPort, eps ...registry.Endpoint) registry.EndpointGroup {

@@ -35,7 +35,7 @@ func TestImportMetricsFollowTheImport(t *testing.T) {
 		return sum(t, "mcsd_service_imports", map[string]string{"cluster": cluster, "state": string(s)})
 	}
 
-	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
 	e.reconcile("web")
 	if p, r := state(metrics.ImportPending), state(metrics.ImportReady); p != 1 || r != 0 {
 		t.Errorf("before the derived Service has IPs: pending %v ready %v, want 1 and 0", p, r)
@@ -46,14 +46,14 @@ func TestImportMetricsFollowTheImport(t *testing.T) {
 		t.Errorf("ready: pending %v ready %v, want 0 and 1", p, r)
 	}
 
-	e.view.OnConnection(false, errors.New("connection refused"))
+	e.disconnect(errors.New("connection refused"))
 	e.reconcile("web")
 	if u, r := state(metrics.ImportRegistryUnreachable), state(metrics.ImportReady); u != 1 || r != 0 {
 		t.Errorf("registry unreachable: unreachable %v ready %v, want 1 and 0", u, r)
 	}
 
-	e.view.OnConnection(true, nil)
-	e.full(nil)
+	e.reconnect()
+	e.unexport("east")
 	e.reconcile("web")
 	for _, s := range []metrics.ImportState{metrics.ImportReady, metrics.ImportPending, metrics.ImportRegistryUnreachable} {
 		if v := state(s); v != 0 {
@@ -73,27 +73,36 @@ func TestPropagationObservedOncePerChange(t *testing.T) {
 	observations := func(source string) float64 {
 		return sum(t, "mcsd_propagation_seconds", map[string]string{"cluster": cluster, "source_cluster": source})
 	}
-	stamped := func(cluster string, at time.Time, addr string) registry.Endpoints {
-		eps := endpoints(cluster, group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready(addr)))
-		eps.Updated = at
-		return eps
+	addr := func(cluster, addr string) registry.Endpoints {
+		return endpoints(cluster, group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready(addr)))
 	}
 	exports := []registry.Export{
-		export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
-		export("west", 2, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+		export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+		export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
 	}
+	// east's clock is an hour behind until its change below; west's
+	// registry stamps nothing.
+	var eastBehind atomic.Bool
+	eastBehind.Store(true)
+	e.open("east", func() time.Time {
+		if eastBehind.Load() {
+			return time.Now().Add(-time.Hour)
+		}
+		return time.Now()
+	})
+	e.open("west", func() time.Time { return time.Time{} })
 
 	// east's endpoints changed before the controller started; west's carry
 	// no stamp: neither is observed.
-	e.full(exports, stamped("east", time.Now().Add(-time.Hour), "10.1.0.1"), stamped("west", time.Time{}, "10.2.0.1"))
+	e.publish(exports, addr("east", "10.1.0.1"), addr("west", "10.2.0.1"))
 	e.reconcile("web")
 	if n := observations("east") + observations("west"); n != 0 {
 		t.Errorf("%v observations of records older than the start or without a stamp", n)
 	}
 
 	// A change in east: once in place, observed once.
-	changed := time.Now()
-	e.full(exports, stamped("east", changed, "10.1.0.9"), stamped("west", time.Time{}, "10.2.0.1"))
+	eastBehind.Store(false)
+	e.publish(nil, addr("east", "10.1.0.9"))
 	e.reconcile("web")
 	e.reconcile("web")
 	if n := observations("east"); n != 1 {
@@ -106,14 +115,14 @@ func TestPropagationObservedOncePerChange(t *testing.T) {
 
 func TestClustersChangedEventOncePerChange(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
-	east := export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
-	west := export("west", 2, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
-	e.full([]registry.Export{east})
+	east := export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+	west := export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+	e.publish([]registry.Export{east})
 	e.reconcile("web")
 	e.events()
 
 	before := e.serviceImport("web")
-	e.full([]registry.Export{east, west})
+	e.publish([]registry.Export{east, west})
 	e.reconcile("web")
 	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], "added west") {
 		t.Fatalf("events = %v, want one naming west", ev)
@@ -129,7 +138,7 @@ func TestClustersChangedEventOncePerChange(t *testing.T) {
 		t.Errorf("events for the same change seen through a stale cache: %v", ev)
 	}
 
-	e.full([]registry.Export{west})
+	e.unexport("east")
 	e.reconcile("web")
 	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], "removed east") {
 		t.Errorf("events = %v, want one naming east as removed", ev)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -30,12 +31,12 @@ import (
 // twoClusters: east (oldest) exports http and metrics, west only http with
 // other target ports; east's endpoints include a not-ready, terminating one.
 func twoClusters(e *env) {
-	east := export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
+	east := export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
 	east.Spec.ExportedLabels = map[string]string{"app": "web"}
 	east.Spec.ExportedAnnotations = map[string]string{"team": "shop"}
-	west := export("west", 2, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+	west := export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
 	west.Spec.ExportedLabels = map[string]string{"app": "other"} // loses: east is older
-	e.full([]registry.Export{east, west},
+	e.publish([]registry.Export{east, west},
 		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080), epPort("metrics", 9091)},
 			ready("10.1.0.1"),
 			registry.Endpoint{Addresses: []string{"10.1.0.2"}, Terminating: true, NodeName: "n1", Zone: "z1"})),
@@ -170,9 +171,9 @@ func TestClusterServingNoPortGetsNoSlices(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	// north's port 80 is "web", not "http": it matches the import port by
 	// number, loses the conflict, and serves no import port.
-	e.full([]registry.Export{
-		export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
-		export("north", 2, registry.ClusterSetIP, v4, port("web", corev1.ProtocolTCP, 80)),
+	e.publish([]registry.Export{
+		export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+		export("north", registry.ClusterSetIP, v4, port("web", corev1.ProtocolTCP, 80)),
 	},
 		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.1.0.1"))),
 		endpoints("north", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("web", 8080)}, ready("10.3.0.1"))),
@@ -187,9 +188,9 @@ func TestClusterServingNoPortGetsNoSlices(t *testing.T) {
 
 func TestHeadlessImport(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
-	e.full([]registry.Export{
-		export("east", 1, registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
-		export("west", 2, registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
+	e.publish([]registry.Export{
+		export("east", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
+		export("west", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
 	},
 		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5432)},
 			registry.Endpoint{Addresses: []string{"10.1.0.1"}, Ready: true, Serving: true, Hostname: "db-0"})),
@@ -231,9 +232,9 @@ func TestLargeGroupsSplit(t *testing.T) {
 	for i := range 250 {
 		eps = append(eps, ready(fmt.Sprintf("10.1.%d.%d", i/200, i%200)))
 	}
-	exports := []registry.Export{export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))}
+	exports := []registry.Export{export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))}
 	ports := []registry.EndpointPort{epPort("http", 8080)}
-	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps...)))
+	e.publish(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps...)))
 	e.reconcile("web")
 
 	ss := e.slices("web")["east"]
@@ -257,11 +258,11 @@ func TestLargeGroupsSplit(t *testing.T) {
 
 	// The split does not depend on the order the registry lists endpoints in.
 	slices.Reverse(eps)
-	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps...)))
+	e.publish(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps...)))
 	e.steady("web")
 
 	// Fewer endpoints: the extra slice goes.
-	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps[:150]...)))
+	e.publish(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, ports, eps[:150]...)))
 	e.reconcile("web")
 	if n := len(e.slices("web")["east"]); n != 2 {
 		t.Errorf("%d slices for 150 endpoints, want 2", n)
@@ -281,7 +282,7 @@ func TestLastExportGone(t *testing.T) {
 	e.allocate("web", "10.96.0.10")
 	e.reconcile("web")
 
-	e.full(nil)
+	e.unexport("east", "west")
 	e.reconcile("web")
 	if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
 		t.Error("ServiceImport not deleted")
@@ -351,9 +352,9 @@ func (e *env) intact() {
 
 func TestNotSyncedTouchesNothing(t *testing.T) {
 	e := built(t)
-	// A new View that has not been read yet: it knows no exports.
+	// A restarted controller whose registry watch has not delivered its
+	// first read yet: its View knows no exports.
 	e.view = clusterset.NewView()
-	e.view.OnConnection(true, nil)
 	e.r.View = e.view
 	e.writes = nil
 	if res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNS, Name: "web"}}); err != nil || res.RequeueAfter == 0 {
@@ -367,9 +368,10 @@ func TestNotSyncedTouchesNothing(t *testing.T) {
 
 func TestDisconnectedTouchesNothing(t *testing.T) {
 	e := built(t)
-	e.view.OnConnection(false, errors.New("etcd: context deadline exceeded"))
-	// Even a full update without exports deletes nothing while disconnected.
-	e.full(nil)
+	e.disconnect(errors.New("etcd: context deadline exceeded"))
+	// Even the exports going deletes nothing while disconnected: the View
+	// keeps what it last read.
+	e.unexport("east", "west")
 	w := e.reconcile("web")
 	if d := cmp.Diff([]string{"patch/status *v1beta1.ServiceImport web"}, w); d != "" {
 		t.Errorf("writes while disconnected (-want +got):\n%s", d)
@@ -383,9 +385,10 @@ func TestDisconnectedTouchesNothing(t *testing.T) {
 	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
 	e.steady("web")
 
-	// Back, with the exports: the condition goes, nothing else changes.
+	// Back, with the exports (exported again during the outage, in the same
+	// order): the condition goes, nothing else changes.
 	twoClusters(e)
-	e.view.OnConnection(true, nil)
+	e.reconnect()
 	w = e.reconcile("web")
 	if d := cmp.Diff([]string{"patch/status *v1beta1.ServiceImport web"}, w); d != "" {
 		t.Errorf("writes after reconnecting (-want +got):\n%s", d)
@@ -397,11 +400,11 @@ func TestDisconnectedTouchesNothing(t *testing.T) {
 	e.steady("web")
 
 	// Disconnected again, then back without the exports: now it goes.
-	e.view.OnConnection(false, errors.New("down"))
-	e.full(nil)
+	e.disconnect(errors.New("down"))
+	e.unexport("east", "west")
 	e.reconcile("web")
 	e.intact()
-	e.view.OnConnection(true, nil)
+	e.reconnect()
 	e.reconcile("web")
 	if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
 		t.Error("ServiceImport kept after reconnecting without exports")
@@ -410,14 +413,38 @@ func TestDisconnectedTouchesNothing(t *testing.T) {
 
 func TestNotConnectedYetTouchesNothing(t *testing.T) {
 	e := built(t)
-	// As at startup: the full read arrives before the connection report.
-	e.view.OnConnection(false, nil)
-	e.full(nil)
+	// The exports go, and the controller restarts: its new watch delivers
+	// the full read, without them, before it reports the connection; the
+	// report is held back until the test ends.
+	e.unexport("east", "west")
+	release := make(chan struct{})
+	defer close(release)
+	e.view = clusterset.NewView()
+	e.r.View = e.view
+	e.watch(heldConnection{View: e.view, release: release})
+	poll.Until(t, settleTimeout, "the new View's first read", func() (bool, string) { return e.view.HasSynced(), "not synced" })
+	if len(e.view.Exports(webKey)) != 0 {
+		t.Fatal("the registry still holds exports of web")
+	}
 	e.steady("web")
 	e.intact()
 	if c := condition(e.serviceImport("web"), conditions.RegistryReachable); c != nil {
 		t.Errorf("RegistryReachable set before the first connection report: %+v", c)
 	}
+}
+
+// heldConnection passes a registry watch's updates to the View and holds
+// back its connection reports until release is closed: the View stays as a
+// backend leaves it between its first full read and the report that
+// follows.
+type heldConnection struct {
+	*clusterset.View
+	release <-chan struct{}
+}
+
+func (h heldConnection) OnConnection(connected bool, err error) {
+	<-h.release
+	h.View.OnConnection(connected, err)
 }
 
 func TestUnmarkedServiceImportNotTouched(t *testing.T) {
@@ -440,7 +467,7 @@ func TestUnmarkedServiceImportNotTouched(t *testing.T) {
 	}
 
 	// Nor is it deleted when the exports go.
-	e.full(nil)
+	e.unexport("east", "west")
 	e.steady("web")
 	if !e.exists(&mcsv1beta1.ServiceImport{}, "web") {
 		t.Error("unmarked ServiceImport deleted")
@@ -491,7 +518,7 @@ func TestForeignDerivedService(t *testing.T) {
 func TestDualStackIPsInFamilyOrder(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	families := []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
-	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, families, port("http", corev1.ProtocolTCP, 80))})
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, families, port("http", corev1.ProtocolTCP, 80))})
 	e.reconcile("web")
 	svc := e.service(DerivedServiceName("web"))
 	if ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyRequireDualStack {
@@ -534,7 +561,7 @@ func refuseIPv6(obj client.Object) error {
 func TestIPFamilyFallback(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	e.createHook = refuseIPv6
-	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80))})
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80))})
 	e.reconcile("web")
 
 	svc := e.service(DerivedServiceName("web"))
@@ -564,7 +591,7 @@ func TestIPFamilyFallback(t *testing.T) {
 func TestIPFamilyNoneSupported(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	e.createHook = refuseIPv6
-	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80))},
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80))},
 		endpoints("east", group(discoveryv1.AddressTypeIPv6, []registry.EndpointPort{epPort("http", 8080)}, ready("fd00:1::1"))))
 	e.reconcile("web")
 	if e.service(DerivedServiceName("web")) != nil {
@@ -585,10 +612,10 @@ func TestFamilyChangeRecreatesService(t *testing.T) {
 	old := e.service(DerivedServiceName("web"))
 	e.events()
 
-	east := export("east", 1, registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
+	east := export("east", registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
 	east.Spec.ExportedLabels = map[string]string{"app": "web"}
 	east.Spec.ExportedAnnotations = map[string]string{"team": "shop"}
-	e.full([]registry.Export{east, export("west", 2, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.publish([]registry.Export{east, export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
 	e.reconcile("web")
 
 	svc := e.service(DerivedServiceName("web"))
@@ -658,14 +685,14 @@ func TestRepairsHandEdits(t *testing.T) {
 
 func TestClustersChangedEvent(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
-	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
 	e.reconcile("web")
 	if ev := e.events(); len(ev) != 0 {
 		t.Errorf("events for a new import = %v, want none", ev)
 	}
-	e.full([]registry.Export{
-		export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
-		export("west", 2, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+	e.publish([]registry.Export{
+		export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+		export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
 	})
 	e.reconcile("web")
 	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], eventClustersChanged) || !strings.Contains(ev[0], "added west") {
@@ -725,7 +752,8 @@ func TestMapFuncs(t *testing.T) {
 
 	// Reachability: the View's keys and every import mcsd made, even one whose
 	// Service is no longer exported.
-	e.full([]registry.Export{{Cluster: "east", Service: registry.ServiceKey{Namespace: testNS, Name: "api"}, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}})
+	e.publish([]registry.Export{{Cluster: "east", Service: registry.ServiceKey{Namespace: testNS, Name: "api"}, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}})
+	e.unexport("east", "west")
 	got := e.r.changeToImports(ctx, clusterset.Change{Reachability: true})
 	if d := cmp.Diff([]ctrl.Request{request(testNS, "api"), request(testNS, "web")}, got); d != "" {
 		t.Errorf("changeToImports(reachability) (-want +got):\n%s", d)

@@ -2,7 +2,9 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -20,11 +22,18 @@ type Options struct {
 	// TTL is how long the cluster's records outlive its last open Registry.
 	// Default DefaultTTL.
 	TTL time.Duration
+	// Stamp is the clock that stamps the cluster's endpoints when they are
+	// put (Endpoints.Updated). Default time.Now. Tests set it to publish
+	// endpoints stamped at a time of their choosing, or unstamped (a clock
+	// that returns the zero time), as a Cloud Map instance registered without
+	// the stamp is read.
+	Stamp func() time.Time
 }
 
 // Registry is a Store opened for one cluster of one clusterset.
 type Registry struct {
 	Watcher
+	stamp func() time.Time
 }
 
 // Open opens s for opts.Identity: the cluster is live from now until its
@@ -36,7 +45,10 @@ func (s *Store) Open(opts Options) (*Registry, error) {
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
 	}
-	r := &Registry{Watcher: Watcher{s: s, id: opts.Identity, closed: make(chan struct{})}}
+	if opts.Stamp == nil {
+		opts.Stamp = time.Now
+	}
+	r := &Registry{Watcher: Watcher{s: s, id: opts.Identity, closed: make(chan struct{})}, stamp: opts.Stamp}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.join(s.set(opts.Identity.ClusterSet), opts.Identity, opts.TTL)
@@ -50,7 +62,7 @@ func (r *Registry) PutExport(ctx context.Context, key registry.ServiceKey, spec 
 
 // PutEndpoints implements registry.Publisher.
 func (r *Registry) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
-	return r.write(ctx, key, func(cs *clusterSet, id registry.RecordID) { cs.putEndpoints(id, groups) })
+	return r.write(ctx, key, func(cs *clusterSet, id registry.RecordID) { cs.putEndpoints(id, groups, r.stamp()) })
 }
 
 // DeleteExport implements registry.Publisher.
@@ -103,6 +115,9 @@ type Watcher struct {
 	id     registry.Identity
 	closed chan struct{}
 	once   sync.Once
+	// down is why the watcher's watches cannot read the registry, nil while
+	// they can (Disconnect, Reconnect). s.mu guards it.
+	down error
 }
 
 // Watcher opens a read-only watcher of clusterSet; Close ends its watches.
@@ -123,10 +138,14 @@ func (w *Watcher) Watch(ctx context.Context, h registry.Handler) error {
 	if err := alive(ctx, w.closed); err != nil {
 		return err
 	}
-	wt := &watch{ready: make(chan struct{}, 1)}
+	wt := &watch{owner: w, ready: make(chan struct{}, 1)}
 	w.s.mu.Lock()
 	cs := w.s.set(w.id.ClusterSet)
-	wt.queue(cs.full())
+	if w.down != nil {
+		wt.queueConnection(false, w.down)
+	} else {
+		wt.queueFull(cs)
+	}
 	cs.watches[wt] = struct{}{}
 	w.s.mu.Unlock()
 	defer func() {
@@ -135,7 +154,6 @@ func (w *Watcher) Watch(ctx context.Context, h registry.Handler) error {
 		w.s.mu.Unlock()
 	}()
 
-	connected := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -144,26 +162,67 @@ func (w *Watcher) Watch(ctx context.Context, h registry.Handler) error {
 			return registry.ErrClosed
 		case <-wt.ready:
 		}
-		for _, u := range wt.take() {
-			h.OnUpdate(u)
-		}
-		if !connected {
-			connected = true
-			h.OnConnection(true, nil)
+		for _, deliver := range wt.take() {
+			deliver(h)
 		}
 	}
 }
 
-// watch is one call of Watch: the updates made and not delivered yet.
+// Disconnect simulates, for tests, the loss of the watcher's connection to
+// the registry: its watches report OnConnection(false, err) and deliver no
+// change until Reconnect, while the store goes on taking every cluster's
+// writes. A nil err stands for a generic connection error.
+func (w *Watcher) Disconnect(err error) {
+	if err == nil {
+		err = errors.New("memory registry: disconnected")
+	}
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	w.down = err
+	for wt := range w.own() {
+		wt.queueConnection(false, err)
+	}
+}
+
+// Reconnect ends what Disconnect began, as the etcd backend recovers: each
+// watch delivers a full Update of the clusterset as it is now, then reports
+// OnConnection(true, nil).
+func (w *Watcher) Reconnect() {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	if w.down == nil {
+		return
+	}
+	w.down = nil
+	cs := w.s.set(w.id.ClusterSet)
+	for wt := range w.own() {
+		wt.queueFull(cs)
+	}
+}
+
+// own yields the watcher's watches. s.mu is held.
+func (w *Watcher) own() iter.Seq[*watch] {
+	return func(yield func(*watch) bool) {
+		for wt := range w.s.set(w.id.ClusterSet).watches {
+			if wt.owner == w && !yield(wt) {
+				return
+			}
+		}
+	}
+}
+
+// watch is one call of Watch: the updates and connection reports made and
+// not delivered yet, each a call of the handler.
 type watch struct {
+	owner   *Watcher
 	mu      sync.Mutex
-	pending []registry.Update
+	pending []func(registry.Handler)
 	ready   chan struct{} // holds a token while pending is not empty
 }
 
-func (w *watch) queue(u registry.Update) {
+func (w *watch) queue(deliver func(registry.Handler)) {
 	w.mu.Lock()
-	w.pending = append(w.pending, u)
+	w.pending = append(w.pending, deliver)
 	w.mu.Unlock()
 	select {
 	case w.ready <- struct{}{}:
@@ -171,10 +230,38 @@ func (w *watch) queue(u registry.Update) {
 	}
 }
 
-func (w *watch) take() []registry.Update {
+// queueUpdate queues u unless the watch's watcher is disconnected. s.mu is
+// held.
+func (w *watch) queueUpdate(u registry.Update) {
+	if w.owner.down == nil {
+		w.queue(func(h registry.Handler) { h.OnUpdate(u) })
+	}
+}
+
+// queueFull queues the whole state of cs, then the report that the registry
+// is reachable, as a watch begins. s.mu is held.
+func (w *watch) queueFull(cs *clusterSet) {
+	w.queueUpdate(cs.full())
+	w.queueConnection(true, nil)
+}
+
+func (w *watch) queueConnection(connected bool, err error) {
+	w.queue(func(h registry.Handler) { h.OnConnection(connected, err) })
+}
+
+func (w *watch) take() []func(registry.Handler) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := w.pending
 	w.pending = nil
 	return out
+}
+
+// Snapshot returns, for tests, what the store holds of clusterSet: its
+// records and live clusters as one full Update, the first that a watch of it
+// would deliver.
+func (s *Store) Snapshot(clusterSet string) registry.Update {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.set(clusterSet).full()
 }

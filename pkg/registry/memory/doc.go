@@ -10,4 +10,8 @@
 // Liveness is modelled on etcd's leases: a cluster's records outlive its last
 // open Registry by the TTL it was opened with, then they are deleted, and a
 // Registry opened again within the TTL keeps them and their order.
+//
+// For tests, a Watcher can be cut off from the store and reconnected
+// (Disconnect, Reconnect), Options.Stamp sets the clock that stamps a
+// cluster's endpoints, and Snapshot reads the store without a watch.
 package memory

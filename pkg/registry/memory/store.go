@@ -132,13 +132,13 @@ func (s *Store) putExport(cs *clusterSet, id registry.RecordID, spec registry.Se
 	cs.deliver(registry.Update{Exports: []registry.Export{e}})
 }
 
-// putEndpoints stores endpoints unless the same groups are stored already.
-// s.mu is held.
-func (cs *clusterSet) putEndpoints(id registry.RecordID, groups []registry.EndpointGroup) {
+// putEndpoints stores endpoints, stamped at, unless the same groups are
+// stored already. s.mu is held.
+func (cs *clusterSet) putEndpoints(id registry.RecordID, groups []registry.EndpointGroup, at time.Time) {
 	if old, ok := cs.endpoints[id]; ok && equality.Semantic.DeepEqual(old.Groups, groups) {
 		return
 	}
-	e := registry.Endpoints{Cluster: id.Cluster, Service: id.Service, Groups: groups, Updated: time.Now()}
+	e := registry.Endpoints{Cluster: id.Cluster, Service: id.Service, Groups: groups, Updated: at}
 	cs.endpoints[id] = e
 	cs.deliver(registry.Update{Endpoints: []registry.Endpoints{e}})
 }
@@ -193,7 +193,7 @@ func (cs *clusterSet) full() registry.Update {
 // receives the updates in the order they were made.
 func (cs *clusterSet) deliver(u registry.Update) {
 	for w := range cs.watches {
-		w.queue(u)
+		w.queueUpdate(u)
 	}
 }
 
