@@ -22,6 +22,15 @@ Each patch makes moto do what the Cloud Map API reference documents:
    ServiceAlreadyExists (moto creates duplicates).
 5. DeleteService of a service with instances, and DeleteNamespace of a
    namespace with services, fail with ResourceInUse (moto deletes them).
+6. Operations: RegisterInstance and DeregisterInstance record their
+   namespace and service among the operation's targets, as UpdateService
+   records its namespace (moto records the instance alone); ListOperations
+   lists them (moto keeps only operations whose namespace target exists, so
+   instance operations never show), honours the documented filters
+   NAMESPACE_ID and SERVICE_ID (EQ), STATUS and TYPE (EQ, IN) and
+   UPDATE_DATE (BETWEEN two Unix times, seconds), and pages with MaxResults
+   (default and at most 100) and NextToken (moto ignores all of them). Pages
+   are in UpdateDate order, oldest first.
 """
 
 import json
@@ -47,6 +56,7 @@ _create_http_namespace = models.ServiceDiscoveryBackend.create_http_namespace
 _create_service = models.ServiceDiscoveryBackend.create_service
 _delete_service = models.ServiceDiscoveryBackend.delete_service
 _delete_namespace = models.ServiceDiscoveryBackend.delete_namespace
+_update_service = models.ServiceDiscoveryBackend.update_service
 
 
 # moto's server answers requests on several threads; registrations and
@@ -59,20 +69,33 @@ def _bump(service):
     service.mcsd_revision = getattr(service, "mcsd_revision", 0) + 1
 
 
+def _target(self, op_id, service):
+    self.operations[op_id].targets.update({"NAMESPACE": service.namespace_id, "SERVICE": service.id})
+
+
 def register_instance(self, service_id, instance_id, creator_request_id, attributes):
     with _instances_lock:
         service = self.get_service(service_id)
         service.instances[:] = [i for i in service.instances if i.instance_id != instance_id]
         op = _register(self, service_id, instance_id, creator_request_id, attributes)
         _bump(service)
+        _target(self, op, service)
         return op
 
 
 def deregister_instance(self, service_id, instance_id):
     with _instances_lock:
         op = _deregister(self, service_id, instance_id)
-        _bump(self.get_service(service_id))
+        service = self.get_service(service_id)
+        _bump(service)
+        _target(self, op, service)
         return op
+
+
+def update_service(self, service_id, details):
+    op = _update_service(self, service_id, details)
+    _target(self, op, self.get_service(service_id))
+    return op
 
 
 def discover_instances_revision(self, namespace_name, service_name):
@@ -134,6 +157,45 @@ def list_services_response(self):
     return json.dumps({"Services": [s.to_json() for s in services]})
 
 
+def _operation_filter(f):
+    name, values = f.get("Name"), [str(v) for v in f.get("Values") or []]
+    condition = f.get("Condition") or "EQ"
+    allowed = {
+        "NAMESPACE_ID": ("EQ",), "SERVICE_ID": ("EQ",),
+        "STATUS": ("EQ", "IN"), "TYPE": ("EQ", "IN"), "UPDATE_DATE": ("BETWEEN",),
+    }
+    if name not in allowed or condition not in allowed[name]:
+        raise _Error("InvalidInput", f"filter {name} does not take condition {condition}")
+    if condition == "EQ" and len(values) != 1 or condition == "BETWEEN" and len(values) != 2 or not values:
+        raise _Error("InvalidInput", f"filter {name} with {condition} takes {'two values' if condition == 'BETWEEN' else 'one value'}")
+    if name == "UPDATE_DATE":
+        lo, hi = float(values[0]), float(values[1])
+        return lambda op: lo <= op.updated <= hi
+    key = {"NAMESPACE_ID": "NAMESPACE", "SERVICE_ID": "SERVICE"}.get(name)
+    if key:
+        return lambda op: op.targets.get(key) in values
+    attr = "status" if name == "STATUS" else "operation_type"
+    return lambda op: getattr(op, attr) in values
+
+
+def list_operations_response(self):
+    params = json.loads(self.body or "{}")
+    ops = list(self.servicediscovery_backend.operations.values())
+    for f in params.get("Filters") or []:
+        keep = _operation_filter(f)
+        ops = [op for op in ops if keep(op)]
+    ops.sort(key=lambda op: (op.updated, op.id))
+    limit = int(params.get("MaxResults") or 100)
+    if not 1 <= limit <= 100:
+        raise _Error("InvalidInput", "MaxResults must be between 1 and 100")
+    start = int(params.get("NextToken") or 0)
+    page = ops[start:start + limit]
+    body = {"Operations": [op.to_json(short=True) for op in page]}
+    if start + limit < len(ops):
+        body["NextToken"] = str(start + limit)
+    return json.dumps(body)
+
+
 models.ServiceDiscoveryBackend.register_instance = register_instance
 models.ServiceDiscoveryBackend.deregister_instance = deregister_instance
 models.ServiceDiscoveryBackend.discover_instances_revision = discover_instances_revision
@@ -141,6 +203,8 @@ models.ServiceDiscoveryBackend.create_http_namespace = create_http_namespace
 models.ServiceDiscoveryBackend.create_service = create_service
 models.ServiceDiscoveryBackend.delete_service = delete_service
 models.ServiceDiscoveryBackend.delete_namespace = delete_namespace
+models.ServiceDiscoveryBackend.update_service = update_service
+responses.ServiceDiscoveryResponse.list_operations = list_operations_response
 responses.ServiceDiscoveryResponse.list_services = list_services_response
 
 if __name__ == "__main__":

@@ -1,0 +1,120 @@
+package cloudmap
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
+)
+
+// The patched moto records instance operations with their namespace and
+// service and lists operations with Cloud Map's filters and paging
+// (hack/moto/cloudmap_server.py, deviation 6): what a change feed built on
+// ListOperations relies on.
+func TestMotoListOperations(t *testing.T) {
+	ctx := context.Background()
+	srv := mototest.Start(t)
+	api, err := NewClient(ctx, Options{Region: mototest.Region, Endpoint: srv.URL, Credentials: mototest.Credentials, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := api.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("ops")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsOp, err := api.GetOperation(ctx, &sd.GetOperationInput{OperationId: ns.OperationId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsID := nsOp.Operation.Targets["NAMESPACE"]
+	var services []string
+	for _, name := range []string{"a", "b"} {
+		out, err := api.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(nsID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		services = append(services, aws.ToString(out.Service.Id))
+	}
+	register := func(svc, id string) string {
+		out, err := api.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(id),
+			Attributes: map[string]string{"AWS_INSTANCE_IPV4": "10.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aws.ToString(out.OperationId)
+	}
+	regA1, regA2, regB1 := register(services[0], "a1"), register(services[0], "a2"), register(services[1], "b1")
+	dereg, err := api.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(services[0]), InstanceId: aws.String("a1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deregA1 := aws.ToString(dereg.OperationId)
+
+	got, err := api.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(regB1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg := got.Operation.Targets; tg["NAMESPACE"] != nsID || tg["SERVICE"] != services[1] || tg["INSTANCE"] != "b1" {
+		t.Errorf("targets of RegisterInstance: %v", tg)
+	}
+
+	list := func(max int32, filters ...types.OperationFilter) []string {
+		t.Helper()
+		var ids []string
+		in := &sd.ListOperationsInput{Filters: filters, MaxResults: aws.Int32(max)}
+		for {
+			out, err := api.ListOperations(ctx, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range out.Operations {
+				ids = append(ids, aws.ToString(op.Id))
+			}
+			if out.NextToken == nil {
+				return ids
+			}
+			in.NextToken = out.NextToken
+		}
+	}
+	between := func(from, to time.Time) types.OperationFilter {
+		return types.OperationFilter{Name: types.OperationFilterNameUpdateDate, Condition: types.FilterConditionBetween,
+			Values: []string{strconv.FormatInt(from.Unix(), 10), strconv.FormatInt(to.Unix(), 10)}}
+	}
+	now := time.Now()
+	cases := []struct {
+		name    string
+		max     int32
+		filters []types.OperationFilter
+		want    []string
+	}{
+		{"by service", 100, []types.OperationFilter{{Name: types.OperationFilterNameServiceId, Values: []string{services[0]}}}, []string{regA1, regA2, deregA1}},
+		{"by type", 100, []types.OperationFilter{{Name: types.OperationFilterNameType, Condition: types.FilterConditionIn,
+			Values: []string{string(types.OperationTypeDeregisterInstance)}}}, []string{deregA1}},
+		{"by namespace and date, one a page", 1, []types.OperationFilter{
+			{Name: types.OperationFilterNameNamespaceId, Values: []string{nsID}}, between(now.Add(-time.Minute), now.Add(time.Minute)),
+			{Name: types.OperationFilterNameStatus, Condition: types.FilterConditionIn, Values: []string{"SUCCESS", "FAIL"}},
+		}, []string{aws.ToString(ns.OperationId), regA1, regA2, regB1, deregA1}},
+		{"before any of them", 100, []types.OperationFilter{between(now.Add(-time.Hour), now.Add(-time.Minute))}, nil},
+	}
+	for _, tc := range cases {
+		got := list(tc.max, tc.filters...)
+		if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(tc.want))) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if all := list(2); !slices.Contains(all, aws.ToString(ns.OperationId)) || len(all) != 5 {
+		t.Errorf("every operation, two a page: %d (%v)", len(all), all)
+	}
+	_, err = api.ListOperations(ctx, &sd.ListOperationsInput{Filters: []types.OperationFilter{
+		{Name: types.OperationFilterNameUpdateDate, Values: []string{"1"}}}})
+	if err == nil {
+		t.Error("UPDATE_DATE with EQ: no error")
+	}
+}
