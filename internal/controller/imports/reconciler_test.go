@@ -656,6 +656,39 @@ func TestRepairsHandEdits(t *testing.T) {
 	e.steady("web")
 }
 
+// TestUpgradeRelabelsDerivedService: an import an older mcsd wrote names its
+// derived Service in the legacy annotation only. The next reconcile replaces
+// it with the standard one in place: the ServiceImport, the derived Service
+// and the slices are kept.
+func TestUpgradeRelabelsDerivedService(t *testing.T) {
+	e := built(t)
+	si := e.serviceImport("web")
+	svc := e.service(DerivedServiceName("web"))
+	delete(si.Annotations, wellknown.AnnotationDerivedService)
+	si.Annotations[wellknown.AnnotationLegacyDerivedService] = svc.Name
+	if err := e.api.Update(e.ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	if got := wellknown.DerivedService(e.serviceImport("web").Annotations); got != svc.Name {
+		t.Fatalf("DerivedService of a legacy import = %q, want %q", got, svc.Name)
+	}
+
+	if w := e.reconcile("web"); len(w) != 1 || !strings.Contains(w[0], "ServiceImport web") {
+		t.Errorf("writes %v, want the ServiceImport's update only", w)
+	}
+	got := e.serviceImport("web")
+	if got.UID != si.UID || e.service(svc.Name).UID != svc.UID {
+		t.Error("the upgrade recreated the ServiceImport or its derived Service")
+	}
+	if got.Annotations[wellknown.AnnotationDerivedService] != svc.Name {
+		t.Errorf("annotations %v, want %s=%s", got.Annotations, wellknown.AnnotationDerivedService, svc.Name)
+	}
+	if _, ok := got.Annotations[wellknown.AnnotationLegacyDerivedService]; ok {
+		t.Errorf("legacy annotation kept: %v", got.Annotations)
+	}
+	e.steady("web")
+}
+
 func TestClustersChangedEvent(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	e.full([]registry.Export{export("east", 1, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
