@@ -509,6 +509,61 @@ func TestDualStackIPsInFamilyOrder(t *testing.T) {
 	e.steady("web")
 }
 
+// TestEmptySlicePerFamily: a dual-stack import gets, per source cluster, a
+// slice of every family of the import, empty where the cluster has no
+// endpoints of it (or no endpoints record yet), with the same labels; the
+// placeholders are written once and go once the cluster has endpoints of
+// the family.
+func TestEmptySlicePerFamily(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	dual := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	http := []registry.EndpointPort{epPort("http", 8080)}
+	exports := []registry.Export{
+		export("east", 1, registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
+		export("west", 2, registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
+	}
+	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1"))))
+	e.reconcile("web")
+
+	types := func(ss []discoveryv1.EndpointSlice) map[discoveryv1.AddressType]int {
+		out := map[discoveryv1.AddressType]int{}
+		for _, s := range ss {
+			out[s.AddressType] += len(s.Endpoints)
+		}
+		return out
+	}
+	byCluster := e.slices("web")
+	if d := cmp.Diff(map[discoveryv1.AddressType]int{"IPv4": 1, "IPv6": 0}, types(byCluster["east"])); d != "" {
+		t.Errorf("east endpoints per address type (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(map[discoveryv1.AddressType]int{"IPv4": 0, "IPv6": 0}, types(byCluster["west"])); d != "" {
+		t.Errorf("west endpoints per address type (-want +got):\n%s", d)
+	}
+	for cluster, ss := range byCluster {
+		for _, s := range ss {
+			if s.Labels[mcsv1beta1.LabelSourceCluster] != cluster || s.Labels[discoveryv1.LabelServiceName] != DerivedServiceName("web") ||
+				s.Labels[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
+				t.Errorf("%s slice %s labels %v", cluster, s.Name, s.Labels)
+			}
+		}
+	}
+	e.steady("web")
+
+	// west's IPv6 endpoints replace its IPv6 placeholder.
+	e.full(exports,
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1"))),
+		endpoints("west", group(discoveryv1.AddressTypeIPv6, http, ready("fd00::2:1"))))
+	e.reconcile("web")
+	byCluster = e.slices("web")
+	if n := len(byCluster["west"]); n != 2 {
+		t.Errorf("west has %d slices, want 2", n)
+	}
+	if d := cmp.Diff(map[discoveryv1.AddressType]int{"IPv4": 0, "IPv6": 1}, types(byCluster["west"])); d != "" {
+		t.Errorf("west endpoints per address type (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
 // refuseIPv6 fails creating Services that ask for IPv6, as a single-stack
 // IPv4 API server does.
 func refuseIPv6(obj client.Object) error {
