@@ -190,10 +190,11 @@ func TestDeploymentAsRendered(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-exited:
+			t.Logf("mcsd stopped: %v", err)
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			t.Logf("mcsd killed after 30s: %v", <-exited)
 		}
 		_ = logFile.Close()
 		if t.Failed() {
@@ -367,46 +368,25 @@ type pki struct {
 func newPKI(t *testing.T, dir string) *pki {
 	t.Helper()
 	mkdir(t, dir, 0o700)
-	caKey := newKey(t)
-	caTmpl := &x509.Certificate{
+	ca, caKey, caPEM, _ := certificate(t, &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "mcsd-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(serial int64, cn string, usage x509.ExtKeyUsage) ([]byte, []byte) {
-		key := newKey(t)
-		tmpl := &x509.Certificate{
+	}, nil, nil)
+	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage) *x509.Certificate {
+		return &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
 		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 	}
 	p := &pki{
-		caPEM:          pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		caPEM:          caPEM,
 		caFile:         filepath.Join(dir, "ca.crt"),
 		serverCertFile: filepath.Join(dir, "server.crt"),
 		serverKeyFile:  filepath.Join(dir, "server.key"),
 	}
-	serverCert, serverKey := issue(2, "etcd", x509.ExtKeyUsageServerAuth)
-	p.clientCertPEM, p.clientKeyPEM = issue(3, "mcsd", x509.ExtKeyUsageClientAuth)
+	_, _, serverCert, serverKey := certificate(t, leaf(2, "etcd", x509.ExtKeyUsageServerAuth), ca, caKey)
+	_, _, p.clientCertPEM, p.clientKeyPEM = certificate(t, leaf(3, "mcsd", x509.ExtKeyUsageClientAuth), ca, caKey)
 	for path, data := range map[string][]byte{p.caFile: p.caPEM, p.serverCertFile: serverCert, p.serverKeyFile: serverKey} {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
@@ -415,13 +395,32 @@ func newPKI(t *testing.T, dir string) *pki {
 	return p
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
+// certificate issues tmpl, valid for a day, with a new key, signed by
+// parent (self-signed when parent is nil); it returns the certificate and
+// its key, parsed and PEM-encoded.
+func certificate(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, []byte, []byte) {
 	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
 // startTLSEtcd starts an embedded etcd that serves https and requires
@@ -441,12 +440,8 @@ func startTLSEtcd(t *testing.T, dir string, p *pki) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	select {
-	case <-srv.ReadyNotify():
-	case err := <-srv.Err():
-		t.Fatalf("etcd failed: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready after 30s")
+	if err := srv.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
 	}
 	return srv.ClientURL()
 }
