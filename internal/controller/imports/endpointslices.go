@@ -143,7 +143,7 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 		}
 		has := map[discoveryv1.AddressType]bool{}
 		for _, st := range sets {
-			has[st.addressType] = true
+			has[st.addressType] = has[st.addressType] || len(st.endpoints) > 0
 		}
 		for _, at := range familyAddressTypes(s.res.Spec.IPFamilies) {
 			if !has[at] {

@@ -549,6 +549,12 @@ func TestEmptySlicePerFamily(t *testing.T) {
 	}
 	e.steady("web")
 
+	// A group without endpoints (a cluster's own empty slice) is no
+	// endpoint of its family: the placeholder stays, nothing is written.
+	e.full(exports,
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1")), group(discoveryv1.AddressTypeIPv6, http)))
+	e.steady("web")
+
 	// west's IPv6 endpoints replace its IPv6 placeholder.
 	e.full(exports,
 		endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1"))),
