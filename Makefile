@@ -46,12 +46,12 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code for api/.
 manifests: $(CONTROLLER_GEN) ## Generate CRDs into config/crd/bases (ClusterProperty from api/, the MCS CRDs from the mcs-api module).
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(GO) run ./hack/mcscrds config/crd/bases
-	cp config/crd/bases/*.yaml charts/mcsd/crds/
+	cp config/crd/bases/*.yaml charts/mcsd/files/crds/
 
 .PHONY: verify
 verify: generate manifests ## Fail if generated files are out of date.
 	@git diff --exit-code -- api config/crd || { echo "generated files are out of date: run 'make generate manifests' and commit"; exit 1; }
-	@git diff --exit-code -- charts/mcsd/crds || { echo "charts/mcsd/crds differs from config/crd/bases: run 'make manifests' and commit"; exit 1; }
+	@git diff --exit-code -- charts/mcsd/files/crds || { echo "charts/mcsd/files/crds differs from config/crd/bases: run 'make manifests' and commit"; exit 1; }
 
 .PHONY: fmt
 fmt: ## gofmt the tree.
@@ -80,8 +80,8 @@ manifests-render: $(HELM) ## Render the install manifests (config/default, confi
 	$(GO) run ./hack/kustomize config/default > _output/manifests/default.yaml
 	$(GO) run ./hack/kustomize config/overlays/etcd > _output/manifests/etcd.yaml
 	$(GO) run ./hack/kustomize config/overlays/cloudmap > _output/manifests/cloudmap.yaml
-	$(HELM) template mcsd charts/mcsd --namespace mcsd-system --include-crds > _output/manifests/helm-etcd.yaml
-	$(HELM) template mcsd charts/mcsd --namespace mcsd-system --include-crds --set registry.type=cloudmap --set registry.cloudmap.region=eu-west-1 > _output/manifests/helm-cloudmap.yaml
+	$(HELM) template mcsd charts/mcsd --namespace mcsd-system > _output/manifests/helm-etcd.yaml
+	$(HELM) template mcsd charts/mcsd --namespace mcsd-system --set registry.type=cloudmap --set registry.cloudmap.region=eu-west-1 > _output/manifests/helm-cloudmap.yaml
 
 ##@ Testbed
 

@@ -52,6 +52,24 @@ func listDissent(diffs []dissent, verb string) string {
 	return b.String()
 }
 
+// listClusters names up to maxDissenters clusters:
+// `cluster "c1"`, `clusters "c1", "c2" and 2 more`.
+func listClusters(clusters []string) string {
+	q := make([]string, 0, maxDissenters)
+	for _, c := range clusters[:min(len(clusters), maxDissenters)] {
+		q = append(q, quote(c))
+	}
+	s := "cluster "
+	if len(clusters) > 1 {
+		s = "clusters "
+	}
+	s += strings.Join(q, ", ")
+	if more := len(clusters) - maxDissenters; more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
+}
+
 // quote quotes s, shortened to maxValueLen characters.
 func quote[S ~string](s S) string { return strconv.Quote(capLen(string(s), maxValueLen)) }
 

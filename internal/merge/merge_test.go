@@ -435,6 +435,34 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80), sp("metrics", tcp, 9090)},
 		wantServed: map[string][]string{"c1": {"http"}, "c2": {"http", "metrics"}},
+		wantNote:   `ports: cluster "c2" adds "metrics" TCP/9090, which cluster "c1" lacks`,
+	}, {
+		name: "the same port set in another order: no conflict",
+		exports: []registry.Export{
+			export("c1", 1, ports(rp("http", tcp, 80), rp("sig", sctp, 3868))),
+			export("c2", 2, ports(rp("sig", sctp, 3868), rp("http", tcp, 80))),
+		},
+		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80), sp("sig", sctp, 3868)},
+		wantServed: map[string][]string{"c1": {"http", "sig"}, "c2": {"http", "sig"}},
+	}, {
+		name: "a cluster adds an SCTP port: the union, and a conflict naming it",
+		exports: []registry.Export{
+			export("c1", 1, ports(rp("http", tcp, 80))),
+			export("c2", 2, ports(rp("http", tcp, 80), rp("sig", sctp, 3868))),
+		},
+		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80), sp("sig", sctp, 3868)},
+		wantServed: map[string][]string{"c1": {"http"}, "c2": {"http", "sig"}},
+		wantNote:   `ports: cluster "c2" adds "sig" SCTP/3868, which cluster "c1" lacks`,
+	}, {
+		name: "newer clusters lack a port of the oldest",
+		exports: []registry.Export{
+			export("c1", 1, ports(rp("http", tcp, 80), rp("metrics", tcp, 9090))),
+			export("c2", 2, ports(rp("http", tcp, 80))),
+			export("c3", 3, ports(rp("http", tcp, 80))),
+		},
+		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80), sp("metrics", tcp, 9090)},
+		wantServed: map[string][]string{"c1": {"http", "metrics"}, "c2": {"http"}, "c3": {"http"}},
+		wantNote:   `ports: clusters "c2", "c3" lack "metrics" TCP/9090 of cluster "c1"`,
 	}, {
 		name: "oldest export's order first, then additions in export order",
 		exports: []registry.Export{
@@ -444,6 +472,9 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("b", tcp, 2), sp("a", tcp, 1), sp("d", tcp, 4), sp("c", tcp, 3), sp("e", tcp, 5)},
 		wantServed: map[string][]string{"c1": {"b", "a"}, "c2": {"a", "d", "c"}, "c3": {"c", "e"}},
+		wantNote: `ports: clusters "c2", "c3" lack "b" TCP/2 of cluster "c1". ports: cluster "c3" lacks "a" TCP/1 of cluster "c1". ` +
+			`ports: cluster "c2" adds "d" TCP/4, which clusters "c1", "c3" lack. ports: cluster "c2" adds "c" TCP/3, which cluster "c1" lacks. ` +
+			`ports: 1 more conflicts`,
 	}, {
 		name: "same name, other number: older wins, newer still serves the name",
 		exports: []registry.Export{
@@ -470,7 +501,8 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("a", tcp, 80), sp("b", tcp, 81)},
 		wantServed: map[string][]string{"c1": {"a", "b"}, "c2": {"a"}},
-		wantNote:   `ports: using "a" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "a" TCP/82`,
+		wantNote: `ports: using "a" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "a" TCP/82. ` +
+			`ports: cluster "c2" lacks "b" TCP/81 of cluster "c1"`,
 	}, {
 		name: "name matched before protocol and port",
 		exports: []registry.Export{
@@ -479,7 +511,8 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("a", tcp, 80), sp("b", tcp, 81)},
 		wantServed: map[string][]string{"c1": {"a", "b"}, "c2": {"a"}},
-		wantNote:   `ports: using "a" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "a" TCP/81`,
+		wantNote: `ports: using "a" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "a" TCP/81. ` +
+			`ports: cluster "c2" lacks "b" TCP/81 of cluster "c1"`,
 	}, {
 		name: "protocol and port collision: the newer name is dropped, the rest added",
 		exports: []registry.Export{
@@ -488,7 +521,8 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80), sp("admin", tcp, 90)},
 		wantServed: map[string][]string{"c1": {"http"}, "c2": {"admin"}},
-		wantNote:   `ports: using "http" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "web" TCP/80`,
+		wantNote: `ports: using "http" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "web" TCP/80. ` +
+			`ports: cluster "c2" adds "admin" TCP/90, which cluster "c1" lacks`,
 	}, {
 		name: "appProtocol differs: older wins, newer serves the port",
 		exports: []registry.Export{
@@ -506,6 +540,8 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("dns", udp, 53), sp("dns-tcp", tcp, 53), sp("sig", sctp, 53)},
 		wantServed: map[string][]string{"c1": {"dns", "dns-tcp"}, "c2": {"dns", "sig"}},
+		wantNote: `ports: cluster "c2" lacks "dns-tcp" TCP/53 of cluster "c1". ` +
+			`ports: cluster "c2" adds "sig" SCTP/53, which cluster "c1" lacks`,
 	}, {
 		name: "SCTP port conflicts like any other",
 		exports: []registry.Export{
@@ -540,7 +576,8 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("", tcp, 80)},
 		wantServed: map[string][]string{"c1": {""}, "c2": nil},
-		wantNote:   `ports: an unnamed port must be the only port, dropped "metrics" TCP/9090 of cluster "c2"`,
+		wantNote: `ports: cluster "c2" lacks unnamed TCP/80 of cluster "c1". ` +
+			`ports: an unnamed port must be the only port, dropped "metrics" TCP/9090 of cluster "c2"`,
 	}, {
 		name: "unnamed port next to older named ones is dropped",
 		exports: []registry.Export{
@@ -549,7 +586,8 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
 		wantServed: map[string][]string{"c1": {"http"}, "c2": nil},
-		wantNote:   `ports: an unnamed port must be the only port, dropped unnamed UDP/5353 of cluster "c2"`,
+		wantNote: `ports: cluster "c2" lacks "http" TCP/80 of cluster "c1". ` +
+			`ports: an unnamed port must be the only port, dropped unnamed UDP/5353 of cluster "c2"`,
 	}, {
 		name: "unnamed port matching a named one by protocol and port",
 		exports: []registry.Export{
@@ -567,6 +605,7 @@ func TestMergePorts(t *testing.T) {
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
 		wantServed: map[string][]string{"c1": nil, "c2": {"http"}},
+		wantNote:   `ports: cluster "c2" adds "http" TCP/80, which cluster "c1" lacks`,
 	}, {
 		name: "no ports at all",
 		exports: []registry.Export{
@@ -728,6 +767,7 @@ func TestMergeManyConflicts(t *testing.T) {
 			Message: strings.Join([]string{
 				`ports: using "http" TCP/80 from cluster "west" (oldest export with this port); cluster "east" has "http" TCP/8080`,
 				`ports: using "metrics" TCP/9090 from cluster "east" (oldest export with this port); cluster "north" has "grpc" TCP/9090`,
+				`ports: cluster "east" adds "metrics" TCP/9090, which cluster "west" lacks`,
 				`type: using "ClusterSetIP" from cluster "west" (oldest export); cluster "east" has "Headless", cluster "north" has "Headless"`,
 				`sessionAffinity: using "None" from cluster "west" (oldest export); cluster "north" has "ClientIP"`,
 				`exportedLabels: using {app=shop} from cluster "west" (oldest export); cluster "north" has {app=store}`,

@@ -44,17 +44,21 @@ func (p port) String() string {
 	return s
 }
 
-// importPort is one port of the union, with the cluster it came from and the
-// clusters whose matching port differs.
+// importPort is one port of the union, with the cluster it came from, the
+// clusters whose matching port differs and the clusters with no matching
+// port at all.
 type importPort struct {
 	port
-	origin string
-	diffs  []dissent
+	origin  string
+	diffs   []dissent
+	lacking []string
 }
 
 // portUnion is the union of the ports of all exports.
 type portUnion struct {
-	ports []importPort
+	// oldest is the cluster of the oldest export.
+	oldest string
+	ports  []importPort
 	// dropped are ports that match no import port but cannot be added: an
 	// unnamed port may only stand alone.
 	dropped []dissent
@@ -67,8 +71,14 @@ type portUnion struct {
 // another one, in which case it is dropped (PortConflict). Either way no two
 // import ports share a name or a protocol and number, and the order is the
 // oldest export's, then additions in export order.
+//
+// Port sets that differ are a conflict too (PortConflict): every import port
+// records the clusters with no port matching it.
 func unionPorts(ex []registry.Export) portUnion {
 	var u portUnion
+	if len(ex) > 0 {
+		u.oldest = ex[0].Cluster
+	}
 	for _, e := range ex {
 		for _, rp := range e.Spec.Ports {
 			p := normalizePort(rp)
@@ -83,6 +93,19 @@ func unionPorts(ex []registry.Export) portUnion {
 				continue
 			}
 			u.ports = append(u.ports, importPort{port: p, origin: e.Cluster})
+		}
+	}
+	for _, e := range ex {
+		matched := make([]bool, len(u.ports))
+		for _, rp := range e.Spec.Ports {
+			if i := u.match(normalizePort(rp)); i >= 0 {
+				matched[i] = true
+			}
+		}
+		for i, m := range matched {
+			if !m {
+				u.ports[i].lacking = append(u.ports[i].lacking, e.Cluster)
+			}
 		}
 	}
 	return u
@@ -142,6 +165,9 @@ func (u portUnion) notes() []string {
 		if len(ip.diffs) > 0 {
 			notes = append(notes, conflictNote("ports", ip.String(), ip.origin, "oldest export with this port", ip.diffs))
 		}
+		if len(ip.lacking) > 0 {
+			notes = append(notes, u.setNote(ip))
+		}
 	}
 	if len(u.dropped) > 0 {
 		notes = append(notes, "ports: an unnamed port must be the only port, dropped "+listDissent(u.dropped, "of"))
@@ -151,4 +177,21 @@ func (u portUnion) notes() []string {
 		notes = append(notes[:maxPortNotes], fmt.Sprintf("ports: %d more conflicts", more))
 	}
 	return notes
+}
+
+// setNote describes a port not every cluster exports, seen from the oldest
+// export: other clusters lack a port it has, or a newer cluster adds one it
+// lacks.
+//
+//	ports: cluster "c2" lacks "metrics" TCP/9090 of cluster "c1"
+//	ports: cluster "c2" adds "sig" SCTP/3868, which cluster "c1" lacks
+func (u portUnion) setNote(ip importPort) string {
+	verb := "lacks"
+	if len(ip.lacking) > 1 {
+		verb = "lack"
+	}
+	if ip.origin == u.oldest {
+		return fmt.Sprintf("ports: %s %s %s of cluster %s", listClusters(ip.lacking), verb, ip.String(), quote(ip.origin))
+	}
+	return fmt.Sprintf("ports: cluster %s adds %s, which %s %s", quote(ip.origin), ip.String(), listClusters(ip.lacking), verb)
 }

@@ -13,8 +13,16 @@ const (
 	// objects that carry it (EndpointSlices: or the ManagedBy label).
 	AnnotationManaged = "multicluster.mcsd.io/managed"
 	// AnnotationDerivedService on a ClusterSetIP ServiceImport names the
-	// Service mcsd derived for it, whose cluster IPs are the import's IPs.
-	AnnotationDerivedService = "multicluster.mcsd.io/derived-service"
+	// Service mcsd derived for it, whose cluster IPs are the import's IPs and
+	// whose EndpointSlices (label kubernetes.io/service-name) hold every
+	// source cluster's endpoints. It is the mcs-api controllers' annotation,
+	// which Gateway API implementations read to route a backendRef of kind
+	// ServiceImport.
+	AnnotationDerivedService = "multicluster.kubernetes.io/derived-service"
+	// AnnotationLegacyDerivedService is the annotation mcsd named the derived
+	// Service with before it used AnnotationDerivedService. mcsd no longer
+	// writes it: it replaces it on the next reconcile of an import, in place.
+	AnnotationLegacyDerivedService = "multicluster.mcsd.io/derived-service"
 	// AnnotationServiceImport on a derived Service names its ServiceImport.
 	AnnotationServiceImport = "multicluster.mcsd.io/service-import"
 	// AnnotationIPFamilies on a derived Service lists, comma-separated and in
@@ -23,3 +31,13 @@ const (
 	// when this cluster refused a family.
 	AnnotationIPFamilies = "multicluster.mcsd.io/ip-families"
 )
+
+// DerivedService returns the derived Service a ServiceImport's annotations
+// name: AnnotationDerivedService, else the legacy annotation of an import an
+// older mcsd wrote; "" when neither is set (a headless import).
+func DerivedService(annotations map[string]string) string {
+	if n := annotations[AnnotationDerivedService]; n != "" {
+		return n
+	}
+	return annotations[AnnotationLegacyDerivedService]
+}

@@ -107,15 +107,14 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 // by address). A slice carries only the ports its cluster serves
 // (merge.Result.Served) under the import's port names, with the cluster's
 // own port numbers; a cluster that serves none of the import's ports gets no
-// slices.
+// slices. For each IP family of the import that a cluster has no endpoints
+// of (or no endpoints record yet), it gets one empty slice of that address
+// type, without ports, as Kubernetes' EndpointSlice controller keeps a
+// placeholder.
 func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
 	importPorts := s.res.Spec.Ports
 	for _, cluster := range s.res.Clusters {
-		eps, ok := endpoints[cluster]
-		if !ok {
-			continue
-		}
 		served := s.res.Served[cluster]
 		if len(importPorts) > 0 && len(served) == 0 {
 			continue
@@ -127,7 +126,7 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 			endpoints   []discoveryv1.Endpoint
 		}
 		sets := map[string]*set{}
-		for _, g := range eps.Groups {
+		for _, g := range endpoints[cluster].Groups {
 			ports := slicePorts(g.Ports, served, importPorts)
 			if len(importPorts) > 0 && len(ports) == 0 {
 				continue
@@ -142,24 +141,53 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 				st.endpoints = append(st.endpoints, sliceEndpoint(e, cluster == s.localCluster))
 			}
 		}
+		has := map[discoveryv1.AddressType]bool{}
+		for _, st := range sets {
+			has[st.addressType] = has[st.addressType] || len(st.endpoints) > 0
+		}
+		for _, at := range familyAddressTypes(s.res.Spec.IPFamilies) {
+			if !has[at] {
+				out = append(out, newSlice(s, cluster, string(at)+"|", 0, at, nil, nil))
+			}
+		}
 		for _, id := range slices.Sorted(maps.Keys(sets)) {
 			st := sets[id]
 			slices.SortFunc(st.endpoints, compareEndpoints)
 			for chunk := 0; chunk*maxEndpointsPerSlice < len(st.endpoints); chunk++ {
 				part := st.endpoints[chunk*maxEndpointsPerSlice : min((chunk+1)*maxEndpointsPerSlice, len(st.endpoints))]
-				out = append(out, &discoveryv1.EndpointSlice{
-					ObjectMeta: metav1.ObjectMeta{
-						Namespace:       s.key.Namespace,
-						Name:            sliceName(s.key.Name, cluster, id, chunk),
-						Labels:          sliceLabels(s, cluster),
-						Annotations:     map[string]string{wellknown.AnnotationManaged: "true"},
-						OwnerReferences: []metav1.OwnerReference{ownerRef(s.si)},
-					},
-					AddressType: st.addressType,
-					Endpoints:   part,
-					Ports:       st.ports,
-				})
+				out = append(out, newSlice(s, cluster, id, chunk, st.addressType, part, st.ports))
 			}
+		}
+	}
+	return out
+}
+
+// newSlice is the chunk-th EndpointSlice of the import's set id from cluster.
+func newSlice(s *scope, cluster, id string, chunk int, at discoveryv1.AddressType, eps []discoveryv1.Endpoint, ports []discoveryv1.EndpointPort) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       s.key.Namespace,
+			Name:            sliceName(s.key.Name, cluster, id, chunk),
+			Labels:          sliceLabels(s, cluster),
+			Annotations:     map[string]string{wellknown.AnnotationManaged: "true"},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(s.si)},
+		},
+		AddressType: at,
+		Endpoints:   eps,
+		Ports:       ports,
+	}
+}
+
+// familyAddressTypes returns the EndpointSlice address types of the import's
+// IP families, in their order.
+func familyAddressTypes(families []corev1.IPFamily) []discoveryv1.AddressType {
+	var out []discoveryv1.AddressType
+	for _, f := range families {
+		switch f {
+		case corev1.IPv4Protocol:
+			out = append(out, discoveryv1.AddressTypeIPv4)
+		case corev1.IPv6Protocol:
+			out = append(out, discoveryv1.AddressTypeIPv6)
 		}
 	}
 	return out

@@ -300,6 +300,12 @@ func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) error {
 	if importUpToDate(s.si, desired) {
 		return nil
 	}
+	if old := s.si.Annotations[wellknown.AnnotationLegacyDerivedService]; old != "" {
+		// Written by an older mcsd; the update below replaces it with the
+		// standard annotation, keeping the import and its derived Service.
+		ctrl.LoggerFrom(ctx).Info("Replacing the legacy derived-service annotation", "derivedService", old,
+			"annotation", wellknown.AnnotationDerivedService)
+	}
 	updated := s.si.DeepCopy()
 	updated.Labels = desired.Labels
 	updated.Annotations = desired.Annotations

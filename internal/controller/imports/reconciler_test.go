@@ -536,6 +536,67 @@ func TestDualStackIPsInFamilyOrder(t *testing.T) {
 	e.steady("web")
 }
 
+// TestEmptySlicePerFamily: a dual-stack import gets, per source cluster, a
+// slice of every family of the import, empty where the cluster has no
+// endpoints of it (or no endpoints record yet), with the same labels; the
+// placeholders are written once and go once the cluster has endpoints of
+// the family.
+func TestEmptySlicePerFamily(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	dual := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	http := []registry.EndpointPort{epPort("http", 8080)}
+	exports := []registry.Export{
+		export("east", 1, registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
+		export("west", 2, registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
+	}
+	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1"))))
+	e.reconcile("web")
+
+	types := func(ss []discoveryv1.EndpointSlice) map[discoveryv1.AddressType]int {
+		out := map[discoveryv1.AddressType]int{}
+		for _, s := range ss {
+			out[s.AddressType] += len(s.Endpoints)
+		}
+		return out
+	}
+	byCluster := e.slices("web")
+	if d := cmp.Diff(map[discoveryv1.AddressType]int{"IPv4": 1, "IPv6": 0}, types(byCluster["east"])); d != "" {
+		t.Errorf("east endpoints per address type (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(map[discoveryv1.AddressType]int{"IPv4": 0, "IPv6": 0}, types(byCluster["west"])); d != "" {
+		t.Errorf("west endpoints per address type (-want +got):\n%s", d)
+	}
+	for cluster, ss := range byCluster {
+		for _, s := range ss {
+			if s.Labels[mcsv1beta1.LabelSourceCluster] != cluster || s.Labels[discoveryv1.LabelServiceName] != DerivedServiceName("web") ||
+				s.Labels[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
+				t.Errorf("%s slice %s labels %v", cluster, s.Name, s.Labels)
+			}
+		}
+	}
+	e.steady("web")
+
+	// A group without endpoints (a cluster's own empty slice) is no
+	// endpoint of its family: the placeholder stays, nothing is written.
+	e.full(exports,
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1")), group(discoveryv1.AddressTypeIPv6, http)))
+	e.steady("web")
+
+	// west's IPv6 endpoints replace its IPv6 placeholder.
+	e.full(exports,
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1"))),
+		endpoints("west", group(discoveryv1.AddressTypeIPv6, http, ready("fd00::2:1"))))
+	e.reconcile("web")
+	byCluster = e.slices("web")
+	if n := len(byCluster["west"]); n != 2 {
+		t.Errorf("west has %d slices, want 2", n)
+	}
+	if d := cmp.Diff(map[discoveryv1.AddressType]int{"IPv4": 0, "IPv6": 1}, types(byCluster["west"])); d != "" {
+		t.Errorf("west endpoints per address type (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
 // refuseIPv6 fails creating Services that ask for IPv6, as a single-stack
 // IPv4 API server does.
 func refuseIPv6(obj client.Object) error {
@@ -679,6 +740,39 @@ func TestRepairsHandEdits(t *testing.T) {
 	si = e.serviceImport("web")
 	if len(si.Spec.Ports) != 2 || si.Labels["extra"] != "" || len(si.Spec.IPs) != 1 {
 		t.Errorf("ServiceImport not repaired: %+v", si)
+	}
+	e.steady("web")
+}
+
+// TestUpgradeRelabelsDerivedService: an import an older mcsd wrote names its
+// derived Service in the legacy annotation only. The next reconcile replaces
+// it with the standard one in place: the ServiceImport, the derived Service
+// and the slices are kept.
+func TestUpgradeRelabelsDerivedService(t *testing.T) {
+	e := built(t)
+	si := e.serviceImport("web")
+	svc := e.service(DerivedServiceName("web"))
+	delete(si.Annotations, wellknown.AnnotationDerivedService)
+	si.Annotations[wellknown.AnnotationLegacyDerivedService] = svc.Name
+	if err := e.api.Update(e.ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	if got := wellknown.DerivedService(e.serviceImport("web").Annotations); got != svc.Name {
+		t.Fatalf("DerivedService of a legacy import = %q, want %q", got, svc.Name)
+	}
+
+	if w := e.reconcile("web"); len(w) != 1 || !strings.Contains(w[0], "ServiceImport web") {
+		t.Errorf("writes %v, want the ServiceImport's update only", w)
+	}
+	got := e.serviceImport("web")
+	if got.UID != si.UID || e.service(svc.Name).UID != svc.UID {
+		t.Error("the upgrade recreated the ServiceImport or its derived Service")
+	}
+	if got.Annotations[wellknown.AnnotationDerivedService] != svc.Name {
+		t.Errorf("annotations %v, want %s=%s", got.Annotations, wellknown.AnnotationDerivedService, svc.Name)
+	}
+	if _, ok := got.Annotations[wellknown.AnnotationLegacyDerivedService]; ok {
+		t.Errorf("legacy annotation kept: %v", got.Annotations)
 	}
 	e.steady("web")
 }

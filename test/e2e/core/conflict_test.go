@@ -21,7 +21,10 @@ import (
 // Two clusters export one name with conflicting ports, type and session
 // affinity. The oldest export (c1) wins, every export reports the conflict,
 // the import carries the union of the ports, and each cluster's slices carry
-// only its own ports. When c2 fixes its Service, the conflict clears.
+// only its own ports. Port sets that differ are a conflict too (PortConflict
+// naming which cluster lacks or adds which port, an SCTP one included); when
+// c2 fixes its Service and both clusters expose the same ports, the conflict
+// clears.
 func TestConflictingExports(t *testing.T) {
 	t.Parallel()
 	ns := "conflict"
@@ -52,13 +55,9 @@ func TestConflictingExports(t *testing.T) {
 	for _, id := range []string{"c1", "c2"} {
 		c := waitExportCondition(t, env.Client(t, id), ns, "web", "Conflict", metav1.ConditionTrue,
 			"PortConflict,TypeConflict,SessionAffinityConflict")
-		for _, want := range []string{`ports: using "http" TCP/80 from cluster "c1"`, `cluster "c2" has "http" TCP/81`,
+		wantMessage(t, id, c.Message, []string{`ports: using "http" TCP/80 from cluster "c1"`, `cluster "c2" has "http" TCP/81`,
 			`type: using "ClusterSetIP" from cluster "c1"`, `cluster "c2" has "Headless"`,
-			`sessionAffinity: using "None" from cluster "c1"`, `cluster "c2" has "ClientIP"`} {
-			if !strings.Contains(c.Message, want) {
-				t.Errorf("%s: Conflict message %q does not contain %q", id, c.Message, want)
-			}
-		}
+			`sessionAffinity: using "None" from cluster "c1"`, `cluster "c2" has "ClientIP"`}, nil)
 	}
 
 	wantPorts := []string{"admin/TCP/9090", "grpc/TCP/9000", "http/TCP/80"}
@@ -110,19 +109,20 @@ func TestConflictingExports(t *testing.T) {
 		return true, ""
 	})
 
-	// c2 fixes its ports and session affinity in place: only the type
-	// conflict is left, on both exports.
+	// c2 fixes its http port and session affinity in place: the type
+	// conflict is left, and the port sets still differ (grpc only in c1,
+	// admin only in c2), on both exports.
 	updateService(t, c2, ns, "web", func(svc *corev1.Service) {
 		svc.Spec.SessionAffinity = corev1.ServiceAffinityNone
 		svc.Spec.SessionAffinityConfig = nil
 		svc.Spec.Ports[0].Port, svc.Spec.Ports[0].TargetPort = 80, intstr.FromInt32(8080)
 	})
+	portSets := []string{`ports: cluster "c2" lacks "grpc" TCP/9000 of cluster "c1"`,
+		`ports: cluster "c2" adds "admin" TCP/9090, which cluster "c1" lacks`}
 	for _, id := range []string{"c1", "c2"} {
-		c := waitExportCondition(t, env.Client(t, id), ns, "web", "Conflict", metav1.ConditionTrue, "TypeConflict")
-		if !strings.HasPrefix(c.Message, `type: using "ClusterSetIP" from cluster "c1"`) || strings.Contains(c.Message, "ports") ||
-			strings.Contains(c.Message, "sessionAffinity") {
-			t.Errorf("%s: Conflict message %q", id, c.Message)
-		}
+		c := waitExportCondition(t, env.Client(t, id), ns, "web", "Conflict", metav1.ConditionTrue, "PortConflict,TypeConflict")
+		wantMessage(t, id, c.Message, append([]string{`type: using "ClusterSetIP" from cluster "c1"`}, portSets...),
+			[]string{`using "http"`, "sessionAffinity"})
 	}
 
 	// A Service cannot stop being headless in place, so c2 creates it again,
@@ -169,8 +169,68 @@ func TestConflictingExports(t *testing.T) {
 		return true, ""
 	})
 	// Checked once every cluster imports c2's new export, so that c1's
-	// condition is not the one it had while c2 had withdrawn.
+	// condition is not the one it had while c2 had withdrawn: the port sets
+	// still differ, the import carries their union and traffic rules stay
+	// per port (above).
+	for _, id := range []string{"c1", "c2"} {
+		c := waitExportCondition(t, env.Client(t, id), ns, "web", "Conflict", metav1.ConditionTrue, "PortConflict")
+		wantMessage(t, id, c.Message, portSets, []string{"type:"})
+	}
+
+	// c1 gains admin, c2 gains grpc and an SCTP port: only the SCTP port
+	// differs now.
+	sig := corev1.ServicePort{Name: "sig", Port: 3868, TargetPort: intstr.FromInt32(3868), Protocol: corev1.ProtocolSCTP}
+	updateService(t, c1, ns, "web", func(svc *corev1.Service) {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "admin", Port: 9090, TargetPort: intstr.FromInt32(9090), Protocol: corev1.ProtocolTCP})
+	})
+	updateService(t, c2, ns, "web", func(svc *corev1.Service) {
+		svc.Spec.Ports = append(svc.Spec.Ports,
+			corev1.ServicePort{Name: "grpc", Port: 9000, TargetPort: intstr.FromInt32(9000), Protocol: corev1.ProtocolTCP}, sig)
+	})
+	for _, id := range []string{"c1", "c2"} {
+		c := waitMessage(t, env.Client(t, id), ns, "web", "PortConflict", `ports: cluster "c2" adds "sig" SCTP/3868, which cluster "c1" lacks`)
+		wantMessage(t, id, c.Message, nil, []string{"grpc", "admin"})
+	}
+
+	// The port sets agree: the conflict clears.
+	updateService(t, c1, ns, "web", func(svc *corev1.Service) { svc.Spec.Ports = append(svc.Spec.Ports, sig) })
 	for _, id := range []string{"c1", "c2"} {
 		waitExportCondition(t, env.Client(t, id), ns, "web", "Conflict", metav1.ConditionFalse, "NoConflicts")
 	}
+}
+
+// wantMessage checks that a Conflict message holds every string of want and
+// none of unwanted.
+func wantMessage(t *testing.T, id, msg string, want, unwanted []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("%s: Conflict message %q does not contain %q", id, msg, w)
+		}
+	}
+	for _, u := range unwanted {
+		if strings.Contains(msg, u) {
+			t.Errorf("%s: Conflict message %q contains %q", id, msg, u)
+		}
+	}
+}
+
+// waitMessage waits for a Conflict condition of reason whose message
+// contains want, and returns it.
+func waitMessage(t *testing.T, cl client.Client, ns, name, reason, want string) metav1.Condition {
+	t.Helper()
+	var c metav1.Condition
+	poll.Until(t, timeout, "Conflict "+reason+" saying "+want, func() (bool, string) {
+		se := getExport(t, cl, ns, name)
+		if se == nil {
+			return false, "no ServiceExport"
+		}
+		got := fw.Condition(se.Status.Conditions, "Conflict")
+		if got == nil || got.Status != metav1.ConditionTrue || got.Reason != reason || !strings.Contains(got.Message, want) {
+			return false, fw.CondString(se.Status.Conditions)
+		}
+		c = *got
+		return true, ""
+	})
+	return c
 }

@@ -13,6 +13,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -52,7 +53,8 @@ func TestExportedLabelsAndAnnotations(t *testing.T) {
 			if !maps.Equal(si.Labels, labels) {
 				return false, fmt.Sprintf("labels %v, want %v", si.Labels, labels)
 			}
-			// mcsd adds annotations of its own (multicluster.mcsd.io/...);
+			// mcsd adds annotations of its own (multicluster.mcsd.io/...,
+			// and multicluster.kubernetes.io/derived-service);
 			// every other one must be exported.
 			other := map[string]string{}
 			for k, v := range si.Annotations {
@@ -79,4 +81,6 @@ func TestExportedLabelsAndAnnotations(t *testing.T) {
 }
 
 // isMcsdAnnotation reports whether k is one of mcsd's own annotations.
-func isMcsdAnnotation(k string) bool { return strings.HasPrefix(k, "multicluster.mcsd.io/") }
+func isMcsdAnnotation(k string) bool {
+	return strings.HasPrefix(k, "multicluster.mcsd.io/") || k == wellknown.AnnotationDerivedService
+}

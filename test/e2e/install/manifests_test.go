@@ -107,7 +107,7 @@ func helm(t testing.TB, args ...string) ([]byte, error) {
 // CRDs included.
 func helmTemplate(t testing.TB, values ...string) manifests {
 	t.Helper()
-	out, err := helm(t, append([]string{"template", "mcsd", "charts/mcsd", "--namespace", "mcsd-system", "--include-crds"}, values...)...)
+	out, err := helm(t, append([]string{"template", "mcsd", "charts/mcsd", "--namespace", "mcsd-system"}, values...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -232,9 +232,17 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 				}
 				hc := h[i].DeepCopy()
 				kc := crd.DeepCopy()
-				// kustomize adds the part-of label to everything.
+				// kustomize adds the part-of label to everything, the chart
+				// its own labels; the chart keeps its CRDs on uninstall.
 				kc.SetLabels(nil)
 				hc.SetLabels(nil)
+				if got := hc.GetAnnotations()["helm.sh/resource-policy"]; got != "keep" {
+					t.Errorf("chart's CRD %s: helm.sh/resource-policy %q, want keep", crd.GetName(), got)
+				}
+				unstructured.RemoveNestedField(hc.Object, "metadata", "annotations", "helm.sh/resource-policy")
+				if len(hc.GetAnnotations()) == 0 {
+					unstructured.RemoveNestedField(hc.Object, "metadata", "annotations")
+				}
 				if diff := cmp.Diff(kc.Object, hc.Object); diff != "" {
 					t.Errorf("CRD %s (-kustomize +helm):\n%s", crd.GetName(), diff)
 				}
@@ -281,27 +289,28 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 	}
 }
 
-// The chart's crds/ are config/crd/bases, byte for byte (make manifests copies them).
+// The chart's files/crds (which templates/crds.yaml renders) are
+// config/crd/bases, byte for byte (make manifests copies them).
 func TestChartCRDsAreConfigCRDs(t *testing.T) {
 	bases, err := filepath.Glob(repoPath(t, "config/crd/bases/*.yaml"))
 	if err != nil || len(bases) == 0 {
 		t.Fatalf("no CRDs in config/crd/bases: %v", err)
 	}
-	chart, err := filepath.Glob(repoPath(t, "charts/mcsd/crds/*.yaml"))
+	chart, err := filepath.Glob(repoPath(t, "charts/mcsd/files/crds/*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(chart) != len(bases) {
-		t.Errorf("charts/mcsd/crds has %d files, config/crd/bases %d: run make manifests", len(chart), len(bases))
+		t.Errorf("charts/mcsd/files/crds has %d files, config/crd/bases %d: run make manifests", len(chart), len(bases))
 	}
 	for _, b := range bases {
 		want, err := os.ReadFile(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		have, err := os.ReadFile(repoPath(t, filepath.Join("charts/mcsd/crds", filepath.Base(b))))
+		have, err := os.ReadFile(repoPath(t, filepath.Join("charts/mcsd/files/crds", filepath.Base(b))))
 		if err != nil || !bytes.Equal(want, have) {
-			t.Errorf("charts/mcsd/crds/%s differs from config/crd/bases: run make manifests", filepath.Base(b))
+			t.Errorf("charts/mcsd/files/crds/%s differs from config/crd/bases: run make manifests", filepath.Base(b))
 		}
 	}
 }

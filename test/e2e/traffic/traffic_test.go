@@ -9,9 +9,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
@@ -70,6 +72,17 @@ func TestClusterSetTraffic(t *testing.T) {
 		got := origins(replies(t, "c2", ns, client, "", web+":9000/hostname", 30), byCluster)
 		if got["c1"] == 0 || len(got) != 1 {
 			t.Fatalf("replies on port 9000: %v, want c1's pods only", got)
+		}
+		// The port sets differ: both exports say so, and traffic flows.
+		for _, id := range []string{"c1", "c2"} {
+			poll.Until(t, timeout, "PortConflict on "+id+"'s export", func() (bool, string) {
+				se := &mcsv1beta1.ServiceExport{}
+				if err := env.Client(t, id).Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "web"}, se); err != nil {
+					return false, err.Error()
+				}
+				c := fw.Condition(se.Status.Conditions, "Conflict")
+				return c != nil && c.Reason == "PortConflict" && strings.Contains(c.Message, `"only-c1" TCP/9000`), fw.CondString(se.Status.Conditions)
+			})
 		}
 	})
 	t.Run("ClientIP affinity keeps the client on one backend", func(t *testing.T) {

@@ -198,6 +198,19 @@ func (s *Server) ReadyNotify() <-chan struct{} { return s.etcd.Server.ReadyNotif
 // stopped.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
+// WaitReady waits until the server is ready to serve clients, and fails if
+// it stops first or is not ready within timeout.
+func (s *Server) WaitReady(timeout time.Duration) error {
+	select {
+	case <-s.ReadyNotify():
+		return nil
+	case err := <-s.Err():
+		return fmt.Errorf("etcd stopped before it was ready: %w", err)
+	case <-time.After(timeout):
+		return fmt.Errorf("etcd not ready after %s", timeout)
+	}
+}
+
 // ClientURL is the URL clients connect to, with the port the server bound.
 func (s *Server) ClientURL() string { return s.clientURL }
 

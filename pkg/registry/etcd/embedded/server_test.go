@@ -77,12 +77,8 @@ func start(t *testing.T, cfg Config) *Server {
 		t.Fatalf("Start() = %v", err)
 	}
 	t.Cleanup(s.Close)
-	select {
-	case <-s.ReadyNotify():
-	case err := <-s.Err():
-		t.Fatalf("server failed: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server not ready after 30s")
+	if err := s.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
 	}
 	return s
 }

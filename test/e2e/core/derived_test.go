@@ -1,0 +1,145 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
+	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+)
+
+// TestGatewayResolvesServiceImport follows a ServiceImport to its endpoints
+// the way a Gateway API implementation resolves an HTTPRoute backendRef of
+// kind ServiceImport: the annotation multicluster.kubernetes.io/derived-service
+// names a Service, whose cluster IPs are the import's, and whose
+// EndpointSlices (label kubernetes.io/service-name) hold every exporting
+// cluster's endpoints.
+func TestGatewayResolvesServiceImport(t *testing.T) {
+	t.Parallel()
+	ns := "gateway"
+	namespaceEverywhere(t, ns)
+	c1, c2 := env.Client(t, "c1"), env.Client(t, "c2")
+	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
+	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1})
+	want := append(waitPods(t, c1, ns, "web", 2), waitPods(t, c2, ns, "web", 1)...)
+	slices.Sort(want)
+	fw.Export(t, c1, ns, "web")
+	fw.Export(t, c2, ns, "web")
+
+	inEveryCluster(t, "ServiceImport resolved through its derived Service", func(id string, cl client.Client) (bool, string) {
+		ctx := context.Background()
+		si := fw.GetImport(t, cl, ns, "web")
+		if si == nil {
+			return false, "no ServiceImport"
+		}
+		if _, ok := si.Annotations[wellknown.AnnotationLegacyDerivedService]; ok {
+			return false, fmt.Sprintf("legacy annotation written: %v", si.Annotations)
+		}
+		name := si.Annotations["multicluster.kubernetes.io/derived-service"]
+		if name == "" {
+			return false, fmt.Sprintf("no derived-service annotation: %v", si.Annotations)
+		}
+		svc := &corev1.Service{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
+			return false, fmt.Sprintf("derived Service %s: %v", name, err)
+		}
+		if len(si.Spec.IPs) == 0 || !slices.Equal(svc.Spec.ClusterIPs, si.Spec.IPs) {
+			return false, fmt.Sprintf("Service %s cluster IPs %v, import IPs %v", name, svc.Spec.ClusterIPs, si.Spec.IPs)
+		}
+		var list discoveryv1.EndpointSliceList
+		if err := cl.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+			return false, err.Error()
+		}
+		if got := readyAddresses(list.Items); !slices.Equal(got, want) {
+			return false, fmt.Sprintf("endpoints of %s: %v, want %v", name, got, want)
+		}
+		return true, ""
+	})
+}
+
+// TestEmptySlicePerFamily: a dual-stack import gets, from every source
+// cluster, one EndpointSlice per family of the import, empty where the
+// cluster has no endpoints of that family. The testbed's pods have IPv4 and
+// IPv6 addresses, so a cluster without IPv6 endpoints is one whose Service is
+// single-stack IPv4 (c2, which also raises IPFamilyConflict: c1's dual-stack
+// export is older and wins), and one without endpoints at all runs no pods
+// (c3).
+func TestEmptySlicePerFamily(t *testing.T) {
+	t.Parallel()
+	ns := "dualstack-empty"
+	namespaceEverywhere(t, ns)
+	c1 := env.Client(t, "c1")
+	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicyPreferDualStack})
+	ips := map[string][]string{"c1": waitPods(t, c1, ns, "web", 1)}
+	fw.Export(t, c1, ns, "web")
+	poll.Until(t, timeout, "import of c1's export in c1", func() (bool, string) {
+		si := fw.GetImport(t, c1, ns, "web")
+		return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%v", si)
+	})
+	c2, c3 := env.Client(t, "c2"), env.Client(t, "c3")
+	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicySingleStack})
+	ips["c2"] = waitPods(t, c2, ns, "web", 1)
+	fw.Export(t, c2, ns, "web")
+	noPods := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if err := c3.Create(context.Background(), noPods); err != nil {
+		t.Fatal(err)
+	}
+	fw.Export(t, c3, ns, "web")
+
+	// Endpoints per source cluster and address type.
+	want := map[string]map[discoveryv1.AddressType]int{
+		"c1": {discoveryv1.AddressTypeIPv4: 1, discoveryv1.AddressTypeIPv6: 1},
+		"c2": {discoveryv1.AddressTypeIPv4: 1, discoveryv1.AddressTypeIPv6: 0},
+		"c3": {discoveryv1.AddressTypeIPv4: 0, discoveryv1.AddressTypeIPv6: 0},
+	}
+	dual := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	inEveryCluster(t, "one slice per family and source cluster, empty ones included", func(id string, cl client.Client) (bool, string) {
+		si := fw.GetImport(t, cl, ns, "web")
+		if si == nil || !slices.Equal(si.Spec.IPFamilies, dual) || len(si.Status.Clusters) != 3 {
+			return false, fmt.Sprintf("ServiceImport %v", si)
+		}
+		bySource := importedSlices(t, cl, ns, "web")
+		for src, wantTypes := range want {
+			got := map[discoveryv1.AddressType]int{}
+			for _, s := range bySource[src] {
+				if _, dup := got[s.AddressType]; dup {
+					return false, fmt.Sprintf("two %s slices from %s", s.AddressType, src)
+				}
+				got[s.AddressType] = len(s.Endpoints)
+				if s.Labels[discoveryv1.LabelServiceName] != si.Annotations[wellknown.AnnotationDerivedService] ||
+					s.Labels[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
+					return false, fmt.Sprintf("slice %s from %s: labels %v", s.Name, src, s.Labels)
+				}
+				if s.AddressType == discoveryv1.AddressTypeIPv4 && len(ips[src]) > 0 && !slices.Equal(readyAddresses([]discoveryv1.EndpointSlice{s}), ips[src]) {
+					return false, fmt.Sprintf("IPv4 endpoints from %s: %v, want %v", src, readyAddresses([]discoveryv1.EndpointSlice{s}), ips[src])
+				}
+			}
+			if !maps.Equal(got, wantTypes) {
+				return false, fmt.Sprintf("endpoints per address type from %s: %v, want %v", src, got, wantTypes)
+			}
+		}
+		return true, ""
+	})
+
+	for _, id := range []string{"c1", "c2", "c3"} {
+		fw.Unexport(t, env.Client(t, id), ns, "web")
+	}
+	inEveryCluster(t, "import and its slices, empty ones included, deleted", func(id string, cl client.Client) (bool, string) {
+		return importGone(t, cl, ns, "web")
+	})
+}
