@@ -546,10 +546,10 @@ func TestEmptySlicePerFamily(t *testing.T) {
 	dual := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 	http := []registry.EndpointPort{epPort("http", 8080)}
 	exports := []registry.Export{
-		export("east", 1, registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
-		export("west", 2, registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
+		export("east", registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
+		export("west", registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
 	}
-	e.full(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1"))))
+	e.publish(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1"))))
 	e.reconcile("web")
 
 	types := func(ss []discoveryv1.EndpointSlice) map[discoveryv1.AddressType]int {
@@ -578,12 +578,12 @@ func TestEmptySlicePerFamily(t *testing.T) {
 
 	// A group without endpoints (a cluster's own empty slice) is no
 	// endpoint of its family: the placeholder stays, nothing is written.
-	e.full(exports,
+	e.publish(exports,
 		endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1")), group(discoveryv1.AddressTypeIPv6, http)))
 	e.steady("web")
 
 	// west's IPv6 endpoints replace its IPv6 placeholder.
-	e.full(exports,
+	e.publish(exports,
 		endpoints("east", group(discoveryv1.AddressTypeIPv4, http, ready("10.1.0.1"))),
 		endpoints("west", group(discoveryv1.AddressTypeIPv6, http, ready("fd00::2:1"))))
 	e.reconcile("web")
