@@ -276,6 +276,9 @@ func TestRefusedIdentity(t *testing.T) {
 
 	// The grant is taken away while c1 runs.
 	b := openWith(t, e.opts(t, registry.Identity{ClusterSet: "set1", Cluster: "c1"}, "mcsd:set1:c1"))
+	// Within c1's TTL an open writes nothing, and still proves the user.
+	_, err = etcd.New(ctx, e.opts(t, registry.Identity{ClusterSet: "set1", Cluster: "c1"}, "mcsd:set1:c2"))
+	wantDenied(t, "open c1 as c2 while c1 lives", err)
 	reg := metrics.InstrumentRegistry(b, "c1")
 	errorsOf := func(op string) float64 {
 		v, err := metricstest.Sum(ctrlmetrics.Registry, "mcsd_registry_operation_errors_total",

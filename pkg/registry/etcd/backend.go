@@ -100,6 +100,17 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	return b, nil
 }
 
+// NewClient connects to the etcd of opts, with its TLS and credentials, for
+// other uses than a Backend or Watcher (such as SetupAuth). Only the
+// connection fields of opts are used.
+func NewClient(opts Options) (*clientv3.Client, error) {
+	opts.Default()
+	if err := opts.validateClient(); err != nil {
+		return nil, fmt.Errorf("etcd client options: %w", err)
+	}
+	return newClient(opts)
+}
+
 // newClient connects to the etcd of opts.
 func newClient(opts Options) (*clientv3.Client, error) {
 	tlsConfig, err := opts.tlsConfig()
