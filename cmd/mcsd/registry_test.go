@@ -131,7 +131,13 @@ func TestSetupAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	<-srv.ReadyNotify()
+	select {
+	case <-srv.ReadyNotify():
+	case err := <-srv.Err():
+		t.Fatalf("etcd failed: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd not ready after 30s")
+	}
 	url := registryURL(srv.ClientURL())
 	out, err := execute(t, "registry", "setup-auth", "--registry", url, "--clusterset", "prod", "--cluster", "east",
 		"--passwords", "--enable-auth", "--root-password", "secret")

@@ -53,13 +53,7 @@ func startSecure(t *testing.T) *secureEtcd {
 	})
 	must(t, err)
 	t.Cleanup(s.Close)
-	select {
-	case <-s.ReadyNotify():
-	case err := <-s.Err():
-		t.Fatalf("etcd failed: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready after 30s")
-	}
+	waitReady(t, s)
 	e := &secureEtcd{srv: s, dir: dir}
 	e.root = e.client(t, "root", "", "")
 	return e
@@ -101,19 +95,6 @@ func (e *secureEtcd) opts(t *testing.T, id registry.Identity, cn string) etcd.Op
 }
 
 func fileName(user string) string { return strings.ReplaceAll(user, ":", "_") }
-
-func openWith(t *testing.T, opts etcd.Options) *etcd.Backend {
-	t.Helper()
-	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
-	b, err := etcd.New(ctx, opts)
-	must(t, err)
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
-		}
-	})
-	return b
-}
 
 func wantDenied(t *testing.T, what string, err error) {
 	t.Helper()
