@@ -1,70 +1,193 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
 )
 
+// tryOutFlags secure the embedded registry: TLS, client certificates and
+// auth, with a user per cluster.
+type tryOutFlags struct {
+	secureDir  string
+	clusterSet string
+	clusters   []string
+	certHosts  []string
+}
+
 func newRegistryCommand() *cobra.Command {
 	cfg := embedded.Config{}
+	sec := &tryOutFlags{}
 	cmd := &cobra.Command{
 		Use:   "registry",
 		Short: "Run an embedded single-node etcd as the registry, for trying mcsd out",
 		Long: `registry runs a single-node etcd that every cluster's mcsd can use as its
 registry. It is meant for trying mcsd out and for tests; in production run an
-etcd cluster and point mcsd at it with --registry etcds://...`,
-		Example:      `  mcsd registry --data-dir /tmp/mcsd-etcd --listen-client-url http://127.0.0.1:2379`,
+etcd cluster and point mcsd at it with --registry etcds://..., after
+preparing it with mcsd registry setup-auth.
+
+With --secure-dir it runs with TLS, client certificate auth and etcd auth on:
+it writes a CA, a server certificate and a client certificate per cluster of
+--clusterset (CN mcsd:<clusterset>:<cluster>, which may write only below its
+own cluster's prefix), one for mcsd status (read-only) and one for root
+into the directory, and prints the commands that hand them to each cluster.
+Started again on the same directories it keeps the CA, the certificates and
+the users.`,
+		Example: `  mcsd registry --data-dir /tmp/mcsd-etcd --listen-client-url http://127.0.0.1:2379
+  mcsd registry --data-dir /tmp/mcsd-etcd --secure-dir /tmp/mcsd-certs --clusterset prod --cluster east --cluster west \
+    --listen-client-url https://0.0.0.0:2379 --cert-host 172.18.0.1`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			srv, err := embedded.Start(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer srv.Close()
-			select {
-			case <-srv.ReadyNotify():
-			case err := <-srv.Err():
-				return fmt.Errorf("registry: %w", err)
-			case <-ctx.Done():
-				return nil
-			}
-			fmt.Fprintf(os.Stderr, "registry ready; point mcsd at it with --registry %s\n", registryURL(srv.ClientURL()))
-			select {
-			case err := <-srv.Err():
-				return fmt.Errorf("registry: %w", err)
-			case <-ctx.Done():
-				return nil
-			}
+			return runRegistry(ctx, cmd.ErrOrStderr(), cfg, sec)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.DataDir, "data-dir", "", "directory for the registry's data (required)")
-	fl.StringVar(&cfg.ListenClientURL, "listen-client-url", "http://127.0.0.1:2379", "URL clients connect to (https:// needs --cert-file and --key-file)")
+	fl.StringVar(&cfg.ListenClientURL, "listen-client-url", "http://127.0.0.1:2379", "URL clients connect to (https:// needs --cert-file and --key-file, or --secure-dir)")
 	fl.StringVar(&cfg.ListenPeerURL, "listen-peer-url", "http://127.0.0.1:2380", "raft peer URL (unused by a single node, required by etcd)")
 	fl.StringVar(&cfg.CertFile, "cert-file", "", "server certificate for an https client URL")
 	fl.StringVar(&cfg.KeyFile, "key-file", "", "server key for an https client URL")
 	fl.StringVar(&cfg.TrustedCAFile, "trusted-ca-file", "", "CA that client certificates must be signed by (enables client certificate auth)")
 	fl.StringVar(&cfg.LogLevel, "log-level", "", "etcd's log level: debug, info, warn, error (default: no logs)")
+	fl.StringVar(&sec.secureDir, "secure-dir", "", "turn on TLS, client certificates and etcd auth, with the CA and certificates in this directory")
+	fl.StringVar(&sec.clusterSet, "clusterset", "", "with --secure-dir: the clusterset whose clusters get a user")
+	fl.StringSliceVar(&sec.clusters, "cluster", nil, "with --secure-dir: a cluster of the clusterset (repeatable)")
+	fl.StringSliceVar(&sec.certHosts, "cert-host", nil, "with --secure-dir: another IP address or DNS name the clusters reach the registry at (repeatable)")
 	_ = cmd.MarkFlagRequired("data-dir")
+	cmd.AddCommand(newSetupAuthCommand())
 	return cmd
+}
+
+func runRegistry(ctx context.Context, out io.Writer, cfg embedded.Config, sec *tryOutFlags) error {
+	if sec.secureDir != "" {
+		if err := sec.prepare(&cfg); err != nil {
+			return err
+		}
+	} else if sec.clusterSet != "" || len(sec.clusters) > 0 || len(sec.certHosts) > 0 {
+		return errors.New("--clusterset, --cluster and --cert-host need --secure-dir")
+	}
+	srv, err := embedded.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	select {
+	case <-srv.ReadyNotify():
+	case err := <-srv.Err():
+		return fmt.Errorf("registry: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
+	regURL := registryURL(srv.ClientURL())
+	if sec.secureDir != "" {
+		if err := sec.setUp(ctx, out, srv.ClientURL(), regURL); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "registry ready; point mcsd at it with --registry %s\n", regURL)
+	}
+	select {
+	case err := <-srv.Err():
+		return fmt.Errorf("registry: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// File names in the secure directory, beside embedded's.
+const (
+	rootCertName   = "root"
+	readerCertName = "reader"
+)
+
+func clusterCertName(cluster string) string { return "cluster-" + cluster }
+
+// prepare writes the certificates and sets the server's TLS in cfg.
+func (s *tryOutFlags) prepare(cfg *embedded.Config) error {
+	if s.clusterSet == "" || len(s.clusters) == 0 {
+		return errors.New("--secure-dir needs --clusterset and at least one --cluster")
+	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.TrustedCAFile != "" {
+		return errors.New("--secure-dir makes its own certificates: drop --cert-file, --key-file and --trusted-ca-file")
+	}
+	u, err := url.Parse(cfg.ListenClientURL)
+	if err != nil {
+		return fmt.Errorf("--listen-client-url: %w", err)
+	}
+	u.Scheme = "https"
+	cfg.ListenClientURL = u.String()
+	hosts := append([]string{"127.0.0.1", "localhost"}, s.certHosts...)
+	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "0.0.0.0" && h != "::" {
+		hosts = append(hosts, h)
+	}
+	clients := []embedded.ClientCert{
+		{Name: rootCertName, CommonName: etcd.RootUser},
+		{Name: readerCertName, CommonName: etcd.ReaderUser(s.clusterSet)},
+	}
+	for _, c := range s.clusters {
+		clients = append(clients, embedded.ClientCert{Name: clusterCertName(c), CommonName: etcd.ClusterUser(s.clusterSet, c)})
+	}
+	if err := embedded.WriteCerts(s.secureDir, hosts, clients); err != nil {
+		return err
+	}
+	cfg.CertFile = filepath.Join(s.secureDir, embedded.ServerCertFile)
+	cfg.KeyFile = filepath.Join(s.secureDir, embedded.ServerKeyFile)
+	cfg.TrustedCAFile = filepath.Join(s.secureDir, embedded.CACertFile)
+	return nil
+}
+
+// setUp creates the users as root and enables auth, then prints how to use
+// them.
+func (s *tryOutFlags) setUp(ctx context.Context, out io.Writer, clientURL, regURL string) error {
+	cert := func(name, ext string) string { return filepath.Join(s.secureDir, name+ext) }
+	ca := filepath.Join(s.secureDir, embedded.CACertFile)
+	cli, err := etcd.NewClient(etcd.Options{Endpoints: []string{clientURL}, CAFile: ca,
+		CertFile: cert(rootCertName, ".crt"), KeyFile: cert(rootCertName, ".key")})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := etcd.SetupAuth(sctx, cli, etcd.AuthOptions{ClusterSet: s.clusterSet, Clusters: s.clusters, Reader: true, EnableAuth: true}); err != nil {
+		return fmt.Errorf("set up etcd auth: %w", err)
+	}
+	fmt.Fprintf(out, "registry ready with TLS and auth; point mcsd at it with --registry %s\n", regURL)
+	for _, c := range s.clusters {
+		fmt.Fprintf(out, "# cluster %s (etcd user %s):\n", c, etcd.ClusterUser(s.clusterSet, c))
+		fmt.Fprintf(out, "kubectl -n mcsd-system create secret generic mcsd-registry-etcd --from-file=ca.crt=%s --from-file=tls.crt=%s --from-file=tls.key=%s\n",
+			ca, cert(clusterCertName(c), ".crt"), cert(clusterCertName(c), ".key"))
+	}
+	fmt.Fprintf(out, "# read-only (etcd user %s):\n", etcd.ReaderUser(s.clusterSet))
+	fmt.Fprintf(out, "mcsd status --registry %s --clusterset %s --registry-ca %s --registry-cert %s --registry-key %s\n",
+		regURL, s.clusterSet, ca, cert(readerCertName, ".crt"), cert(readerCertName, ".key"))
+	fmt.Fprintf(out, "# administrator (etcd user root): --cacert %s --cert %s --key %s\n", ca, cert(rootCertName, ".crt"), cert(rootCertName, ".key"))
+	return nil
 }
 
 // registryURL turns the server's client URL into mcsd's --registry form.
 func registryURL(clientURL string) string {
-	if len(clientURL) > 8 && clientURL[:8] == "https://" {
-		return "etcds://" + clientURL[8:]
+	if rest, ok := strings.CutPrefix(clientURL, "https://"); ok {
+		return "etcds://" + rest
 	}
-	if len(clientURL) > 7 && clientURL[:7] == "http://" {
-		return "etcd://" + clientURL[7:]
+	if rest, ok := strings.CutPrefix(clientURL, "http://"); ok {
+		return "etcd://" + rest
 	}
 	return clientURL
 }

@@ -100,6 +100,17 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	return b, nil
 }
 
+// NewClient connects to the etcd of opts, with its TLS and credentials, for
+// other uses than a Backend or Watcher (such as SetupAuth). Only the
+// connection fields of opts are used.
+func NewClient(opts Options) (*clientv3.Client, error) {
+	opts.Default()
+	if err := opts.validateClient(); err != nil {
+		return nil, fmt.Errorf("etcd client options: %w", err)
+	}
+	return newClient(opts)
+}
+
 // newClient connects to the etcd of opts.
 func newClient(opts Options) (*clientv3.Client, error) {
 	tlsConfig, err := opts.tlsConfig()
@@ -153,7 +164,7 @@ func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bo
 	defer scancel()
 	if err := b.start(sctx); err != nil {
 		cancel()
-		return nil, errors.Join(fmt.Errorf("open etcd registry: %w", err), b.lessor.Close())
+		return nil, errors.Join(fmt.Errorf("open etcd registry: %w", b.permissionHint(err)), b.lessor.Close())
 	}
 	go b.keepAlive()
 	return b, nil
@@ -273,7 +284,7 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	}
 	_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
 	if err != nil {
-		return fmt.Errorf("delete export %s: %w", key, err)
+		return fmt.Errorf("delete export %s: %w", key, b.permissionHint(err))
 	}
 	delete(b.stored, exportKey)
 	delete(b.stored, endpointsKey)
@@ -313,7 +324,7 @@ func (b *Backend) putLocked(ctx context.Context, key, value string) error {
 		_, err = b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
 	}
 	if err != nil {
-		return err
+		return b.permissionHint(err)
 	}
 	b.stored[key] = value
 	return nil

@@ -388,6 +388,13 @@ func startServer(t *testing.T, dir, url string) *embedded.Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
+	waitReady(t, s)
+	return s
+}
+
+// waitReady waits until s serves clients.
+func waitReady(t *testing.T, s *embedded.Server) {
+	t.Helper()
 	select {
 	case <-s.ReadyNotify():
 	case err := <-s.Err():
@@ -395,7 +402,6 @@ func startServer(t *testing.T, dir, url string) *embedded.Server {
 	case <-time.After(30 * time.Second):
 		t.Fatal("etcd not ready after 30s")
 	}
-	return s
 }
 
 func open(t *testing.T, url string, id registry.Identity, modify ...func(*etcd.Options)) *etcd.Backend {
@@ -404,6 +410,12 @@ func open(t *testing.T, url string, id registry.Identity, modify ...func(*etcd.O
 	for _, m := range modify {
 		m(&opts)
 	}
+	return openWith(t, opts)
+}
+
+// openWith opens a backend with opts, closed at the end of the test.
+func openWith(t *testing.T, opts etcd.Options) *etcd.Backend {
+	t.Helper()
 	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
 	b, err := etcd.New(ctx, opts)
 	if err != nil {

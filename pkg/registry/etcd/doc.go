@@ -24,7 +24,10 @@
 // cluster writes only under its own "<prefix>/<clusterset>/clusters/<cluster>/"
 // prefix and reads "<prefix>/<clusterset>/clusters/", so etcd RBAC can enforce
 // both: give each cluster's user a role with readwrite on its own prefix and
-// read on the clusterset's prefix.
+// read on the clusterset's prefix. SetupAuth makes those users and roles
+// (ClusterUser, ReaderUser). etcd checks a lease's revoke, renewal and key
+// attachment against writing every key on it, so a cluster's lease is as safe
+// as its records; a lease with no key is anyone's.
 //
 // # Order, liveness and restarts
 //

@@ -46,6 +46,19 @@ func (b *Backend) start(ctx context.Context) error {
 		}
 	}
 	if b.lease != clientv3.NoLease {
+		// Renewing it proves, with etcd auth on, that this cluster's user
+		// may write the cluster's records: a restart within the TTL writes
+		// nothing else.
+		_, err := b.lessor.KeepAliveOnce(ctx, b.lease)
+		switch {
+		case isLeaseNotFound(err):
+			// It expired just now.
+			b.lease, oldLives = clientv3.NoLease, false
+		case err != nil:
+			return fmt.Errorf("renew lease %s: %w", leaseString(b.lease), err)
+		}
+	}
+	if b.lease != clientv3.NoLease {
 		b.log.Info("reusing lease", "lease", leaseString(b.lease))
 	} else {
 		grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
