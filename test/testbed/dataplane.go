@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -73,16 +74,23 @@ func (c *Cluster) agentDir() string { return filepath.Join(c.tb.dir, "agent-"+c.
 
 func (c *Cluster) pkiFile(name string) string { return filepath.Join(c.clusterDir(), "pki", name) }
 
-// agentConfig returns the agent's configuration, kept in its directory so
-// that the ports stay when the testbed is started again.
-func (c *Cluster) agentConfig() (*agent.Config, error) {
+// agentConfig returns the agent's configuration, written afresh on every
+// start (the cluster may have been created again, with another API port and
+// CA) but keeping the streaming server's port, which the nodes name; and
+// whether it differs from the one the running agent was started with.
+func (c *Cluster) agentConfig() (*agent.Config, bool, error) {
 	path := filepath.Join(c.agentDir(), "config.json")
-	if cfg, err := agent.Load(path); err == nil {
-		return cfg, nil
+	old, _ := agent.Load(path)
+	var port int
+	if old != nil {
+		_, p, _ := strings.Cut(old.ExecAddr, ":")
+		port, _ = strconv.Atoi(p)
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	if port == 0 {
+		var err error
+		if port, err = FreePort(); err != nil {
+			return nil, false, err
+		}
 	}
 	host := strings.TrimPrefix(strings.TrimPrefix(c.Config.Host, "https://"), "http://")
 	cfg := &agent.Config{
@@ -105,9 +113,10 @@ func (c *Cluster) agentConfig() (*agent.Config, error) {
 		cfg.Nodes = append(cfg.Nodes, agent.Node{Name: c.NodeName(n), PodCIDRs: NodePodCIDRs(c.Index, n), IPs: NodeIPs(c.Index, n)})
 	}
 	if err := os.MkdirAll(c.agentDir(), 0o755); err != nil {
-		return nil, fmt.Errorf("create agent directory: %w", err)
+		return nil, false, fmt.Errorf("create agent directory: %w", err)
 	}
-	return cfg, cfg.Write(path)
+	changed := old == nil || !reflect.DeepEqual(old, cfg)
+	return cfg, changed, cfg.Write(path)
 }
 
 // prepareDataPlane points the nodes at the agent (addresses, kubelet port)
@@ -156,7 +165,12 @@ func ensureDNSService(ctx context.Context, cl client.Client, index int, dnsIPs [
 			Ports:          ports,
 		},
 	}
-	if err := cl.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
+	// Looked up first: creating it again fails on its taken IPs, not its name.
+	err := cl.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{})
+	if apierrors.IsNotFound(err) {
+		err = cl.Create(ctx, svc)
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create kube-dns Service: %w", err)
 	}
 	for i, family := range []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6} {
@@ -181,13 +195,44 @@ func ensureDNSService(ctx context.Context, cl client.Client, index int, dnsIPs [
 	return nil
 }
 
-// startAgent starts the cluster's node agent unless it runs already.
-func (c *Cluster) startAgent(cfg *agent.Config) error {
-	pidFile := filepath.Join(c.agentDir(), "pid")
-	if data, err := os.ReadFile(pidFile); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && processAlive(pid) {
+// agentPid returns the pid in the agent's pid file when that process is
+// alive and is this testbed's agent (a pid file can outlive its process,
+// and the pid be reused by another program).
+func agentPid(agentDir, binary string) int {
+	data, err := os.ReadFile(filepath.Join(agentDir, "pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 || !processAlive(pid) {
+		return 0
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return 0
+	}
+	argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+	if argv0 != binary {
+		return 0
+	}
+	if st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat")); err == nil {
+		// The state follows the command name in parentheses; Z is a zombie.
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && strings.HasPrefix(strings.TrimSpace(string(st[i+1:])), "Z") {
+			return 0
+		}
+	}
+	return pid
+}
+
+// startAgent starts the cluster's node agent unless it runs already with
+// the same configuration; one with another is stopped first.
+func (c *Cluster) startAgent(cfg *agent.Config, changed bool) error {
+	if pid := agentPid(c.agentDir(), c.tb.agentBinary()); pid > 0 {
+		if !changed {
 			return nil
 		}
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	_ = os.Remove(filepath.Join(c.agentDir(), agent.ReadyFile))
 	logf, err := os.OpenFile(filepath.Join(c.agentDir(), "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -203,15 +248,20 @@ func (c *Cluster) startAgent(cfg *agent.Config) error {
 		return fmt.Errorf("start the node agent of %s: %w", c.ID, err)
 	}
 	go func() { _ = cmd.Wait() }()
-	return os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	return os.WriteFile(filepath.Join(c.agentDir(), "pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
 }
 
 // waitAgent waits until the agent serves: pods can run, kube-proxy and DNS
 // answer.
 func (c *Cluster) waitAgent(ctx context.Context) error {
 	err := waitFor(ctx, 2*time.Minute, "the node agent of "+c.ID, func(context.Context) (bool, error) {
-		_, err := os.Stat(filepath.Join(c.agentDir(), agent.ReadyFile))
-		return err == nil, nil
+		if _, err := os.Stat(filepath.Join(c.agentDir(), agent.ReadyFile)); err == nil {
+			return true, nil
+		}
+		if agentPid(c.agentDir(), c.tb.agentBinary()) == 0 {
+			return false, errAgentExited
+		}
+		return false, nil
 	})
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(c.agentDir(), "agent.log"))
@@ -220,19 +270,17 @@ func (c *Cluster) waitAgent(ctx context.Context) error {
 	return nil
 }
 
+var errAgentExited = errors.New("the node agent exited")
+
 // stopAgents kills the node agents of the testbed whose state is in dir.
 func stopAgents(dir string) {
-	pids, _ := filepath.Glob(filepath.Join(dir, "agent-*", "pid"))
-	for _, f := range pids {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 {
+	agentDirs, _ := filepath.Glob(filepath.Join(dir, "agent-*"))
+	for _, d := range agentDirs {
+		if pid := agentPid(d, filepath.Join(dir, "bin", "testbed")); pid > 0 {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		_ = os.Remove(f)
+		_ = os.Remove(filepath.Join(d, "pid"))
 	}
 }
 

@@ -80,6 +80,11 @@ func TestPodRunsAndExecWorks(t *testing.T) {
 	if err != nil || out != "from stdin" {
 		t.Errorf("stdin: %q, %v", out, err)
 	}
+	// A command that leaves a process behind holding its output still ends.
+	out, _, err = c.Exec(ctx, ns, "box", "", nil, "sh", "-c", "sleep 600 & echo started")
+	if err != nil || out != "started\n" {
+		t.Errorf("a command that leaves a child: %q, %v", out, err)
+	}
 	// Deleted, its namespace and processes go.
 	if err := clientFor(t, "c1").Delete(ctx, pod); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -178,7 +179,8 @@ func removeOrphanNetworks(ctx context.Context, log func(format string, args ...a
 		if _, err := os.Stat(dir); err == nil {
 			continue
 		}
-		log("[testbed] removing the network namespaces of %s (its state is gone)\n", dir)
+		log("[testbed] removing the processes and network namespaces of %s (its state is gone)\n", dir)
+		killUnder(dir, io.Discard)
 		_ = removeNetwork(ctx, dir)
 	}
 }

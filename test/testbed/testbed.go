@@ -71,6 +71,13 @@ func (o *Options) defaults() error {
 		}
 		o.StateRoot = filepath.Join(root, ".cache", "testbed-runs")
 	}
+	// Absolute: the data plane's record of the testbed names its directory
+	// for processes in any working directory.
+	abs, err := filepath.Abs(o.StateRoot)
+	if err != nil {
+		return fmt.Errorf("testbed: state root: %w", err)
+	}
+	o.StateRoot = abs
 	return o.validate()
 }
 
@@ -219,14 +226,14 @@ func (tb *Testbed) startDataPlane(ctx context.Context) error {
 		return err
 	}
 	for _, c := range tb.Clusters {
-		cfg, err := c.agentConfig()
+		cfg, changed, err := c.agentConfig()
 		if err != nil {
 			return err
 		}
 		if err := c.prepareDataPlane(ctx, cfg); err != nil {
 			return fmt.Errorf("data plane of %s: %w", c.ID, err)
 		}
-		if err := c.startAgent(cfg); err != nil {
+		if err := c.startAgent(cfg, changed); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -35,6 +36,8 @@ type Agent struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	nodes map[string]Node
 
+	unshare string // util-linux unshare's path
+
 	mu        sync.Mutex
 	sandboxes map[types.UID]*sandbox
 	byKey     map[string]types.UID
@@ -56,6 +59,10 @@ func New(cfg *Config, self string, log logr.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return nil, fmt.Errorf("the agent needs util-linux's unshare: %w", err)
+	}
 	nodes := map[string]Node{}
 	for _, n := range cfg.Nodes {
 		nodes[n.Name] = n
@@ -67,6 +74,7 @@ func New(cfg *Config, self string, log logr.Logger) (*Agent, error) {
 		log:       log,
 		ipam:      newIPAM(),
 		nodes:     nodes,
+		unshare:   unshare,
 		sandboxes: map[types.UID]*sandbox{},
 		byKey:     map[string]types.UID{},
 		children:  &children{log: log},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -46,6 +47,7 @@ func (c *children) run(ctx context.Context, name, logPath string, newCmd func() 
 			c.mu.Unlock()
 			if err == nil {
 				err = cmd.Wait()
+				c.forget(cmd)
 			}
 			if logf != nil {
 				_ = logf.Close()
@@ -62,6 +64,13 @@ func (c *children) run(ctx context.Context, name, logPath string, newCmd func() 
 			delay = min(2*delay, 5*time.Second)
 		}
 	}()
+}
+
+// forget drops a helper that has exited: its process group is gone.
+func (c *children) forget(cmd *exec.Cmd) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cmds = slices.DeleteFunc(c.cmds, func(x *exec.Cmd) bool { return x == cmd })
 }
 
 // stopAll kills every helper's process group.

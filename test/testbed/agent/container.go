@@ -56,7 +56,8 @@ func (a *Agent) newContainer(pod *corev1.Pod, sb *sandbox, spec corev1.Container
 // mounts over /etc), and a UTS namespace of its own holding the pod's host
 // name. It dies with the agent.
 func (a *Agent) command(sb *sandbox, env []string, dir string, argv []string) *exec.Cmd {
-	args := append([]string{"netns", "exec", sb.netns, "unshare", "--uts", a.progs.Self, "pod-init", "-hostname", sb.hostname, "--"}, argv...)
+	// Absolute paths: the pod's environment (its PATH) is the wrappers' too.
+	args := append([]string{"netns", "exec", sb.netns, a.unshare, "--uts", a.progs.Self, "pod-init", "-hostname", sb.hostname, "--"}, argv...)
 	cmd := exec.Command("ip", args...)
 	cmd.Env = env
 	cmd.Dir = dir

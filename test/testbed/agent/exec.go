@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -120,6 +121,16 @@ func (a *Agent) ExecInContainer(ctx context.Context, name string, _ types.UID, c
 	if sb == nil {
 		return fmt.Errorf("pod %s is not running on this testbed's nodes", name)
 	}
+	sb.mu.Lock()
+	stopping := sb.stopping
+	if !stopping {
+		sb.execs.Add(1)
+	}
+	sb.mu.Unlock()
+	if stopping {
+		return fmt.Errorf("pod %s is stopping", name)
+	}
+	defer sb.execs.Done()
 	var c *container
 	for _, cc := range sb.containers {
 		if cc.name == containerName {
@@ -145,6 +156,9 @@ func (a *Agent) ExecInContainer(ctx context.Context, name string, _ types.UID, c
 	if errOut != nil {
 		p.Stderr = errOut
 	}
+	// A command's children (a server started with &) may hold its output
+	// open: once it exits, give them a moment, then stop waiting for them.
+	p.WaitDelay = 2 * time.Second
 	if err := p.Start(); err != nil {
 		return fmt.Errorf("exec in %s: %w", name, err)
 	}
@@ -153,13 +167,20 @@ func (a *Agent) ExecInContainer(ctx context.Context, name string, _ types.UID, c
 		select {
 		case <-ctx.Done():
 			if p.Process != nil {
-				_ = p.Process.Kill()
+				_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL) // its process group
 			}
 		case <-done:
 		}
 	}()
 	err = p.Wait()
 	close(done)
+	if errors.Is(err, exec.ErrWaitDelay) && p.ProcessState != nil {
+		// The command ended; only what it left running held the output.
+		if code := p.ProcessState.ExitCode(); code != 0 {
+			return utilexec.CodeExitError{Err: err, Code: code}
+		}
+		return nil
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return utilexec.CodeExitError{Err: err, Code: ee.ExitCode()}

@@ -14,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/mcsd-io/mcsd/test/testbed/netns"
 )
 
 var everything = labels.Everything()
@@ -32,6 +34,7 @@ type sandbox struct {
 	started   time.Time
 
 	mu          sync.Mutex
+	execs       sync.WaitGroup // kubectl exec sessions under way
 	containers  []*container
 	stopping    bool
 	readyChange time.Time
@@ -200,6 +203,9 @@ func (a *Agent) stopSandbox(ctx context.Context, sb *sandbox, grace time.Duratio
 		go func() { defer wg.Done(); c.stop(grace) }()
 	}
 	wg.Wait()
+	// An exec under way ends with the namespace's processes; none starts now.
+	_ = netns.Delete(ctx, sb.netns)
+	sb.execs.Wait()
 	if err := a.deleteSandbox(ctx, sb); err != nil {
 		a.log.Error(err, "remove pod namespace", "pod", sb.namespace+"/"+sb.name)
 	}

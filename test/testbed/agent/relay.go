@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The node namespace has no route to the host, where the API server
@@ -46,6 +47,7 @@ func Forward(l net.Listener, dial func() (net.Conn, error)) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			time.Sleep(50 * time.Millisecond) // out of file descriptors, say: do not spin
 			continue
 		}
 		go func() {
