@@ -51,7 +51,7 @@ func TestPodRunsAndExecWorks(t *testing.T) {
 	createPod(t, "c1", ns, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "box"},
 		Spec: corev1.PodSpec{Hostname: "box-host", Containers: []corev1.Container{{
-			Name: "main", Image: "busybox", Command: []string{"sh", "-c", "echo started > /dev/null; exec sleep 3600"},
+			Name: "main", Image: "busybox", Command: []string{"sh", "-c", "echo started; exec sleep 3600"},
 			Env: []corev1.EnvVar{{Name: "MY_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
 		}}},
 	})
@@ -80,6 +80,11 @@ func TestPodRunsAndExecWorks(t *testing.T) {
 	if err != nil || out != "from stdin" {
 		t.Errorf("stdin: %q, %v", out, err)
 	}
+	// kubectl logs shows what the container wrote.
+	poll.Until(t, time.Minute, "kubectl logs box", func() (bool, string) {
+		logs, err := exec.CommandContext(ctx, tb.Binaries().Kubectl, "--kubeconfig", c.Kubeconfig, "logs", "-n", ns, "box").CombinedOutput()
+		return err == nil && string(logs) == "started\n", string(logs)
+	})
 	// A command that leaves a process behind holding its output still ends.
 	out, _, err = c.Exec(ctx, ns, "box", "", nil, "sh", "-c", "sleep 600 & echo started")
 	if err != nil || out != "started\n" {
@@ -118,6 +123,21 @@ func TestUnrunnableContainerIsNotReady(t *testing.T) {
 		w := p.Status.ContainerStatuses[0].State.Waiting
 		return c.Status == corev1.ConditionFalse && w != nil && w.Reason == "ImageNotRunnable" && strings.Contains(c.Message, "nginx:1.27"),
 			c.Message
+	})
+}
+
+// A hostNetwork pod is not run, and says so.
+func TestHostNetworkPodIsNotReady(t *testing.T) {
+	createPod(t, "c2", "hostnet", &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hn"},
+		Spec:       corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+	})
+	poll.Until(t, time.Minute, "pod hn reported not run", func() (bool, string) {
+		p, c := readyCondition(t, "c2", "hostnet", "hn")
+		if p == nil || c == nil {
+			return false, "no status yet"
+		}
+		return c.Status == corev1.ConditionFalse && c.Reason == "HostNetworkNotSupported", c.Reason
 	})
 }
 

@@ -167,7 +167,7 @@ func (a *Agent) enqueue(obj any) {
 	if !ok {
 		return
 	}
-	if _, ours := a.nodes[pod.Spec.NodeName]; !ours || pod.Spec.HostNetwork {
+	if _, ours := a.nodes[pod.Spec.NodeName]; !ours {
 		return
 	}
 	a.queue.Add(pod.Namespace + "/" + pod.Name)

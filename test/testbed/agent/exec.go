@@ -51,6 +51,7 @@ func (a *Agent) startExecServer(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/exec/", a.serveExec)
+	mux.HandleFunc("/containerLogs/", a.serveLogs)
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -80,6 +82,10 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 	if sb == nil {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			return nil // it ran to its end in an earlier run of the agent
+		}
+		if pod.Spec.HostNetwork {
+			return a.refuse(ctx, pod, "HostNetworkNotSupported",
+				"the testbed runs pods in network namespaces of their own; hostNetwork pods are not run")
 		}
 		if sb, err = a.startSandbox(ctx, pod); err != nil {
 			return err
@@ -224,4 +230,48 @@ func (a *Agent) sandboxFor(namespace, name string) *sandbox {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.sandboxes[a.byKey[namespace+"/"+name]]
+}
+
+// refuse reports a pod the agent does not run: Pending, not ready, every
+// container waiting with the reason.
+func (a *Agent) refuse(ctx context.Context, pod *corev1.Pod, reason, message string) error {
+	ready := podCondition(pod, corev1.PodReady)
+	if pod.Status.Phase == corev1.PodPending && ready != nil && ready.Reason == reason {
+		return nil // said already
+	}
+	st := map[string]any{"phase": corev1.PodPending}
+	var conds []corev1.PodCondition
+	for _, c := range pod.Status.Conditions {
+		if c.Type != corev1.PodReady && c.Type != corev1.ContainersReady {
+			conds = append(conds, c)
+		}
+	}
+	now := metav1.Now()
+	for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+		conds = append(conds, corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason, Message: message, LastTransitionTime: now})
+	}
+	st["conditions"] = conds
+	var cs []corev1.ContainerStatus
+	for _, c := range pod.Spec.Containers {
+		cs = append(cs, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}})
+	}
+	st["containerStatuses"] = cs
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID}, "status": st})
+	if err != nil {
+		return fmt.Errorf("encode pod status: %w", err)
+	}
+	if _, err := a.cs.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("patch pod status: %w", err)
+	}
+	return nil
+}
+
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == t {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
 }

@@ -114,3 +114,17 @@ func TestIPAM(t *testing.T) {
 		t.Fatal("a full range: no error")
 	}
 }
+
+func TestLastLines(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"}, {"a\nb\nc", 1, "c"}, {"a\nb\n", 5, "a\nb\n"}, {"a\n", 0, ""}, {"", 3, ""},
+	} {
+		if got := string(lastLines([]byte(tc.in), tc.n)); got != tc.want {
+			t.Errorf("lastLines(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
