@@ -87,12 +87,11 @@ func runRegistry(ctx context.Context, out io.Writer, cfg embedded.Config, sec *t
 		return err
 	}
 	defer srv.Close()
-	select {
-	case <-srv.ReadyNotify():
-	case err := <-srv.Err():
+	if err := srv.WaitReady(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it was ready
+		}
 		return fmt.Errorf("registry: %w", err)
-	case <-ctx.Done():
-		return nil
 	}
 	regURL := registryURL(srv.ClientURL())
 	if sec.secureDir != "" {

@@ -131,13 +131,7 @@ func TestSetupAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	select {
-	case <-srv.ReadyNotify():
-	case err := <-srv.Err():
-		t.Fatalf("etcd failed: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready after 30s")
-	}
+	waitReady(t, srv)
 	url := registryURL(srv.ClientURL())
 	out, err := execute(t, "registry", "setup-auth", "--registry", url, "--clusterset", "prod", "--cluster", "east",
 		"--passwords", "--enable-auth", "--root-password", "secret")
@@ -175,5 +169,15 @@ func TestSetupAuth(t *testing.T) {
 	// Without root's credentials once auth is on: refused.
 	if out, err := execute(t, "registry", "setup-auth", "--registry", url, "--clusterset", "prod", "--cluster", "x"); err == nil {
 		t.Errorf("setup-auth without credentials succeeded:\n%s", out)
+	}
+}
+
+// waitReady waits until s serves clients.
+func waitReady(t *testing.T, s *embedded.Server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,7 +2,6 @@ package clusterset
 
 import (
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -105,12 +104,7 @@ func (v *View) Keys(namespace string) []registry.ServiceKey {
 			out = append(out, k)
 		}
 	}
-	slices.SortFunc(out, func(a, b registry.ServiceKey) int {
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(out, registry.ServiceKey.Compare)
 	return out
 }
 

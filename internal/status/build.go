@@ -74,7 +74,7 @@ func Build(in Input) Report {
 		endpoints[registry.RecordID{Cluster: e.Cluster, Service: e.Service}] = e
 	}
 	counts := map[string]int{}
-	for _, key := range slices.SortedFunc(maps.Keys(exports), compareKeys) {
+	for _, key := range slices.SortedFunc(maps.Keys(exports), registry.ServiceKey.Compare) {
 		svc := buildService(key, exports[key], endpoints)
 		for _, x := range svc.Exports {
 			counts[x.Cluster]++
@@ -309,9 +309,6 @@ func comparePorts(a, b Port) int {
 	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port), cmp.Compare(a.AppProtocol, b.AppProtocol))
 }
 
-func compareKeys(a, b registry.ServiceKey) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-}
 
 func protocol(p corev1.Protocol) corev1.Protocol {
 	if p == "" {

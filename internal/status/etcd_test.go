@@ -27,10 +27,10 @@ func TestCollectFromEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	select {
-	case <-srv.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitReady(ctx); err != nil {
+		t.Fatal(err)
 	}
 	opts := func(cluster string) etcd.Options {
 		return etcd.Options{Identity: registry.Identity{ClusterSet: "prod", Cluster: cluster}, Endpoints: []string{srv.ClientURL()}, TTL: 5 * time.Second}

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -31,6 +32,11 @@ func (id Identity) Validate() error {
 type ServiceKey struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+}
+
+// Compare orders keys by namespace, then name (for slices.SortFunc).
+func (k ServiceKey) Compare(o ServiceKey) int {
+	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Name, o.Name))
 }
 
 func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +39,11 @@ type CoreDNS struct {
 // what only matters inside a cluster; it has no fallthrough and nothing after
 // the kubernetes plugin, so a name the cluster does not have is NXDOMAIN.
 func Corefile(addr, readyAddr, kubeconfig, kubeContext string) string {
+	return corefile(port(addr), []string{host(addr)}, readyAddr, kubeconfig, kubeContext)
+}
+
+// corefile is Corefile for a server on port of every address in binds.
+func corefile(port string, binds []string, readyAddr, kubeconfig, kubeContext string) string {
 	return fmt.Sprintf(`.:%s {
     bind %s
     errors
@@ -48,7 +54,7 @@ func Corefile(addr, readyAddr, kubeconfig, kubeContext string) string {
         ttl 5
     }
 }
-`, port(addr), host(addr), readyAddr, kubeconfig, kubeContext)
+`, port, strings.Join(binds, " "), readyAddr, kubeconfig, kubeContext)
 }
 
 func host(addr string) string { h, _, _ := net.SplitHostPort(addr); return h }

@@ -105,9 +105,11 @@ func (c *Cluster) agentConfig() (*agent.Config, bool, error) {
 		DNSServiceIPs:  DNSServiceIPs(c.Index),
 		ExecAddr:       "127.0.0.1:" + strconv.Itoa(port),
 		ClientCA:       c.pkiFile("ca.crt"),
-		KubeProxy:      c.tb.bin.KubeProxy,
-		CoreDNS:        c.tb.bin.CoreDNS,
-		Agnhost:        c.tb.bin.Agnhost,
+		// The cluster's DNS, on node 0's addresses: kube-dns's endpoints.
+		Corefile:  corefile("53", NodeIPs(c.Index, 0), "127.0.0.1:8181", c.tb.Kubeconfig, c.ID),
+		KubeProxy: c.tb.bin.KubeProxy,
+		CoreDNS:   c.tb.bin.CoreDNS,
+		Agnhost:   c.tb.bin.Agnhost,
 	}
 	for n := 0; n < c.tb.opts.NodesPerCluster; n++ {
 		cfg.Nodes = append(cfg.Nodes, agent.Node{Name: c.NodeName(n), PodCIDRs: NodePodCIDRs(c.Index, n), IPs: NodeIPs(c.Index, n)})

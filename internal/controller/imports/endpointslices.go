@@ -114,6 +114,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
 	importPorts := s.res.Spec.Ports
+	families := familyAddressTypes(s.res.Spec.IPFamilies)
 	for _, cluster := range s.res.Clusters {
 		served := s.res.Served[cluster]
 		if len(importPorts) > 0 && len(served) == 0 {
@@ -126,11 +127,13 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 			endpoints   []discoveryv1.Endpoint
 		}
 		sets := map[string]*set{}
+		has := map[discoveryv1.AddressType]bool{} // families the cluster has endpoints of
 		for _, g := range endpoints[cluster].Groups {
 			ports := slicePorts(g.Ports, served, importPorts)
 			if len(importPorts) > 0 && len(ports) == 0 {
 				continue
 			}
+			has[g.AddressType] = has[g.AddressType] || len(g.Endpoints) > 0
 			id := string(g.AddressType) + "|" + portsID(ports)
 			st := sets[id]
 			if st == nil {
@@ -141,11 +144,7 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 				st.endpoints = append(st.endpoints, sliceEndpoint(e, cluster == s.localCluster))
 			}
 		}
-		has := map[discoveryv1.AddressType]bool{}
-		for _, st := range sets {
-			has[st.addressType] = has[st.addressType] || len(st.endpoints) > 0
-		}
-		for _, at := range familyAddressTypes(s.res.Spec.IPFamilies) {
+		for _, at := range families {
 			if !has[at] {
 				out = append(out, newSlice(s, cluster, string(at)+"|", 0, at, nil, nil))
 			}

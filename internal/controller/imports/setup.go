@@ -133,17 +133,10 @@ func (r *Reconciler) changeToImports(ctx context.Context, c clusterset.Change) [
 	if !c.Reachability {
 		return []reconcile.Request{request(c.Service.Namespace, c.Service.Name)}
 	}
-	seen := map[types.NamespacedName]bool{}
+	// A request listed twice is queued once: the workqueue deduplicates.
 	var reqs []reconcile.Request
-	add := func(ns, name string) {
-		req := request(ns, name)
-		if !seen[req.NamespacedName] {
-			seen[req.NamespacedName] = true
-			reqs = append(reqs, req)
-		}
-	}
 	for _, k := range r.View.Keys("") {
-		add(k.Namespace, k.Name)
+		reqs = append(reqs, request(k.Namespace, k.Name))
 	}
 	list := &mcsv1beta1.ServiceImportList{}
 	if err := r.Client.List(ctx, list); err != nil {
@@ -151,7 +144,7 @@ func (r *Reconciler) changeToImports(ctx context.Context, c clusterset.Change) [
 	}
 	for i := range list.Items {
 		if isManaged(&list.Items[i]) {
-			add(list.Items[i].Namespace, list.Items[i].Name)
+			reqs = append(reqs, request(list.Items[i].Namespace, list.Items[i].Name))
 		}
 	}
 	return reqs

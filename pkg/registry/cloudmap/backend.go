@@ -1,7 +1,6 @@
 package cloudmap
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -412,9 +411,7 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 			out = append(out, k)
 		}
 	}
-	slices.SortFunc(out, func(x, y registry.ServiceKey) int {
-		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
-	})
+	slices.SortFunc(out, registry.ServiceKey.Compare)
 	return out, nil
 }
 

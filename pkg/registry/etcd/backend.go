@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -304,9 +303,7 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 			out = append(out, svc)
 		}
 	}
-	slices.SortFunc(out, func(x, y registry.ServiceKey) int {
-		return strings.Compare(x.String(), y.String())
-	})
+	slices.SortFunc(out, registry.ServiceKey.Compare)
 	return out, nil
 }
 

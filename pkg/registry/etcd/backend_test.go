@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -395,12 +396,10 @@ func startServer(t *testing.T, dir, url string) *embedded.Server {
 // waitReady waits until s serves clients.
 func waitReady(t *testing.T, s *embedded.Server) {
 	t.Helper()
-	select {
-	case <-s.ReadyNotify():
-	case err := <-s.Err():
-		t.Fatalf("etcd failed: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready after 30s")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -168,9 +167,7 @@ func (cs *clusterSet) exported(cluster string) []registry.ServiceKey {
 			keys = append(keys, id.Service)
 		}
 	}
-	slices.SortFunc(keys, func(a, b registry.ServiceKey) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(keys, registry.ServiceKey.Compare)
 	return keys
 }
 

@@ -2,7 +2,6 @@ package framework
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -142,11 +141,11 @@ func (e *Env) StartRegistry(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start registry: %w", err)
 	}
-	select {
-	case <-srv.ReadyNotify():
-	case <-time.After(30 * time.Second):
+	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := srv.WaitReady(readyCtx); err != nil {
 		srv.Close()
-		return errors.New("registry did not become ready in 30s")
+		return fmt.Errorf("start registry: %w", err)
 	}
 	e.registry = srv
 	return nil

@@ -440,7 +440,9 @@ func startTLSEtcd(t *testing.T, dir string, p *pki) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	if err := srv.WaitReady(30 * time.Second); err != nil {
+	readyCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitReady(readyCtx); err != nil {
 		t.Fatal(err)
 	}
 	return srv.ClientURL()

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // kube-proxy's health endpoint, inside the node namespace.
@@ -45,27 +44,12 @@ func (a *Agent) startKubeProxy(ctx context.Context) error {
 // the endpoints of the kube-dns Service.
 func (a *Agent) dnsAddrs() []string { return a.cfg.Nodes[0].IPs }
 
-// startDNS runs a stock CoreDNS in the node namespace, answering
-// cluster.local and clusterset.local (the kubernetes plugin's multicluster
-// option, as config/coredns sets it up) on the node's addresses.
+// startDNS runs a stock CoreDNS in the node namespace, with the Corefile
+// the testbed wrote (cluster.local and clusterset.local, as config/coredns
+// sets them up).
 func (a *Agent) startDNS(ctx context.Context) error {
-	kc, err := clientcmd.LoadFromFile(a.cfg.Kubeconfig)
-	if err != nil {
-		return fmt.Errorf("read kubeconfig: %w", err)
-	}
-	corefile := fmt.Sprintf(`.:53 {
-    bind %s
-    errors
-    ready 127.0.0.1:8181
-    kubernetes cluster.local clusterset.local in-addr.arpa ip6.arpa {
-        kubeconfig %s %s
-        multicluster clusterset.local
-        ttl 5
-    }
-}
-`, strings.Join(a.dnsAddrs(), " "), a.cfg.Kubeconfig, kc.CurrentContext)
 	path := filepath.Join(a.cfg.StateDir, "Corefile")
-	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(a.cfg.Corefile), 0o644); err != nil {
 		return fmt.Errorf("write Corefile: %w", err)
 	}
 	a.children.run(ctx, "coredns", filepath.Join(a.cfg.StateDir, "coredns.log"), func() *exec.Cmd {

@@ -37,6 +37,10 @@ type Config struct {
 	ExecAddr string
 	// ClientCA verifies the API server's client certificate on exec requests.
 	ClientCA string
+	// Corefile configures the cluster's CoreDNS in the node namespace: on
+	// port 53 of the first node's addresses, its ready plugin on
+	// 127.0.0.1:8181.
+	Corefile string
 	// KubeProxy, CoreDNS and Agnhost are the programs' paths.
 	KubeProxy, CoreDNS, Agnhost string
 }
@@ -73,7 +77,7 @@ func (c *Config) Validate() error {
 	for name, v := range map[string]string{
 		"Cluster": c.Cluster, "Kubeconfig": c.Kubeconfig, "APIAddr": c.APIAddr, "StateDir": c.StateDir,
 		"SocketDir": c.SocketDir, "NodeNetns": c.NodeNetns, "PodNetnsPrefix": c.PodNetnsPrefix,
-		"ExecAddr": c.ExecAddr, "ClientCA": c.ClientCA, "KubeProxy": c.KubeProxy, "CoreDNS": c.CoreDNS, "Agnhost": c.Agnhost,
+		"ExecAddr": c.ExecAddr, "ClientCA": c.ClientCA, "Corefile": c.Corefile, "KubeProxy": c.KubeProxy, "CoreDNS": c.CoreDNS, "Agnhost": c.Agnhost,
 	} {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("%s is empty", name))

@@ -150,7 +150,7 @@ func (a *Agent) ExecInContainer(ctx context.Context, name string, _ types.UID, c
 	}
 	env := c.env
 	if env == nil {
-		env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + sb.hostname}
+		env = []string{"PATH=" + defaultPath, "HOSTNAME=" + sb.hostname}
 	}
 	p := a.command(sb, env, c.dir, append([]string{path}, cmd[1:]...))
 	p.Stdin, p.Stdout = in, out

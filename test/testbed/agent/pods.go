@@ -16,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/mcsd-io/mcsd/test/testbed/netns"
 )
 
 var everything = labels.Everything()
@@ -209,12 +207,12 @@ func (a *Agent) stopSandbox(ctx context.Context, sb *sandbox, grace time.Duratio
 		go func() { defer wg.Done(); c.stop(grace) }()
 	}
 	wg.Wait()
-	// An exec under way ends with the namespace's processes; none starts now.
-	_ = netns.Delete(ctx, sb.netns)
-	sb.execs.Wait()
+	// Removing the namespace kills what still runs in it, execs under way
+	// included (no new one starts now); then they have ended.
 	if err := a.deleteSandbox(ctx, sb); err != nil {
 		a.log.Error(err, "remove pod namespace", "pod", sb.namespace+"/"+sb.name)
 	}
+	sb.execs.Wait()
 	a.ipam.release(string(sb.uid))
 	a.mu.Lock()
 	delete(a.sandboxes, sb.uid)

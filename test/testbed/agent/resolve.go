@@ -121,13 +121,16 @@ func Expand(s string, env map[string]string) string {
 	return b.String()
 }
 
+// defaultPath is a container's PATH unless it sets its own.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // Env returns the container's environment: the defaults every container
 // gets, then its own variables in order, literal values (with $(NAME)
 // references to earlier ones expanded) and the downward API fields below.
 // An unsupported source is an error naming it.
 func Env(pod *corev1.Pod, c corev1.Container, hostname string) ([]string, map[string]string, error) {
 	vals := map[string]string{
-		"PATH":     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH":     defaultPath,
 		"HOME":     "/root",
 		"HOSTNAME": hostname,
 	}

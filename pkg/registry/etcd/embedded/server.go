@@ -198,16 +198,16 @@ func (s *Server) ReadyNotify() <-chan struct{} { return s.etcd.Server.ReadyNotif
 // stopped.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
-// WaitReady waits until the server is ready to serve clients, and fails if
-// it stops first or is not ready within timeout.
-func (s *Server) WaitReady(timeout time.Duration) error {
+// WaitReady waits until the server is ready to serve clients; it fails if
+// the server stops first, or with ctx's error when ctx ends first.
+func (s *Server) WaitReady(ctx context.Context) error {
 	select {
 	case <-s.ReadyNotify():
 		return nil
 	case err := <-s.Err():
 		return fmt.Errorf("etcd stopped before it was ready: %w", err)
-	case <-time.After(timeout):
-		return fmt.Errorf("etcd not ready after %s", timeout)
+	case <-ctx.Done():
+		return fmt.Errorf("wait for etcd to be ready: %w", ctx.Err())
 	}
 }
 

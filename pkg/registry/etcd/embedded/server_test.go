@@ -77,7 +77,9 @@ func start(t *testing.T, cfg Config) *Server {
 		t.Fatalf("Start() = %v", err)
 	}
 	t.Cleanup(s.Close)
-	if err := s.WaitReady(30 * time.Second); err != nil {
+	readyCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.WaitReady(readyCtx); err != nil {
 		t.Fatal(err)
 	}
 	return s
