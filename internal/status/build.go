@@ -309,7 +309,6 @@ func comparePorts(a, b Port) int {
 	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port), cmp.Compare(a.AppProtocol, b.AppProtocol))
 }
 
-
 func protocol(p corev1.Protocol) corev1.Protocol {
 	if p == "" {
 		return corev1.ProtocolTCP
