@@ -98,7 +98,7 @@ func TestShippedRBAC(t *testing.T) {
 			fmt.Sprintf("finalizers %v, conditions %s", se.Finalizers, fw.CondString(se.Status.Conditions))
 	})
 	// Imported into c2: ServiceImport, derived Service with its IP, EndpointSlices.
-	waitImported(t, c1, c2, ns, "web", 1)
+	waitImported(t, c1, c2, ns, "web", 1, 2)
 
 	// c2 exports the same Service too, then withdraws it: the import in c2
 	// gains and loses a source cluster, which mcsd reports with Events (a
@@ -131,7 +131,7 @@ func TestShippedRBAC(t *testing.T) {
 	}
 	// One change at a time: had the import seen both at once, it would
 	// create its new EndpointSlices with every endpoint, and update none.
-	waitImported(t, c1, c2, ns, "web", 2)
+	waitImported(t, c1, c2, ns, "web", 2, 2)
 	dep := &appsv1.Deployment{}
 	if err := c1.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, dep); err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestShippedRBAC(t *testing.T) {
 	if err := c1.Update(ctx, dep); err != nil {
 		t.Fatal(err)
 	}
-	waitImported(t, c1, c2, ns, "web", 2)
+	waitImported(t, c1, c2, ns, "web", 2, 3)
 
 	// Withdrawn: everything mcsd made in c2 is deleted, the ServiceExport's
 	// finalizer removed.
@@ -245,15 +245,16 @@ func TestShippedRBAC(t *testing.T) {
 		// With the grant back, the same controller catches up.
 		applyClusterRole(t, c2, shipped)
 		restored = true
-		waitImported(t, c1, c2, ns, "web2", 1)
+		waitImported(t, c1, c2, ns, "web2", 1, 2)
 	})
 }
 
 // waitImported waits until c2 imports Service ns/name of c1 in full: a
 // ServiceImport with the Service's ports and one IP from c2's service range,
 // the derived Service with that IP, and EndpointSlices with the addresses of
-// c1's running pods.
-func waitImported(t *testing.T, c1, c2 client.Client, ns, name string, ports int) {
+// c1's running pods, once c1 runs the given number of them (so that a
+// scale-up is seen, not the state before it).
+func waitImported(t *testing.T, c1, c2 client.Client, ns, name string, ports, pods int) {
 	t.Helper()
 	ctx := context.Background()
 	poll.Until(t, timeout, fmt.Sprintf("import of %s in c2", name), func() (bool, string) {
@@ -273,7 +274,7 @@ func waitImported(t *testing.T, c1, c2 client.Client, ns, name string, ports int
 		}
 		want := podIPs(t, c1, ns, name)
 		got := readyAddresses(importedSlices(t, c2, ns, name))
-		if len(want) == 0 || !slices.Equal(got, want) {
+		if len(want) != pods || !slices.Equal(got, want) {
 			return false, fmt.Sprintf("EndpointSlices hold %v, c1's pods %v", got, want)
 		}
 		return true, ""
