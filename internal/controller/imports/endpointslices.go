@@ -71,7 +71,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 				return fmt.Errorf("create EndpointSlice %s: %w", want.Name, err)
 			}
 			created++
-		case !sliceUpToDate(have, want):
+		case !sliceUpToDate(have, want, s.sliceOwners):
 			applySlice(have, want)
 			if err := r.Client.Update(ctx, have); err != nil {
 				return fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
@@ -98,6 +98,26 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 		r.propagation.Applied(s.key, applied)
 	}
 	return nil
+}
+
+// setSliceOwners sets the controller references the import's EndpointSlices
+// may have: first the one new slices get, the derived Service of a
+// ClusterSetIP import (so that they need not wait for a new ServiceImport)
+// or else the ServiceImport; then, for a ClusterSetIP import, the
+// ServiceImport too (slices written while there was no derived Service, or
+// by an mcsd that made the ServiceImport their owner), which is kept rather
+// than rewritten. A headless import's slices are the ServiceImport's alone,
+// so that deleting a derived Service left from a ClusterSetIP past does not
+// take them with it. It is called before the phases that run at the same
+// time as the slices' may change s.si or s.svc.
+func setSliceOwners(s *scope) {
+	s.sliceOwners = nil
+	if s.res.Spec.Type == mcsv1beta1.ClusterSetIP && s.svc != nil {
+		s.sliceOwners = append(s.sliceOwners, *metav1.NewControllerRef(s.svc, corev1.SchemeGroupVersion.WithKind("Service")))
+	}
+	if s.si != nil {
+		s.sliceOwners = append(s.sliceOwners, ownerRef(s.si))
+	}
 }
 
 // desiredEndpointSlices returns the EndpointSlices of s's import given every
@@ -169,7 +189,7 @@ func newSlice(s *scope, cluster, id string, chunk int, at discoveryv1.AddressTyp
 			Name:            sliceName(s.key.Name, cluster, id, chunk),
 			Labels:          sliceLabels(s, cluster),
 			Annotations:     map[string]string{wellknown.AnnotationManaged: "true"},
-			OwnerReferences: []metav1.OwnerReference{ownerRef(s.si)},
+			OwnerReferences: []metav1.OwnerReference{s.sliceOwners[0]},
 		},
 		AddressType: at,
 		Endpoints:   eps,
@@ -293,7 +313,7 @@ func conditionsKey(c discoveryv1.EndpointConditions) string {
 // sliceUpToDate reports whether the existing slice have already holds what
 // mcsd wants in it: its labels and annotations (others may add more), its
 // controller reference, address type, ports and endpoints (in any order).
-func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
+func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference) bool {
 	for k, v := range want.Labels {
 		if got, ok := have.Labels[k]; !ok || got != v {
 			return false
@@ -307,7 +327,7 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 			return false
 		}
 	}
-	return hasControllerRef(have, want.OwnerReferences[0]) &&
+	return slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return hasControllerRef(have, o) }) &&
 		have.AddressType == want.AddressType &&
 		equality.Semantic.DeepEqual(normalSlicePorts(have.Ports), normalSlicePorts(want.Ports)) &&
 		equality.Semantic.DeepEqual(sortedEndpoints(have.Endpoints), sortedEndpoints(want.Endpoints))

@@ -105,6 +105,11 @@ type scope struct {
 	unsupported []corev1.IPFamily
 	// svcErr is why the derived Service could not be created or updated.
 	svcErr error
+	// events wait for the ServiceImport to be created (importEventf).
+	events []func(*mcsv1beta1.ServiceImport)
+	// sliceOwners are the controller references the EndpointSlices may
+	// have, the first for new ones (setSliceOwners).
+	sliceOwners []metav1.OwnerReference
 }
 
 // Reconcile converges the import of one Service to the registry's state.
@@ -244,20 +249,46 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, key registry.ServiceKe
 	return nil
 }
 
-// reconcileNormal converges an exported Service's import: the ServiceImport,
-// its derived Service and its EndpointSlices, then the status.
+// reconcileNormal converges an exported Service's import: the derived
+// Service, the ServiceImport and the EndpointSlices, then the status.
+//
+// The order serves a new import, which appears whole: a ClusterSetIP
+// import's derived Service is written first, since the API server returns
+// its cluster IPs in the create response, so the ServiceImport is created
+// already carrying them (no consumer sees it without IPs, and no second
+// write of it is needed). Its EndpointSlices are owned by the derived
+// Service, so they are written at the same time as the ServiceImport; then
+// the derived Service gets the ServiceImport as its owner, at the same time
+// as the status. Three API round trips, each write needed once.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr error) {
-	// The derived Service is read first, so that a ServiceImport created again
-	// for an existing derived Service gets its IPs in the same write.
 	if err := r.readDerivedService(ctx, s); err != nil {
 		return err
 	}
-	if err := r.reconcileImport(ctx, s); err != nil {
-		return err
+	clusterSetIP := s.res.Spec.Type == mcsv1beta1.ClusterSetIP
+	var svcErr error
+	if clusterSetIP {
+		svcErr = r.reconcileService(ctx, s)
 	}
 
-	// No finalizer: everything mcsd creates for an import is owned by the
-	// ServiceImport, so the garbage collector cleans up after it.
+	// The slices need their owner: the derived Service, or for a headless
+	// import (or one without a derived Service) the ServiceImport.
+	var importErr, slicesErr error
+	setSliceOwners(s)
+	if len(s.sliceOwners) > 0 {
+		var wg sync.WaitGroup
+		wg.Go(func() { importErr = r.reconcileImport(ctx, s) })
+		slicesErr = r.reconcileEndpointSlices(ctx, s)
+		wg.Wait()
+	} else if importErr = r.reconcileImport(ctx, s); importErr == nil {
+		setSliceOwners(s)
+		slicesErr = r.reconcileEndpointSlices(ctx, s)
+	}
+	if s.si == nil {
+		// Not created: no owner to give the derived Service, no status to
+		// write. The error brings the import back.
+		return errors.Join(svcErr, importErr, slicesErr)
+	}
+	s.flushEvents()
 
 	old := s.si.Status.DeepCopy()
 	defer func() {
@@ -270,18 +301,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 		r.eventClusters(s.si, old.Clusters)
 	}()
 
-	// The derived Service and the EndpointSlices need nothing of each other,
-	// only the ServiceImport (their owner): they are written at the same
-	// time, so that a new import is complete one API round trip sooner.
-	// Neither phase changes what the other reads of s (reconcileService sets
-	// the svc fields, the slices read foreignSvc, set before).
-	var svcErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { svcErr = r.reconcileService(ctx, s) })
-	slicesErr := r.reconcileEndpointSlices(ctx, s)
-	wg.Wait()
-	// Again: the derived Service may have new IPs.
-	importErr := r.reconcileImport(ctx, s)
+	// No finalizer: everything mcsd creates for an import is owned by the
+	// ServiceImport (the slices through the derived Service), so the garbage
+	// collector cleans up after it.
+	switch {
+	case !clusterSetIP:
+		// A headless import's slices are the ServiceImport's by now: a
+		// derived Service left from a ClusterSetIP past can go.
+		svcErr = r.reconcileService(ctx, s)
+	case svcErr == nil && s.svc != nil && !hasControllerRef(s.svc, ownerRef(s.si)):
+		// Written before the ServiceImport existed: give it its owner.
+		svcErr = r.reconcileService(ctx, s)
+	}
 	return errors.Join(svcErr, importErr, slicesErr)
 }
 
@@ -433,4 +464,23 @@ func (r *Reconciler) eventf(o *mcsv1beta1.ServiceImport, typ, reason, format str
 	if r.Recorder != nil {
 		r.Recorder.Eventf(o, typ, reason, format, args...)
 	}
+}
+
+// importEventf records an event on s's ServiceImport, or once it is
+// created (flushEvents) when it does not exist yet.
+func (r *Reconciler) importEventf(s *scope, typ, reason, format string, args ...any) {
+	if s.si != nil {
+		r.eventf(s.si, typ, reason, format, args...)
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	s.events = append(s.events, func(si *mcsv1beta1.ServiceImport) { r.eventf(si, typ, reason, "%s", msg) })
+}
+
+// flushEvents records the events that waited for the ServiceImport.
+func (s *scope) flushEvents() {
+	for _, e := range s.events {
+		e(s.si)
+	}
+	s.events = nil
 }

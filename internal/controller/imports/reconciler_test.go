@@ -116,7 +116,7 @@ func TestEndpointSlicesPerCluster(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	twoClusters(e)
 	e.reconcile("web")
-	si := e.serviceImport("web")
+	svc := e.service(DerivedServiceName("web"))
 
 	byCluster := e.slices("web")
 	if len(byCluster) != 2 || len(byCluster["east"]) != 1 || len(byCluster["west"]) != 1 {
@@ -133,8 +133,8 @@ func TestEndpointSlicesPerCluster(t *testing.T) {
 		if d := cmp.Diff(want, s.Labels); d != "" {
 			t.Errorf("%s labels (-want +got):\n%s", cluster, d)
 		}
-		if !metav1.IsControlledBy(&s, si) {
-			t.Errorf("%s slice not owned by the ServiceImport: %+v", cluster, s.OwnerReferences)
+		if !metav1.IsControlledBy(&s, svc) {
+			t.Errorf("%s slice not owned by the derived Service: %+v", cluster, s.OwnerReferences)
 		}
 		if len(validation.IsDNS1123Label(s.Name)) > 0 {
 			t.Errorf("slice name %q is not a DNS label", s.Name)
@@ -856,4 +856,113 @@ func TestMapFuncs(t *testing.T) {
 	if d := cmp.Diff([]ctrl.Request{request(testNS, "api")}, got); d != "" {
 		t.Errorf("changeToImports(service) (-want +got):\n%s", d)
 	}
+}
+
+// A new ClusterSetIP import is written whole: the derived Service first
+// (the API server gives it its cluster IP in the create response), then the
+// ServiceImport, created with that IP, and the EndpointSlices, which the
+// derived Service owns; then the Service gets the ServiceImport as its
+// owner, and the status is written. Nothing is written twice.
+func TestNewImportWrittenWhole(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	var createdIPs []string
+	e.createHook = func(obj client.Object) error {
+		switch o := obj.(type) {
+		case *corev1.Service: // as the API server allocates
+			o.Spec.ClusterIP, o.Spec.ClusterIPs = "10.96.0.10", []string{"10.96.0.10"}
+		case *mcsv1beta1.ServiceImport:
+			createdIPs = slices.Clone(o.Spec.IPs)
+		}
+		return nil
+	}
+	twoClusters(e)
+	writes := e.reconcile("web")
+
+	derived := DerivedServiceName("web")
+	if len(writes) == 0 || writes[0] != "create *v1.Service "+derived {
+		t.Fatalf("first write %v, want the derived Service's creation", writes)
+	}
+	if d := cmp.Diff([]string{"10.96.0.10"}, createdIPs); d != "" {
+		t.Errorf("ServiceImport created with IPs (-want +got):\n%s", d)
+	}
+	var sliceNames []string
+	for _, ss := range e.slices("web") {
+		for _, s := range ss {
+			sliceNames = append(sliceNames, "create *v1.EndpointSlice "+s.Name)
+		}
+	}
+	want := append([]string{
+		"create *v1.Service " + derived,
+		"create *v1beta1.ServiceImport web",
+		"update *v1.Service " + derived,
+		"patch/status *v1beta1.ServiceImport web",
+	}, sliceNames...)
+	slices.Sort(want)
+	got := slices.Sorted(slices.Values(writes))
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("writes (-want +got):\n%s", d)
+	}
+	si, svc := e.serviceImport("web"), e.service(derived)
+	if !metav1.IsControlledBy(svc, si) {
+		t.Errorf("derived Service owners %+v, want the ServiceImport", svc.OwnerReferences)
+	}
+	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
+	e.steady("web")
+}
+
+// EndpointSlices that an earlier mcsd made the ServiceImport's are kept as
+// they are; when the import turns headless, its slices become the
+// ServiceImport's before the derived Service (their owner) is deleted, so
+// that the garbage collector does not take them with it.
+func TestSliceOwners(t *testing.T) {
+	legacy := newEnv(t, namespace(testNS))
+	twoClusters(legacy)
+	legacy.reconcile("web")
+	si := legacy.serviceImport("web")
+	for _, ss := range legacy.slices("web") {
+		for i := range ss {
+			s := &ss[i]
+			s.OwnerReferences = []metav1.OwnerReference{ownerRef(si)}
+			if err := legacy.api.Update(legacy.ctx, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	legacy.steady("web")
+
+	e := newEnv(t, namespace(testNS))
+	twoClusters(e)
+	e.reconcile("web")
+	svc := e.service(DerivedServiceName("web"))
+	for _, ss := range e.slices("web") {
+		for _, s := range ss {
+			if !metav1.IsControlledBy(&s, svc) {
+				t.Fatalf("slice %s owners %+v, want the derived Service", s.Name, s.OwnerReferences)
+			}
+		}
+	}
+	e.publish([]registry.Export{
+		export("east", registry.Headless, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090)),
+		export("west", registry.Headless, v4, port("http", corev1.ProtocolTCP, 80)),
+	})
+	writes := e.reconcile("web")
+	if e.service(DerivedServiceName("web")) != nil {
+		t.Error("headless import kept its derived Service")
+	}
+	deleteAt := slices.Index(writes, "delete *v1.Service "+svc.Name)
+	if deleteAt < 0 {
+		t.Fatalf("writes %v: the derived Service was not deleted", writes)
+	}
+	si = e.serviceImport("web")
+	for cluster, ss := range e.slices("web") {
+		for _, s := range ss {
+			if !metav1.IsControlledBy(&s, si) {
+				t.Errorf("%s slice %s owners %+v, want the ServiceImport", cluster, s.Name, s.OwnerReferences)
+			}
+			if i := slices.Index(writes, "update *v1.EndpointSlice "+s.Name); i < 0 || i > deleteAt {
+				t.Errorf("slice %s not moved to the ServiceImport before its owner was deleted: %v", s.Name, writes)
+			}
+		}
+	}
+	e.steady("web")
 }

@@ -28,7 +28,9 @@ import (
 //
 // A ClusterSetIP import gets its IPs from a selectorless ClusterIP Service
 // that mcsd creates next to the ServiceImport (DerivedServiceName), owned by
-// it. kube-proxy routes the Service's cluster IPs to the import's
+// it. For a new import the Service is created first, without an owner, so
+// that the ServiceImport is created with its IPs; it gets its owner right
+// after. The import's EndpointSlices are owned by the Service. kube-proxy routes the Service's cluster IPs to the import's
 // EndpointSlices, which name it in kubernetes.io/service-name.
 //
 // The import's IPs must stay stable for its whole life, so the Service is
@@ -86,7 +88,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 	}
 	if s.foreignSvc != nil {
 		log.Error(errServiceConflict, "A Service that mcsd did not create holds the derived Service's name; leaving it alone", "service", klog.KObj(s.foreignSvc))
-		r.eventf(s.si, corev1.EventTypeWarning, eventServiceConflict,
+		r.importEventf(s, corev1.EventTypeWarning, eventServiceConflict,
 			"Service %s was not created by mcsd: the import gets no cluster IP until it is deleted or renamed", s.derivedName)
 		return nil
 	}
@@ -99,7 +101,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 	if s.svc != nil && needsRecreate(s.svc, s.res.Spec.IPFamilies) {
 		log.Info("Recreating derived Service: the import's IP families changed", "service", klog.KObj(s.svc),
 			"from", requestedFamilies(s.svc), "to", desired.Annotations[wellknown.AnnotationIPFamilies])
-		r.eventf(s.si, corev1.EventTypeNormal, eventServiceRecreated,
+		r.importEventf(s, corev1.EventTypeNormal, eventServiceRecreated,
 			"IP families changed from [%s] to [%s]: recreating the derived Service %s, the import's IPs change",
 			requestedFamilies(s.svc), desired.Annotations[wellknown.AnnotationIPFamilies], s.derivedName)
 		if err := r.Client.Delete(ctx, s.svc); client.IgnoreNotFound(err) != nil {
@@ -117,12 +119,12 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 		}
 		if svc == nil {
 			s.unsupported = refused
-			r.eventf(s.si, corev1.EventTypeWarning, eventFamilyRefused,
+			r.importEventf(s, corev1.EventTypeWarning, eventFamilyRefused,
 				"This cluster supports none of the import's IP families (%s): no derived Service, no cluster IP", joinFamilies(refused))
 			return nil
 		}
 		if len(refused) > 0 {
-			r.eventf(s.si, corev1.EventTypeWarning, eventFamilyRefused,
+			r.importEventf(s, corev1.EventTypeWarning, eventFamilyRefused,
 				"This cluster refused IP families %s: the derived Service %s has %s only", joinFamilies(refused), svc.Name, joinFamilies(svc.Spec.IPFamilies))
 		}
 		log.Info("Created derived Service", "service", klog.KObj(svc), "ipFamilies", svc.Spec.IPFamilies)
@@ -159,7 +161,6 @@ func desiredService(s *scope) *corev1.Service {
 				wellknown.AnnotationServiceImport: s.key.Name,
 				wellknown.AnnotationIPFamilies:    joinFamilies(spec.IPFamilies),
 			},
-			OwnerReferences: []metav1.OwnerReference{ownerRef(s.si)},
 		},
 		Spec: corev1.ServiceSpec{
 			Type:                  corev1.ServiceTypeClusterIP,
@@ -179,6 +180,11 @@ func desiredService(s *scope) *corev1.Service {
 		})
 	}
 	setFamilies(svc, spec.IPFamilies)
+	if s.si != nil {
+		// Before the ServiceImport exists, the Service is created without
+		// an owner and given it once the ServiceImport is created.
+		svc.OwnerReferences = []metav1.OwnerReference{ownerRef(s.si)}
+	}
 	return svc
 }
 
@@ -292,7 +298,7 @@ func serviceUpToDate(svc, desired *corev1.Service) bool {
 			return false
 		}
 	}
-	if !hasControllerRef(svc, desired.OwnerReferences[0]) {
+	if len(desired.OwnerReferences) > 0 && !hasControllerRef(svc, desired.OwnerReferences[0]) {
 		return false
 	}
 	a, b := svc.Spec, desired.Spec
@@ -313,7 +319,9 @@ func applyService(svc, desired *corev1.Service) {
 		svc.Annotations = map[string]string{}
 	}
 	maps.Copy(svc.Annotations, desired.Annotations)
-	setControllerRef(svc, desired.OwnerReferences[0])
+	if len(desired.OwnerReferences) > 0 {
+		setControllerRef(svc, desired.OwnerReferences[0])
+	}
 	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		// Fields only externally reachable Services may have.
 		svc.Spec.ExternalTrafficPolicy = ""

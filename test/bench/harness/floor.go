@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -24,14 +25,15 @@ const floorNamespace = "bench-floor"
 
 // floorWrites names the writes the floor phase makes for one import, in
 // the resource/subresource form of the controllers' counters.
-var floorWrites = []string{"serviceimports", "services", "endpointslices", "serviceimports", "serviceimports/status"}
+var floorWrites = []string{"services", "serviceimports", "endpointslices", "services", "serviceimports/status"}
 
 // floorPhase measures what the testbed itself costs: with every controller
 // stopped, the harness makes, in every cluster and for as many Services as
-// the cold start imports, exactly the API writes one new import needs (the
-// ServiceImport; its derived Service and its EndpointSlice, both owned by
-// it, at once; the ServiceImport again with the Service's cluster IP; its
-// status), w.workers imports at a time per cluster. No controller could
+// the cold start imports, exactly the API writes one new import needs, in
+// the import controller's order (the derived Service; the ServiceImport with
+// the Service's cluster IP and the EndpointSlice, owned by the Service, at
+// once; the Service again with the ServiceImport as its owner and the
+// ServiceImport's status, at once), w.workers imports at a time per cluster. No controller could
 // converge a cold start faster than this on the same machine: it is the
 // testbed's floor, set by its API servers, their etcds and
 // kube-controller-manager.
@@ -98,26 +100,23 @@ func (r *run) floorPhase(ctx context.Context) error {
 // floorImport makes the writes of one new import, i, in cluster cl.
 func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpoints int) error {
 	name := fmt.Sprintf("floor-%05d", i)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace},
+		Spec: corev1.ServiceSpec{
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if err := cl.Create(ctx, svc); err != nil {
+		return fmt.Errorf("create Service %s: %w", name, err)
+	}
 	si := &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace},
 		Spec: mcsv1beta1.ServiceImportSpec{
 			Type:       mcsv1beta1.ClusterSetIP,
 			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			IPs:        svc.Spec.ClusterIPs,
 			Ports:      []mcsv1beta1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	if err := cl.Create(ctx, si); err != nil {
-		return fmt.Errorf("create ServiceImport %s: %w", name, err)
-	}
-	owner := metav1.OwnerReference{
-		APIVersion: mcsv1beta1.GroupVersion.String(), Kind: "ServiceImport", Name: name, UID: si.UID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace, OwnerReferences: []metav1.OwnerReference{owner}},
-		Spec: corev1.ServiceSpec{
-			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
-			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort), Protocol: corev1.ProtocolTCP}},
 		},
 	}
 	eps := make([]discoveryv1.Endpoint, endpoints)
@@ -128,35 +127,51 @@ func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpo
 		}
 	}
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + cluster, Namespace: floorNamespace, OwnerReferences: []metav1.OwnerReference{owner},
-			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy, mcsv1beta1.LabelSourceCluster: cluster}},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + cluster, Namespace: floorNamespace,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(svc, corev1.SchemeGroupVersion.WithKind("Service"))},
+			Labels:          map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy, mcsv1beta1.LabelSourceCluster: cluster}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](targetPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
 		Endpoints:   eps,
 	}
-	var sliceErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { sliceErr = cl.Create(ctx, slice) })
-	svcErr := cl.Create(ctx, svc)
-	wg.Wait()
-	if svcErr != nil {
-		return fmt.Errorf("create Service %s: %w", name, svcErr)
+	if err := both(
+		func() error { return wrap("create ServiceImport "+name, cl.Create(ctx, si)) },
+		func() error { return wrap("create EndpointSlice "+slice.Name, cl.Create(ctx, slice)) },
+	); err != nil {
+		return err
 	}
-	if sliceErr != nil {
-		return fmt.Errorf("create EndpointSlice %s: %w", slice.Name, sliceErr)
-	}
-	si.Spec.IPs = svc.Spec.ClusterIPs
-	if err := cl.Update(ctx, si); err != nil {
-		return fmt.Errorf("update ServiceImport %s: %w", name, err)
-	}
+	svc.OwnerReferences = []metav1.OwnerReference{{
+		APIVersion: mcsv1beta1.GroupVersion.String(), Kind: "ServiceImport", Name: name, UID: si.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}}
 	base := si.DeepCopy()
 	si.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: cluster}}
 	si.Status.Conditions = []metav1.Condition{{
 		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "floor",
 		LastTransitionTime: metav1.Now(), ObservedGeneration: si.Generation,
 	}}
-	if err := cl.Status().Patch(ctx, si, client.MergeFrom(base)); err != nil {
-		return fmt.Errorf("patch ServiceImport %s status: %w", name, err)
+	return both(
+		func() error { return wrap("update Service "+name, cl.Update(ctx, svc)) },
+		func() error {
+			return wrap("patch ServiceImport "+name+" status", cl.Status().Patch(ctx, si, client.MergeFrom(base)))
+		},
+	)
+}
+
+// both runs a and b at the same time and returns their errors.
+func both(a, b func() error) error {
+	var errA error
+	var wg sync.WaitGroup
+	wg.Go(func() { errA = a() })
+	errB := b()
+	wg.Wait()
+	return errors.Join(errA, errB)
+}
+
+// wrap wraps a non-nil err with what failed.
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -5,15 +5,19 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
@@ -34,6 +38,11 @@ func TestGatewayResolvesServiceImport(t *testing.T) {
 	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1})
 	want := append(waitPods(t, c1, ns, "web", 2), waitPods(t, c2, ns, "web", 1)...)
 	slices.Sort(want)
+	// Watched from before the export: the import appears whole.
+	first := map[string]*firstImport{}
+	for _, id := range clusterIDs() {
+		first[id] = watchFirstImport(t, id, ns, "web")
+	}
 	fw.Export(t, c1, ns, "web")
 	fw.Export(t, c2, ns, "web")
 
@@ -66,6 +75,68 @@ func TestGatewayResolvesServiceImport(t *testing.T) {
 		}
 		return true, ""
 	})
+	for id, f := range first {
+		si := f.get()
+		if si == nil {
+			t.Errorf("%s: the watch saw no ServiceImport", id)
+			continue
+		}
+		if len(si.Spec.IPs) == 0 || si.Annotations[wellknown.AnnotationDerivedService] == "" {
+			t.Errorf("%s: the first ServiceImport a watch saw was not whole: IPs %v, annotations %v", id, si.Spec.IPs, si.Annotations)
+		}
+	}
+}
+
+// firstImport is the first version of a ServiceImport that a watch saw.
+type firstImport struct {
+	mu sync.Mutex
+	si *mcsv1beta1.ServiceImport
+}
+
+func (f *firstImport) get() *mcsv1beta1.ServiceImport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.si
+}
+
+// watchFirstImport watches ServiceImport ns/name in cluster id until the
+// test ends and keeps the first version it sees. The ServiceImport must not
+// exist yet.
+func watchFirstImport(t *testing.T, id, ns, name string) *firstImport {
+	t.Helper()
+	cl, err := client.NewWithWatch(env.TB.Cluster(id).Config, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := cl.Watch(ctx, &mcsv1beta1.ServiceImportList{}, client.InNamespace(ns),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)})
+	if err != nil {
+		cancel()
+		t.Fatalf("watch ServiceImports in %s: %v", id, err)
+	}
+	f := &firstImport{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			si, ok := ev.Object.(*mcsv1beta1.ServiceImport)
+			if !ok {
+				continue
+			}
+			f.mu.Lock()
+			if f.si == nil {
+				f.si = si
+			}
+			f.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		w.Stop()
+		cancel()
+		<-done
+	})
+	return f
 }
 
 // TestEmptySlicePerFamily: a dual-stack import gets, from every source

@@ -38,7 +38,9 @@ const timeout = 60 * time.Second
 var notExercised = map[string]string{
 	grant("", "events", "patch"): "an event that repeats is patched (its count), the scenario records none twice",
 	grant("multicluster.x-k8s.io", "serviceimports/finalizers", "update"): "checked by the OwnerReferencesPermissionEnforcement admission plugin " +
-		"when mcsd creates a derived Service or EndpointSlice owned by a ServiceImport; the testbed does not enable it, and it is never a request",
+		"when mcsd gives a derived Service or a headless import's EndpointSlice its ServiceImport as owner; the testbed does not enable it, and it is never a request",
+	grant("", "services/finalizers", "update"): "checked by the OwnerReferencesPermissionEnforcement admission plugin " +
+		"when mcsd creates an EndpointSlice owned by a derived Service; the testbed does not enable it, and it is never a request",
 }
 
 // mcsd running as the ServiceAccount that config/default ships, with
