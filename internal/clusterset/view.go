@@ -26,7 +26,9 @@ var _ registry.Handler = (*View)(nil)
 
 // Change is what the View tells its subscribers: the records of Service
 // changed, or, with Reachability set, the registry became reachable or
-// unreachable (Service is then zero).
+// unreachable, or was read in full for the first time (Service is then
+// zero): every Service, and every object made from one, may need another
+// look.
 type Change struct {
 	Service      registry.ServiceKey
 	Reachability bool
@@ -121,10 +123,13 @@ func (v *View) OnConnection(connected bool, err error) {
 }
 
 // OnUpdate implements registry.Handler. Subscribers hear of every Service
-// whose records differ from what the View held.
+// whose records differ from what the View held, and of the first full
+// update (as a Reachability change: what waited for the registry to be
+// read can go on).
 func (v *View) OnUpdate(u registry.Update) {
 	v.mu.Lock()
 	var changed map[registry.ServiceKey]bool
+	first := u.Full && !v.synced
 	if u.Full {
 		changed = v.replace(u)
 		v.synced = true
@@ -134,6 +139,9 @@ func (v *View) OnUpdate(u registry.Update) {
 	v.mu.Unlock()
 	for k := range changed {
 		v.notify(Change{Service: k})
+	}
+	if first {
+		v.notify(Change{Reachability: true})
 	}
 }
 

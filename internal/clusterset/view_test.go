@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -20,7 +21,11 @@ func TestEndpointsStamp(t *testing.T) {
 	}}}
 	v := NewView()
 	var n int
-	v.Subscribe(func(Change) { n++ })
+	v.Subscribe(func(c Change) {
+		if !c.Reachability {
+			n++
+		}
+	})
 	changes := func() int {
 		defer func() { n = 0 }()
 		return n
@@ -46,5 +51,27 @@ func TestEndpointsStamp(t *testing.T) {
 	}
 	if got := v.Endpoints(key)["east"].Updated; !got.Equal(restamped.Updated) {
 		t.Errorf("View holds stamp %v, want %v", got, restamped.Updated)
+	}
+}
+
+// TestFirstReadNotified: the first full update is announced as a
+// Reachability change, after the Services it brought; later full updates
+// announce only the Services that changed.
+func TestFirstReadNotified(t *testing.T) {
+	a := registry.ServiceKey{Namespace: "shop", Name: "a"}
+	v := NewView()
+	var got []string
+	defer v.Subscribe(func(c Change) {
+		if c.Reachability {
+			got = append(got, "reachability")
+			return
+		}
+		got = append(got, c.Service.String())
+	})()
+	full := registry.Update{Full: true, Exports: []registry.Export{{Cluster: "east", Service: a}}}
+	v.OnUpdate(full)
+	v.OnUpdate(full)
+	if d := cmp.Diff([]string{"shop/a", "reachability"}, got); d != "" {
+		t.Errorf("changes (-want +got):\n%s", d)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -40,16 +39,6 @@ const (
 	eventServiceConflict  = "DerivedServiceConflict"
 	eventServiceRecreated = "DerivedServiceRecreated"
 	eventFamilyRefused    = "IPFamilyNotSupported"
-)
-
-// Retry intervals for states that no watched object reports the end of.
-const (
-	// notReadyRetry: the registry has not been read (or reported connected)
-	// yet. The first full read notifies every key anyway.
-	notReadyRetry = 5 * time.Second
-	// disconnectedRetry: the registry is unreachable. Reconnection also
-	// triggers every import (see forwardRegistry).
-	disconnectedRetry = 30 * time.Second
 )
 
 // Reconciler keeps, for every Service the clusterset exports, the
@@ -134,8 +123,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	if !r.View.HasSynced() {
+		// The first full read brings every import back (changeToImports).
 		log.V(1).Info("Registry not read yet, waiting")
-		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+		return ctrl.Result{}, nil
 	}
 
 	si := &mcsv1beta1.ServiceImport{}
@@ -187,7 +177,8 @@ var errNotManaged = errors.New("ServiceImport not created by mcsd")
 
 // reconcileDisconnected runs while the registry cannot be read: the view may
 // be stale, so nothing is created, changed or deleted. The ServiceImport only
-// records that the registry is unreachable.
+// records that the registry is unreachable. The connection's return brings
+// every import back (changeToImports), so nothing is retried meanwhile.
 func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.ServiceImport, connErr error) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	if connErr == nil {
@@ -195,11 +186,11 @@ func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.S
 		// before it reports the connection. Wait for the report rather than
 		// mark the import unreachable for a moment.
 		log.V(1).Info("Registry connection not reported yet, waiting")
-		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+		return ctrl.Result{}, nil
 	}
 	log.V(1).Info("Registry unreachable, keeping the import as last seen", "reason", connErr.Error())
 	if si == nil {
-		return ctrl.Result{RequeueAfter: disconnectedRetry}, nil
+		return ctrl.Result{}, nil
 	}
 	old := si.Status.DeepCopy()
 	conditions.Set(&si.Status.Conditions, si.Generation, metav1.Condition{
@@ -212,7 +203,7 @@ func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.S
 		return ctrl.Result{}, err
 	}
 	r.metrics.Set(client.ObjectKeyFromObject(si), metrics.ImportRegistryUnreachable)
-	return ctrl.Result{RequeueAfter: disconnectedRetry}, nil
+	return ctrl.Result{}, nil
 }
 
 // reconcileDelete removes what mcsd created for a Service that no cluster
