@@ -137,11 +137,19 @@ func (v *View) OnUpdate(u registry.Update) {
 		changed = v.apply(u)
 	}
 	v.mu.Unlock()
+	if len(changed) == 0 && !first {
+		return
+	}
+	subs := v.subscribers()
 	for k := range changed {
-		v.notify(Change{Service: k})
+		for _, f := range subs {
+			f(Change{Service: k})
+		}
 	}
 	if first {
-		v.notify(Change{Reachability: true})
+		for _, f := range subs {
+			f(Change{Reachability: true})
+		}
 	}
 }
 
@@ -193,16 +201,22 @@ func (v *View) apply(u registry.Update) map[registry.ServiceKey]bool {
 	return changed
 }
 
+// notify tells every subscriber of c.
 func (v *View) notify(c Change) {
+	for _, f := range v.subscribers() {
+		f(c)
+	}
+}
+
+// subscribers returns the current subscribers, to call without the lock.
+func (v *View) subscribers() []func(Change) {
 	v.subsMu.Lock()
+	defer v.subsMu.Unlock()
 	subs := make([]func(Change), 0, len(v.subs))
 	for _, f := range v.subs {
 		subs = append(subs, f)
 	}
-	v.subsMu.Unlock()
-	for _, f := range subs {
-		f(c)
-	}
+	return subs
 }
 
 // diff marks in changed every Service whose records differ between old and
