@@ -17,16 +17,21 @@ type WriteCounter struct {
 // NewWriteCounter returns a counter at zero.
 func NewWriteCounter() *WriteCounter { return &WriteCounter{byResource: map[string]int{}} }
 
-// Wrap counts every POST, PUT, PATCH and DELETE that rt sends.
+// Wrap counts every POST, PUT, PATCH and DELETE that rt sends and the API
+// server carries out (a 2xx answer): an attempt refused, failed or never
+// answered (an API server down or starting) wrote nothing.
 func (w *WriteCounter) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		switch req.Method {
-		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-			w.mu.Lock()
-			w.byResource[ResourceOf(req.URL.Path)]++
-			w.mu.Unlock()
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.StatusCode/100 == 2 {
+			switch req.Method {
+			case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+				w.mu.Lock()
+				w.byResource[ResourceOf(req.URL.Path)]++
+				w.mu.Unlock()
+			}
 		}
-		return rt.RoundTrip(req)
+		return resp, err
 	})
 }
 

@@ -10,10 +10,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/writelock"
@@ -69,6 +72,48 @@ func newConn(ctx context.Context, cli *clientv3.Client, opts Options) (conn, con
 	log := logr.FromContextOrDiscard(ctx).WithValues(logValues(opts.Identity)...)
 	cctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	return conn{opts: opts, keys: newKeys(opts.Prefix, opts.Identity.ClusterSet), cli: cli, log: log, ctx: cctx}, cancel
+}
+
+// eachMember runs f, an idempotent request, until it succeeds, as many
+// times as there are endpoints, each try with an equal share of
+// RequestTimeout (within ctx): etcd's client spreads requests over the
+// members, and a member cut off from the others times out (after seconds)
+// while the others answer, so one failed try is not a failed request. Only
+// errors that say no answer came (a timeout, an unavailable member, no
+// leader) are tried again; a refused permission or a missing lease is an
+// answer. It returns the last try's error.
+func (c *conn) eachMember(ctx context.Context, f func(context.Context) error) error {
+	tries := max(1, len(c.opts.Endpoints))
+	var err error
+	for i := range tries {
+		tctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout/time.Duration(tries))
+		err = f(tctx)
+		cancel()
+		if err == nil {
+			if i > 0 {
+				logr.FromContextOrDiscard(ctx).V(1).Info("registry request succeeded after failed tries", "tries", i+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil || !unanswered(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// unanswered reports whether err says that no member answered the request:
+// a timeout, a member unavailable or without a leader.
+func unanswered(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	return code == codes.Unavailable || code == codes.DeadlineExceeded
 }
 
 // logValues are the logger's key-value pairs of id; the cluster is left out
@@ -281,7 +326,10 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	if !hasExport && !hasEndpoints {
 		return nil
 	}
-	_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
+	err := b.eachMember(ctx, func(ctx context.Context) error {
+		_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("delete export %s: %w", key, b.permissionHint(err))
 	}
@@ -312,13 +360,17 @@ func (b *Backend) putLocked(ctx context.Context, key, value string) error {
 	if v, ok := b.stored[key]; ok && v == value {
 		return nil
 	}
-	_, err := b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
+	put := func(ctx context.Context) error {
+		_, err := b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
+		return err
+	}
+	err := b.eachMember(ctx, put)
 	if isLeaseNotFound(err) {
 		// The lease expired under us: repair it, then write.
 		if err := b.renewLeaseLocked(ctx); err != nil {
 			return err
 		}
-		_, err = b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
+		err = b.eachMember(ctx, put)
 	}
 	if err != nil {
 		return b.permissionHint(err)

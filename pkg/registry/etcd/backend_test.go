@@ -403,6 +403,8 @@ func waitReady(t *testing.T, s *embedded.Server) {
 	}
 }
 
+// open opens a backend of etcd at url (or, with url "", at the Endpoints
+// that a modifier sets).
 func open(t *testing.T, url string, id registry.Identity, modify ...func(*etcd.Options)) *etcd.Backend {
 	t.Helper()
 	opts := etcd.Options{Identity: id, Endpoints: []string{url}, Prefix: prefix}

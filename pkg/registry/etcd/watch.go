@@ -98,9 +98,7 @@ func (w *watch) setConnected(connected bool, err error) {
 // sync delivers every record of the clusterset as one full Update and
 // returns the revision it read at.
 func (w *watch) sync(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
-	defer cancel()
-	resp, err := w.c.cli.Get(ctx, w.c.keys.clusters(), clientv3.WithPrefix())
+	resp, err := w.read(ctx, clientv3.WithPrefix())
 	if err != nil {
 		return 0, fmt.Errorf("read clusterset: %w", err)
 	}
@@ -113,16 +111,28 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 }
 
 // follow delivers the changes after rev, one Update per watch response,
-// until the watch fails, etcd cannot be read, or ctx is done.
+// until the watch fails, etcd cannot be read, the watch falls behind, or
+// ctx is done.
+//
+// Every HealthInterval without a watch response, a linearizable read checks
+// that etcd has a leader and a quorum, and asks the watch's member for its
+// progress. A watch whose member is cut off from the others (a partition)
+// gets no events, and etcd may not end it: if by the next check the watch
+// has not reached the revision the read saw, it is started again (on
+// another member, most likely).
 func (w *watch) follow(ctx context.Context, rev int64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	wctx := clientv3.WithRequireLeader(ctx)
 	// Watch blocks until etcd has created the watch; check health meanwhile.
 	created := make(chan clientv3.WatchChan, 1)
 	go func() {
-		created <- w.c.cli.Watch(clientv3.WithRequireLeader(ctx), w.c.keys.clusters(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		created <- w.c.cli.Watch(wctx, w.c.keys.clusters(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	}()
 	var ch clientv3.WatchChan
+	// reached is the revision the watch is known to have reached; due, the
+	// one it must reach by the next check.
+	reached, due := rev, int64(0)
 	health := time.NewTimer(w.c.opts.HealthInterval)
 	defer health.Stop()
 	for {
@@ -137,27 +147,43 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 				// Compacted, canceled, or no leader.
 				return fmt.Errorf("%w: %w", errResync, err)
 			}
+			reached = max(reached, resp.Header.Revision)
 			if u := w.changes(resp.Events); !u.Empty() {
 				w.h.OnUpdate(u)
 			}
 			health.Reset(w.c.opts.HealthInterval)
 		case <-health.C:
-			if err := w.checkHealth(ctx); err != nil {
-				return err
+			if due > reached {
+				return fmt.Errorf("%w: the watch is at revision %d, etcd was at %d one check ago", errResync, reached, due)
+			}
+			resp, err := w.read(ctx, clientv3.WithCountOnly())
+			if err != nil {
+				return fmt.Errorf("health check: %w", err)
+			}
+			due = 0
+			if ch != nil && resp.Header.Revision > reached {
+				// The watch's member answers with a progress notification
+				// at its revision.
+				due = resp.Header.Revision
+				if err := w.c.cli.RequestProgress(wctx); err != nil {
+					w.log.V(1).Info("watch progress request failed", "reason", err.Error())
+				}
 			}
 			health.Reset(w.c.opts.HealthInterval)
 		}
 	}
 }
 
-// checkHealth makes a linearizable read, which needs a leader and a quorum.
-func (w *watch) checkHealth(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
-	defer cancel()
-	if _, err := w.c.cli.Get(ctx, w.c.keys.clusters(), clientv3.WithCountOnly()); err != nil {
-		return fmt.Errorf("health check: %w", err)
-	}
-	return nil
+// read reads the clusterset's keys (linearizable), trying each member's
+// turn (eachMember).
+func (w *watch) read(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	var resp *clientv3.GetResponse
+	err := w.c.eachMember(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = w.c.cli.Get(ctx, w.c.keys.clusters(), opts...)
+		return err
+	})
+	return resp, err
 }
 
 // changes turns watch events into an Update. A key changed more than once

@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 		Clusters:    3,
 		TTL:         5 * time.Second,
 		NoDataPlane: true,
+		// A three-member etcd cluster of real processes, so that members
+		// can be killed and cut off (etcd_test.go).
+		RegistryMembers: 3,
 		// The backend's defaults (5s, 10s) suit its 30s default TTL; scaled
 		// to a 5s TTL, a registry outage is noticed within about 3s.
 		RegistryHealthInterval: time.Second,

@@ -23,6 +23,7 @@ import (
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
 	"github.com/mcsd-io/mcsd/test/testbed"
+	"github.com/mcsd-io/mcsd/test/testbed/etcdcluster"
 )
 
 // Options configure an Env.
@@ -45,6 +46,11 @@ type Options struct {
 	OpenRegistry func(ctx context.Context, id registry.Identity) (registry.Registry, error)
 	// WithoutControllers makes Main start no mcsd: the tests start their own.
 	WithoutControllers bool
+	// RegistryMembers, when more than 1, runs the registry as an etcd
+	// cluster of that many members, each a process of the testbed's etcd
+	// binary (Env.EtcdCluster injects faults), instead of the embedded
+	// single-member etcd.
+	RegistryMembers int
 	// NoDataPlane starts the clusters without the testbed's data plane: kwok
 	// fakes the pods (nothing runs, nothing routes) and no root is needed.
 	NoDataPlane bool
@@ -58,6 +64,8 @@ type Env struct {
 	regMu    sync.Mutex
 	registry *embedded.Server
 	regURL   string
+	// etcd is the registry when Options.RegistryMembers > 1.
+	etcd *etcdcluster.Cluster
 
 	mu          sync.Mutex
 	controllers map[string]*Controller
@@ -96,6 +104,18 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	if opts.OpenRegistry != nil {
 		return e, nil
 	}
+	if opts.RegistryMembers > 1 {
+		bins, err := testbed.EnsureBinaries(ctx, nil)
+		if err == nil {
+			e.etcd, err = etcdcluster.Start(ctx, etcdcluster.Config{Binary: bins.Etcd, Dir: e.dataDir, Members: opts.RegistryMembers})
+		}
+		if err != nil {
+			_ = tb.Close(ctx)
+			return nil, fmt.Errorf("start registry: %w", err)
+		}
+		e.regURL = e.etcd.ClientURLs()[0]
+		return e, nil
+	}
 	if err := e.StartRegistry(ctx); err != nil {
 		_ = tb.Close(ctx)
 		return nil, err
@@ -115,13 +135,20 @@ func (e *Env) Close(ctx context.Context) error {
 		e.StopController(id)
 	}
 	e.StopRegistry()
+	if e.etcd != nil {
+		e.etcd.Close()
+	}
 	return e.TB.Close(ctx)
 }
 
-// StartRegistry starts the embedded etcd (again, on the same data and port).
+// StartRegistry starts the embedded etcd (again, on the same data and
+// port), or every member of the etcd cluster that does not run.
 func (e *Env) StartRegistry(ctx context.Context) error {
 	if e.opts.OpenRegistry != nil {
 		return nil
+	}
+	if e.etcd != nil {
+		return e.etcd.RestartAll(ctx)
 	}
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
@@ -151,8 +178,13 @@ func (e *Env) StartRegistry(ctx context.Context) error {
 	return nil
 }
 
-// StopRegistry stops the embedded etcd, keeping its data.
+// StopRegistry stops the embedded etcd, keeping its data; an etcd cluster's
+// members are killed (SIGKILL), all of them.
 func (e *Env) StopRegistry() {
+	if e.etcd != nil {
+		e.etcd.KillAll()
+		return
+	}
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
 	if e.registry != nil {
@@ -161,8 +193,21 @@ func (e *Env) StopRegistry() {
 	}
 }
 
-// RegistryURL is the registry's client URL.
+// RegistryURL is the registry's client URL (an etcd cluster's first
+// member's).
 func (e *Env) RegistryURL() string { return e.regURL }
+
+// RegistryEndpoints are the client URLs of every member of the registry.
+func (e *Env) RegistryEndpoints() []string {
+	if e.etcd != nil {
+		return e.etcd.ClientURLs()
+	}
+	return []string{e.regURL}
+}
+
+// EtcdCluster is the registry's etcd cluster, nil unless
+// Options.RegistryMembers > 1.
+func (e *Env) EtcdCluster() *etcdcluster.Cluster { return e.etcd }
 
 // OpenRegistry opens a registry client for an identity, as mcsd does.
 func (e *Env) OpenRegistry(ctx context.Context, id registry.Identity) (registry.Registry, error) {
@@ -171,7 +216,7 @@ func (e *Env) OpenRegistry(ctx context.Context, id registry.Identity) (registry.
 	}
 	return etcdregistry.New(ctx, etcdregistry.Options{
 		Identity:       id,
-		Endpoints:      []string{e.regURL},
+		Endpoints:      e.RegistryEndpoints(),
 		TTL:            e.opts.TTL,
 		HealthInterval: e.opts.RegistryHealthInterval,
 		RequestTimeout: e.opts.RegistryRequestTimeout,

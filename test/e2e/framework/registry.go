@@ -30,7 +30,7 @@ type Record struct {
 // for cluster id, by key. It is for checking the registry's state; it writes
 // nothing.
 func (e *Env) RegistryRecords(ctx context.Context, id string) (map[string]Record, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.regURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.RegistryEndpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}

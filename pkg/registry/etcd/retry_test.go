@@ -1,0 +1,62 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+func TestUnanswered(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("put: %w", context.DeadlineExceeded), true},
+		{rpctypes.ErrTimeout, true},
+		{rpctypes.ErrNoLeader, true},
+		{rpctypes.ErrTimeoutDueToConnectionLost, true},
+		{rpctypes.ErrPermissionDenied, false},
+		{rpctypes.ErrLeaseNotFound, false},
+		{errors.New("something else"), false},
+	} {
+		if got := unanswered(tc.err); got != tc.want {
+			t.Errorf("unanswered(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// Each member's turn: a request that gets no answer is tried once per
+// endpoint, each try within its share of RequestTimeout; an answer ends it.
+func TestEachMember(t *testing.T) {
+	c := &conn{opts: Options{Endpoints: []string{"a", "b", "c"}, RequestTimeout: 3 * time.Second}}
+	var deadlines []time.Duration
+	try := func(results ...error) (int, error) {
+		n := 0
+		err := c.eachMember(context.Background(), func(ctx context.Context) error {
+			d, _ := ctx.Deadline()
+			deadlines = append(deadlines, time.Until(d))
+			n++
+			return results[n-1]
+		})
+		return n, err
+	}
+	if n, err := try(rpctypes.ErrTimeout, nil); n != 2 || err != nil {
+		t.Errorf("timeout then success: %d tries, %v", n, err)
+	}
+	for _, d := range deadlines {
+		if d > time.Second {
+			t.Errorf("a try had %s, want at most a third of RequestTimeout", d)
+		}
+	}
+	if n, err := try(rpctypes.ErrNoLeader, rpctypes.ErrNoLeader, rpctypes.ErrNoLeader); n != 3 || !errors.Is(err, rpctypes.ErrNoLeader) {
+		t.Errorf("no leader thrice: %d tries, %v", n, err)
+	}
+	if n, err := try(rpctypes.ErrPermissionDenied); n != 1 || !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("permission denied: %d tries, %v", n, err)
+	}
+}

@@ -1,0 +1,107 @@
+package etcdcluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcsd-io/mcsd/test/testbed"
+)
+
+// TestFaults: the cluster elects a new leader when its leader is killed,
+// takes the member back on its data, and a partitioned member neither
+// answers linearizable reads nor sees writes until it is healed.
+func TestFaults(t *testing.T) {
+	ctx := context.Background()
+	bins, err := testbed.EnsureBinaries(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(ctx, Config{Binary: bins.Etcd, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cli, err := c.client(c.ClientURLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	put := func(k, v string) {
+		t.Helper()
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := cli.Put(pctx, k, v); err != nil {
+			t.Fatalf("put %s: %v", k, err)
+		}
+	}
+	put("a", "1")
+
+	leader, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Kill(leader)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	next, err := c.WaitLeader(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == leader {
+		t.Fatalf("member %d still leads after SIGKILL", leader)
+	}
+	put("b", "2")
+	if err := c.Restart(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Partition a follower: it loses the leader and sees no writes.
+	victim := (next + 1) % c.Members()
+	c.Partition(victim)
+	one, err := c.client([]string{c.ClientURLs()[victim]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = one.Close() }()
+	// A client of the partitioned member would time out writing, as
+	// against a real partition; write through the others.
+	var majority []string
+	for i, u := range c.ClientURLs() {
+		if i != victim {
+			majority = append(majority, u)
+		}
+	}
+	_ = cli.Close()
+	if cli, err = c.client(majority); err != nil {
+		t.Fatal(err)
+	}
+	put("c", "3")
+	rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = one.Get(rctx, "c")
+	rcancel()
+	if err == nil {
+		t.Fatal("a partitioned member answered a linearizable read")
+	}
+	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+	resp, err := one.Get(sctx, "c", clientv3.WithSerializable())
+	scancel()
+	if err == nil && len(resp.Kvs) > 0 {
+		t.Fatal("a partitioned member saw a write made during the partition")
+	}
+	c.Heal(victim)
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer gcancel()
+	resp, err = one.Get(gctx, "c")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" {
+		t.Fatalf("healed member reads c = %v, %v", resp, err)
+	}
+}
