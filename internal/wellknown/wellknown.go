@@ -31,13 +31,3 @@ const (
 	// when this cluster refused a family.
 	AnnotationIPFamilies = "multicluster.mcsd.io/ip-families"
 )
-
-// DerivedService returns the derived Service a ServiceImport's annotations
-// name: AnnotationDerivedService, else the legacy annotation of an import an
-// older mcsd wrote; "" when neither is set (a headless import).
-func DerivedService(annotations map[string]string) string {
-	if n := annotations[AnnotationDerivedService]; n != "" {
-		return n
-	}
-	return annotations[AnnotationLegacyDerivedService]
-}

@@ -758,10 +758,6 @@ func TestUpgradeRelabelsDerivedService(t *testing.T) {
 	if err := e.api.Update(e.ctx, si); err != nil {
 		t.Fatal(err)
 	}
-	if got := wellknown.DerivedService(e.serviceImport("web").Annotations); got != svc.Name {
-		t.Fatalf("DerivedService of a legacy import = %q, want %q", got, svc.Name)
-	}
-
 	if w := e.reconcile("web"); len(w) != 1 || !strings.Contains(w[0], "ServiceImport web") {
 		t.Errorf("writes %v, want the ServiceImport's update only", w)
 	}
