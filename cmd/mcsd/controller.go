@@ -125,7 +125,7 @@ func (r *registryFlags) bind(cmd *cobra.Command) {
 	fl.StringVar(&r.caFile, "registry-ca", "", "CA file that verifies the registry's servers")
 	fl.StringVar(&r.certFile, "registry-cert", "", "client certificate for the registry")
 	fl.StringVar(&r.keyFile, "registry-key", "", "client key for the registry")
-	fl.StringVar(&r.username, "registry-username", "", "etcd user name (etcd auth)")
+	fl.StringVar(&r.username, "registry-username", "", "etcd user name (etcd auth; or the MCSD_REGISTRY_USERNAME environment variable)")
 	fl.StringVar(&r.password, "registry-password", "", "etcd password (etcd auth; prefer the MCSD_REGISTRY_PASSWORD environment variable)")
 }
 
@@ -134,6 +134,9 @@ func (r *registryFlags) bind(cmd *cobra.Command) {
 func openRegistryURL(f *registryFlags) (backends.Backend, error) {
 	if f.url == "" {
 		return backends.Backend{}, fmt.Errorf("--registry is required, e.g. --registry etcd://127.0.0.1:2379 (start one with: mcsd registry --data-dir DIR)")
+	}
+	if f.username == "" {
+		f.username = os.Getenv("MCSD_REGISTRY_USERNAME")
 	}
 	if f.password == "" {
 		f.password = os.Getenv("MCSD_REGISTRY_PASSWORD")

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -24,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -33,6 +36,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
@@ -48,21 +52,42 @@ import (
 // the API server is reached differently: through a kubeconfig holding a
 // token of the rendered ServiceAccount, in place of the in-cluster config.
 // /readyz on the probe's port and path turns ready, and an export flows
-// through the registry into the cluster's import.
+// through the registry into the cluster's import. Twice: with the chart's
+// defaults (a client certificate), and with password authentication (etcd
+// with auth on, the cluster's user made by SetupAuth, its name and password
+// from a Secret in the environment).
 func TestDeploymentAsRendered(t *testing.T) {
 	needTestbed(t)
-	const release, ns = "mcsd-deploy", "mcsd-deploy"
+	t.Run("client certificate", func(t *testing.T) { deploymentAsRendered(t, "mcsd-deploy", false) })
+	t.Run("password", func(t *testing.T) { deploymentAsRendered(t, "mcsd-deploy-pw", true) })
+}
+
+func deploymentAsRendered(t *testing.T, release string, password bool) {
+	ns := release
 	c := env.TB.Cluster("c1")
 	cl := adminClient(t, c)
 	ctx := context.Background()
 	root := sharedTempDir(t)
 
 	pki := newPKI(t, filepath.Join(root, "pki"))
-	etcdURL := startTLSEtcd(t, filepath.Join(root, "etcd"), pki)
+	values := []string{"template", release, "charts/mcsd", "--namespace", ns}
+	// The Secrets as README says to create them, by name.
+	secrets := map[string]map[string][]byte{}
+	var etcdURL string
+	if password {
+		var user, pass string
+		etcdURL, user, pass = startPasswordEtcd(t, filepath.Join(root, "etcd"), pki)
+		values = append(values, helmEtcdPassword...)
+		secrets["mcsd-registry-etcd"] = map[string][]byte{"ca.crt": pki.caPEM}
+		secrets["mcsd-registry-etcd-auth"] = map[string][]byte{"username": []byte(user), "password": []byte(pass)}
+	} else {
+		etcdURL = startTLSEtcd(t, filepath.Join(root, "etcd"), pki)
+		secrets["mcsd-registry-etcd"] = map[string][]byte{"ca.crt": pki.caPEM, "tls.crt": pki.clientCertPEM, "tls.key": pki.clientKeyPEM}
+	}
 	health, metrics := freePort(t), freePort(t)
-	out, err := helm(t, "template", release, "charts/mcsd", "--namespace", ns,
+	out, err := helm(t, append(values,
 		"--set", "registry.etcd.endpoints={"+strings.TrimPrefix(etcdURL, "https://")+"}",
-		"--set", fmt.Sprintf("healthPort=%d", health), "--set", fmt.Sprintf("metricsPort=%d", metrics))
+		"--set", fmt.Sprintf("healthPort=%d", health), "--set", fmt.Sprintf("metricsPort=%d", metrics))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +106,7 @@ func TestDeploymentAsRendered(t *testing.T) {
 	}
 	uid, gid, fsGroup := uint32(*psc.RunAsUser), uint32(*psc.RunAsGroup), uint32(*psc.FSGroup)
 
-	// The release's objects, the Deployment aside, and the registry Secret
-	// as README says to create it.
+	// The release's objects, the Deployment aside, and the registry Secrets.
 	apply(t, ctx, cl, manifests{namespace(ns)})
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), namespace(ns)) })
 	for _, u := range m {
@@ -93,6 +117,11 @@ func TestDeploymentAsRendered(t *testing.T) {
 		apply(t, ctx, cl, manifests{u})
 		if u.GetNamespace() == "" {
 			t.Cleanup(func() { _ = cl.Delete(context.Background(), u) })
+		}
+	}
+	for name, data := range secrets {
+		if err := cl.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}); err != nil {
+			t.Fatal(err)
 		}
 	}
 
@@ -113,6 +142,17 @@ func TestDeploymentAsRendered(t *testing.T) {
 			vars[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			vars[e.Name] = ns
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			secret := &corev1.Secret{}
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, secret); err != nil {
+				t.Fatalf("env %s: %v", e.Name, err)
+			}
+			v, ok := secret.Data[ref.Key]
+			if !ok {
+				t.Fatalf("env %s: Secret %s has no key %s", e.Name, ref.Name, ref.Key)
+			}
+			vars[e.Name] = string(v)
 		default:
 			t.Fatalf("env %s: unsupported source %+v", e.Name, e.ValueFrom)
 		}
@@ -127,12 +167,9 @@ func TestDeploymentAsRendered(t *testing.T) {
 			t.Fatalf("volume mount %s: not a Secret volume", vm.Name)
 		}
 		vol := pod.Volumes[vi].Secret
-		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vol.SecretName},
-			Data:       map[string][]byte{"ca.crt": pki.caPEM, "tls.crt": pki.clientCertPEM, "tls.key": pki.clientKeyPEM},
-		}
-		if err := cl.Create(ctx, secret); err != nil {
-			t.Fatal(err)
+		secret := &corev1.Secret{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: vol.SecretName}, secret); err != nil {
+			t.Fatalf("volume %s: %v", vm.Name, err)
 		}
 		dir := filepath.Join(root, fmt.Sprintf("volume-%d", i))
 		mkdir(t, dir, 0o755)
@@ -239,7 +276,7 @@ func TestDeploymentAsRendered(t *testing.T) {
 	}
 
 	// An export flows: c1's export, through the TLS registry, into c1's import.
-	app := "deploy-flow"
+	app := release + "-flow"
 	fw.EnsureNamespace(t, cl, app)
 	t.Cleanup(func() { _ = cl.Delete(context.Background(), namespace(app)) })
 	fw.Deploy(t, cl, fw.App{Namespace: app, Name: "web", Replicas: 1})
@@ -421,6 +458,52 @@ func certificate(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.
 		t.Fatal(err)
 	}
 	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// startPasswordEtcd starts an embedded etcd that serves https (no client
+// certificates), prepares c1's user with a password and turns auth on, as
+// `mcsd registry setup-auth --passwords --enable-auth` does; it returns the
+// client URL and the user's name and password.
+func startPasswordEtcd(t *testing.T, dir string, p *pki) (string, string, string) {
+	t.Helper()
+	srv, err := embedded.Start(t.Context(), embedded.Config{
+		DataDir:         dir,
+		ListenClientURL: "https://127.0.0.1:0",
+		ListenPeerURL:   "http://127.0.0.1:0",
+		CertFile:        p.serverCertFile,
+		KeyFile:         p.serverKeyFile,
+		UnsafeNoFsync:   true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(p.caPEM)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL()}, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	users, err := etcdregistry.SetupAuth(ctx, cli, etcdregistry.AuthOptions{
+		ClusterSet: env.TB.ClusterSetID(), Clusters: []string{"c1"}, Passwords: true, EnableAuth: true, RootPassword: "root-secret",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		if u.Cluster == "c1" {
+			return srv.ClientURL(), u.Name, u.Password
+		}
+	}
+	t.Fatalf("SetupAuth made no user for c1: %+v", users)
+	return "", "", ""
 }
 
 // startTLSEtcd starts an embedded etcd that serves https and requires

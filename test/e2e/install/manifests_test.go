@@ -26,8 +26,11 @@ import (
 // Values that select each registry in the Helm chart, as the Makefile's
 // helm-lint and manifests-render use them.
 var (
-	helmEtcd     []string
-	helmCloudMap = []string{"--set", "registry.type=cloudmap", "--set", "registry.cloudmap.region=eu-west-1",
+	helmEtcd []string
+	// helmEtcdPassword authenticates to etcd with a password, as
+	// config/overlays/etcd-password does.
+	helmEtcdPassword = []string{"--set", "registry.etcd.tls.clientCertificate=false", "--set", "registry.etcd.auth.secretName=mcsd-registry-etcd-auth"}
+	helmCloudMap     = []string{"--set", "registry.type=cloudmap", "--set", "registry.cloudmap.region=eu-west-1",
 		"--set", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::111122223333:role/mcsd"}
 )
 

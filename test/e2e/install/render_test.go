@@ -16,7 +16,7 @@ import (
 )
 
 // kustomizations are the directories an operator applies with kubectl apply -k.
-var kustomizations = []string{"config/default", "config/overlays/etcd", "config/overlays/cloudmap"}
+var kustomizations = []string{"config/default", "config/overlays/etcd", "config/overlays/etcd-password", "config/overlays/cloudmap"}
 
 // Every kustomization renders the whole install into mcsd-system, with the
 // Deployment as hardened as the issue asks.
@@ -136,6 +136,14 @@ func TestOverlaysConfigureTheRegistry(t *testing.T) {
 			t.Errorf("volume mounts %+v, want /etc/mcsd/registry read-only", c.VolumeMounts)
 		}
 	})
+	t.Run("etcd-password", func(t *testing.T) {
+		m := kustomize(t, repoPath(t, "config/overlays/etcd-password"))
+		if got := m.configMap(t).Data; !strings.HasPrefix(got["MCSD_REGISTRY"], "etcds://") {
+			t.Errorf("registry %q, want etcds://", got["MCSD_REGISTRY"])
+		}
+		c := m.deployment(t).Spec.Template.Spec.Containers[0]
+		checkPasswordAuth(t, c, "mcsd-registry-etcd-auth")
+	})
 	t.Run("cloudmap", func(t *testing.T) {
 		m := kustomize(t, repoPath(t, "config/overlays/cloudmap"))
 		if diff := cmp.Diff(map[string]string{"MCSD_REGISTRY": "cloudmap://", "AWS_REGION": "eu-west-1"}, m.configMap(t).Data); diff != "" {
@@ -148,6 +156,28 @@ func TestOverlaysConfigureTheRegistry(t *testing.T) {
 			t.Errorf("volumes %+v, want none", v)
 		}
 	})
+}
+
+// checkPasswordAuth checks a container set up for etcd password
+// authentication: the CA file and no client certificate in the args, the
+// user name and password from Secret secret.
+func checkPasswordAuth(t *testing.T, c corev1.Container, secret string) {
+	t.Helper()
+	if !slices.Contains(c.Args, "--registry-ca=/etc/mcsd/registry/ca.crt") {
+		t.Errorf("args %q lack --registry-ca", c.Args)
+	}
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--registry-cert") || strings.HasPrefix(a, "--registry-key") {
+			t.Errorf("args %q present a client certificate", c.Args)
+		}
+	}
+	for name, key := range map[string]string{"MCSD_REGISTRY_USERNAME": "username", "MCSD_REGISTRY_PASSWORD": "password"} {
+		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+		if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.SecretKeyRef == nil ||
+			c.Env[i].ValueFrom.SecretKeyRef.Name != secret || c.Env[i].ValueFrom.SecretKeyRef.Key != key {
+			t.Errorf("env %+v: want %s from key %s of Secret %s", c.Env, name, key, secret)
+		}
+	}
 }
 
 // The image is set the kustomize way, from an overlay of one's own.
@@ -172,7 +202,7 @@ func TestKustomizeSetsTheImage(t *testing.T) {
 // helm lint is clean for both registries, and the chart refuses values that
 // cannot work.
 func TestHelmLint(t *testing.T) {
-	for name, values := range map[string][]string{"etcd": helmEtcd, "cloudmap": helmCloudMap} {
+	for name, values := range map[string][]string{"etcd": helmEtcd, "etcd-password": helmEtcdPassword, "cloudmap": helmCloudMap} {
 		out, err := helm(t, append([]string{"lint", "--strict", "charts/mcsd"}, values...)...)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -201,8 +231,9 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 		overlay string
 		values  []string
 	}{
-		"etcd":     {"config/overlays/etcd", helmEtcd},
-		"cloudmap": {"config/overlays/cloudmap", helmCloudMap},
+		"etcd":          {"config/overlays/etcd", helmEtcd},
+		"etcd-password": {"config/overlays/etcd-password", helmEtcdPassword},
+		"cloudmap":      {"config/overlays/cloudmap", helmCloudMap},
 	} {
 		t.Run(name, func(t *testing.T) {
 			k := kustomize(t, repoPath(t, c.overlay))
