@@ -79,8 +79,10 @@ manifests-render: $(HELM) ## Render the install manifests (config/default, confi
 	@mkdir -p _output/manifests
 	$(GO) run ./hack/kustomize config/default > _output/manifests/default.yaml
 	$(GO) run ./hack/kustomize config/overlays/etcd > _output/manifests/etcd.yaml
+	$(GO) run ./hack/kustomize config/overlays/etcd-password > _output/manifests/etcd-password.yaml
 	$(GO) run ./hack/kustomize config/overlays/cloudmap > _output/manifests/cloudmap.yaml
 	$(HELM) template mcsd charts/mcsd --namespace mcsd-system > _output/manifests/helm-etcd.yaml
+	$(HELM) template mcsd charts/mcsd --namespace mcsd-system --set registry.etcd.auth.secretName=mcsd-registry-etcd-auth --set registry.etcd.tls.clientCertificate=false > _output/manifests/helm-etcd-password.yaml
 	$(HELM) template mcsd charts/mcsd --namespace mcsd-system --set registry.type=cloudmap --set registry.cloudmap.region=eu-west-1 > _output/manifests/helm-cloudmap.yaml
 
 ##@ Testbed
