@@ -17,26 +17,34 @@ type WriteCounter struct {
 // NewWriteCounter returns a counter at zero.
 func NewWriteCounter() *WriteCounter { return &WriteCounter{byResource: map[string]int{}} }
 
-// Wrap counts every POST, PUT, PATCH and DELETE that rt sends and the API
-// server carries out (a 2xx answer): an attempt refused, failed or never
-// answered (an API server down or starting) wrote nothing.
+// Failed is the suffix of the counts of write attempts that wrote nothing.
+const Failed = " (failed)"
+
+// Wrap counts every POST, PUT, PATCH and DELETE that rt sends: under its
+// resource when the API server carried it out (a 2xx answer), under the
+// resource and Failed when it was refused, failed or never answered (an API
+// server down or starting), which wrote nothing but is an attempt all the
+// same.
 func (w *WriteCounter) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
-		if err == nil && resp.StatusCode/100 == 2 {
-			switch req.Method {
-			case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-				w.mu.Lock()
-				w.byResource[ResourceOf(req.URL.Path)]++
-				w.mu.Unlock()
+		switch req.Method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+			key := ResourceOf(req.URL.Path)
+			if err != nil || resp.StatusCode/100 != 2 {
+				key += Failed
 			}
+			w.mu.Lock()
+			w.byResource[key]++
+			w.mu.Unlock()
 		}
 		return resp, err
 	})
 }
 
 // Snapshot returns the writes so far, by resource ("serviceimports",
-// "serviceimports/status", ...).
+// "serviceimports/status", ...), and the failed attempts (resource and
+// Failed).
 func (w *WriteCounter) Snapshot() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -88,6 +88,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 	if created+updated+deleted > 0 {
 		log.V(1).Info("Wrote EndpointSlices", "created", created, "updated", updated, "deleted", deleted)
 	}
+	s.slicesInPlace = inPlace
 	if inPlace {
 		var applied []registry.Endpoints
 		for _, c := range s.res.Clusters {
@@ -107,12 +108,12 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 // ServiceImport too (slices written while there was no derived Service, or
 // by an mcsd that made the ServiceImport their owner), which is kept rather
 // than rewritten. A headless import's slices are the ServiceImport's alone,
-// so that deleting a derived Service left from a ClusterSetIP past does not
-// take them with it. It is called before the phases that run at the same
+// and so are those of a derived Service about to be replaced (replacing),
+// so that deleting it does not take them with it. It is called before the phases that run at the same
 // time as the slices' may change s.si or s.svc.
-func setSliceOwners(s *scope) {
+func setSliceOwners(s *scope, replacing bool) {
 	s.sliceOwners = nil
-	if s.res.Spec.Type == mcsv1beta1.ClusterSetIP && s.svc != nil {
+	if s.res.Spec.Type == mcsv1beta1.ClusterSetIP && s.svc != nil && !replacing {
 		s.sliceOwners = append(s.sliceOwners, *metav1.NewControllerRef(s.svc, corev1.SchemeGroupVersion.WithKind("Service")))
 	}
 	if s.si != nil {

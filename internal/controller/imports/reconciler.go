@@ -99,6 +99,9 @@ type scope struct {
 	// sliceOwners are the controller references the EndpointSlices may
 	// have, the first for new ones (setSliceOwners).
 	sliceOwners []metav1.OwnerReference
+	// slicesInPlace: every EndpointSlice is as desired (none waits for the
+	// cache to show it).
+	slicesInPlace bool
 }
 
 // Reconcile converges the import of one Service to the registry's state.
@@ -250,28 +253,33 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, key registry.ServiceKe
 // write of it is needed). Its EndpointSlices are owned by the derived
 // Service, so they are written at the same time as the ServiceImport; then
 // the derived Service gets the ServiceImport as its owner, at the same time
-// as the status. Three API round trips, each write needed once.
+// as the status is written. Three API round trips, each write needed once.
+//
+// A derived Service that goes (the import turned headless) or is replaced
+// (its IP families changed) first hands its slices to the ServiceImport,
+// and goes only once every slice is handed over: the garbage collector
+// would delete the slices it owns.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr error) {
 	if err := r.readDerivedService(ctx, s); err != nil {
 		return err
 	}
 	clusterSetIP := s.res.Spec.Type == mcsv1beta1.ClusterSetIP
+	replacing := s.svc != nil && (!clusterSetIP || needsRecreate(s.svc, s.res.Spec.IPFamilies))
 	var svcErr error
-	if clusterSetIP {
+	if clusterSetIP && !replacing {
 		svcErr = r.reconcileService(ctx, s)
 	}
 
-	// The slices need their owner: the derived Service, or for a headless
-	// import (or one without a derived Service) the ServiceImport.
+	// The slices need their owner: the derived Service, or the ServiceImport.
 	var importErr, slicesErr error
-	setSliceOwners(s)
+	setSliceOwners(s, replacing)
 	if len(s.sliceOwners) > 0 {
 		var wg sync.WaitGroup
 		wg.Go(func() { importErr = r.reconcileImport(ctx, s) })
 		slicesErr = r.reconcileEndpointSlices(ctx, s)
 		wg.Wait()
 	} else if importErr = r.reconcileImport(ctx, s); importErr == nil {
-		setSliceOwners(s)
+		setSliceOwners(s, replacing)
 		slicesErr = r.reconcileEndpointSlices(ctx, s)
 	}
 	if s.si == nil {
@@ -281,30 +289,42 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 	}
 	s.flushEvents()
 
-	old := s.si.Status.DeepCopy()
-	defer func() {
-		r.setStatus(s)
-		if _, err := r.patchStatus(ctx, s.si, old); err != nil {
-			retErr = errors.Join(retErr, err)
-			return
-		}
-		r.metrics.Set(client.ObjectKeyFromObject(s.si), importState(s.si.Status.Conditions))
-		r.eventClusters(s.si, old.Clusters)
-	}()
-
 	// No finalizer: everything mcsd creates for an import is owned by the
 	// ServiceImport (the slices through the derived Service), so the garbage
 	// collector cleans up after it.
+	var adopt *corev1.Service
 	switch {
-	case !clusterSetIP:
-		// A headless import's slices are the ServiceImport's by now: a
-		// derived Service left from a ClusterSetIP past can go.
+	case replacing && slicesErr == nil && s.slicesInPlace:
 		svcErr = r.reconcileService(ctx, s)
+		if clusterSetIP && svcErr == nil {
+			// The new Service's IPs.
+			importErr = errors.Join(importErr, r.reconcileImport(ctx, s))
+		}
+	case replacing:
+		// Not every slice is the ServiceImport's yet: the Service stays
+		// until a later reconcile (the error, or the slices' events, bring
+		// it).
 	case svcErr == nil && s.svc != nil && !hasControllerRef(s.svc, ownerRef(s.si)):
-		// Written before the ServiceImport existed: give it its owner.
-		svcErr = r.reconcileService(ctx, s)
+		// Written before the ServiceImport existed: it gets its owner
+		// below, at the same time as the status.
+		adopt = s.svc
 	}
-	return errors.Join(svcErr, importErr, slicesErr)
+
+	old := s.si.Status.DeepCopy()
+	r.setStatus(s)
+	var adoptErr error
+	var wg sync.WaitGroup
+	if adopt != nil {
+		ref := ownerRef(s.si)
+		wg.Go(func() { adoptErr = r.adoptService(ctx, adopt, ref) })
+	}
+	_, patchErr := r.patchStatus(ctx, s.si, old)
+	wg.Wait()
+	if patchErr == nil {
+		r.metrics.Set(client.ObjectKeyFromObject(s.si), importState(s.si.Status.Conditions))
+		r.eventClusters(s.si, old.Clusters)
+	}
+	return errors.Join(svcErr, importErr, slicesErr, adoptErr, patchErr)
 }
 
 // reconcileImport creates or updates the ServiceImport's labels, annotations

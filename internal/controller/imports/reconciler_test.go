@@ -678,11 +678,28 @@ func TestFamilyChangeRecreatesService(t *testing.T) {
 	east.Spec.ExportedLabels = map[string]string{"app": "web"}
 	east.Spec.ExportedAnnotations = map[string]string{"team": "shop"}
 	e.publish([]registry.Export{east, export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
-	e.reconcile("web")
+	writes := e.reconcile("web")
 
 	svc := e.service(DerivedServiceName("web"))
 	if svc == nil || svc.UID == old.UID {
 		t.Fatalf("derived Service not recreated: %+v", svc)
+	}
+	// The old Service's slices became the ServiceImport's before it went.
+	deleted := slices.Index(writes, "delete *v1.Service "+old.Name)
+	si := e.serviceImport("web")
+	for _, ss := range e.slices("web") {
+		for _, sl := range ss {
+			if metav1.IsControlledBy(&sl, old) {
+				t.Errorf("slice %s still owned by the deleted Service", sl.Name)
+			}
+			i := slices.Index(writes, "update *v1.EndpointSlice "+sl.Name)
+			if i < 0 {
+				i = slices.Index(writes, "create *v1.EndpointSlice "+sl.Name)
+			}
+			if metav1.IsControlledBy(&sl, si) && (i < 0 || i > deleted) {
+				t.Errorf("slice %s handed to the ServiceImport after its Service was deleted: %v", sl.Name, writes)
+			}
+		}
 	}
 	if d := cmp.Diff(v6, svc.Spec.IPFamilies); d != "" {
 		t.Errorf("families (-want +got):\n%s", d)

@@ -148,6 +148,17 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 
 var errServiceConflict = errors.New("derived Service name taken")
 
+// adoptService makes the ServiceImport of ref the controller of svc, a
+// derived Service created before it. svc is not modified.
+func (r *Reconciler) adoptService(ctx context.Context, svc *corev1.Service, ref metav1.OwnerReference) error {
+	updated := svc.DeepCopy()
+	setControllerRef(updated, ref)
+	if err := r.Client.Update(ctx, updated); err != nil {
+		return fmt.Errorf("set the derived Service's owner: %w", err)
+	}
+	return nil
+}
+
 // desiredService is the derived Service of s's import. Its IP fields are
 // those of a new Service; an existing one keeps its own.
 func desiredService(s *scope) *corev1.Service {

@@ -75,18 +75,20 @@ func newConn(ctx context.Context, cli *clientv3.Client, opts Options) (conn, con
 }
 
 // eachMember runs f, an idempotent request, until it succeeds, as many
-// times as there are endpoints, each try with an equal share of
-// RequestTimeout (within ctx): etcd's client spreads requests over the
+// times as the client has endpoints, each try with an equal share of
+// RequestTimeout but at least a second (or all of it, if less), within
+// ctx: etcd's client spreads requests over the
 // members, and a member cut off from the others times out (after seconds)
 // while the others answer, so one failed try is not a failed request. Only
 // errors that say no answer came (a timeout, an unavailable member, no
 // leader) are tried again; a refused permission or a missing lease is an
 // answer. It returns the last try's error.
 func (c *conn) eachMember(ctx context.Context, f func(context.Context) error) error {
-	tries := max(1, len(c.opts.Endpoints))
+	tries := max(1, len(c.cli.Endpoints()))
+	perTry := max(c.opts.RequestTimeout/time.Duration(tries), min(c.opts.RequestTimeout, minTry))
 	var err error
 	for i := range tries {
-		tctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout/time.Duration(tries))
+		tctx, cancel := context.WithTimeout(ctx, perTry)
 		err = f(tctx)
 		cancel()
 		if err == nil {
@@ -101,6 +103,9 @@ func (c *conn) eachMember(ctx context.Context, f func(context.Context) error) er
 	}
 	return err
 }
+
+// minTry is the least time eachMember gives one try.
+const minTry = time.Second
 
 // unanswered reports whether err says that no member answered the request:
 // a timeout, a member unavailable or without a leader.

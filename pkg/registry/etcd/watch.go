@@ -117,9 +117,11 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 // Every HealthInterval without a watch response, a linearizable read checks
 // that etcd has a leader and a quorum, and asks the watch's member for its
 // progress. A watch whose member is cut off from the others (a partition)
-// gets no events, and etcd may not end it: if by the next check the watch
-// has not reached the revision the read saw, it is started again (on
-// another member, most likely).
+// gets no events, and etcd may not end it: a watch that is behind the
+// revision a read saw and has not moved at all over two checks is started
+// again (on another member, most likely). One check is not enough: etcd
+// drops a progress request while the stream has a watch still catching up,
+// and a healthy member may apply a little late.
 func (w *watch) follow(ctx context.Context, rev int64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -131,8 +133,11 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 	}()
 	var ch clientv3.WatchChan
 	// reached is the revision the watch is known to have reached; due, the
-	// one it must reach by the next check.
+	// one it was behind at the last check, and stuck how many checks in a
+	// row it has been behind without moving.
 	reached, due := rev, int64(0)
+	var stuck int
+	var reachedAtCheck int64
 	health := time.NewTimer(w.c.opts.HealthInterval)
 	defer health.Stop()
 	for {
@@ -153,9 +158,16 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 			}
 			health.Reset(w.c.opts.HealthInterval)
 		case <-health.C:
-			if due > reached {
-				return fmt.Errorf("%w: the watch is at revision %d, etcd was at %d one check ago", errResync, reached, due)
+			switch {
+			case due > reached && reached == reachedAtCheck:
+				stuck++
+			default:
+				stuck = 0
 			}
+			if stuck >= 2 {
+				return fmt.Errorf("%w: the watch is stuck at revision %d, etcd is at %d or later", errResync, reached, due)
+			}
+			reachedAtCheck = reached
 			resp, err := w.read(ctx, clientv3.WithCountOnly())
 			if err != nil {
 				return fmt.Errorf("health check: %w", err)
@@ -163,11 +175,16 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 			due = 0
 			if ch != nil && resp.Header.Revision > reached {
 				// The watch's member answers with a progress notification
-				// at its revision.
+				// at its revision. The request goes to the watch's stream,
+				// which the client finds by wctx's metadata (the
+				// require-leader flag): a context without it would ask an
+				// empty stream of its own.
 				due = resp.Header.Revision
-				if err := w.c.cli.RequestProgress(wctx); err != nil {
+				pctx, cancel := context.WithTimeout(wctx, w.c.opts.HealthInterval)
+				if err := w.c.cli.RequestProgress(pctx); err != nil {
 					w.log.V(1).Info("watch progress request failed", "reason", err.Error())
 				}
+				cancel()
 			}
 			health.Reset(w.c.opts.HealthInterval)
 		}

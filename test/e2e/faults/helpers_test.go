@@ -23,6 +23,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
 const (
@@ -354,12 +355,15 @@ func diffWrites(before, after map[string]int) map[string]int {
 	return out
 }
 
-// churn returns the writes of d to churnResources.
+// churn returns the writes of d to churnResources, and the failed attempts
+// of such writes.
 func churn(d map[string]int) map[string]int {
 	out := map[string]int{}
 	for _, r := range churnResources {
-		if d[r] != 0 {
-			out[r] = d[r]
+		for _, k := range []string{r, r + testbed.Failed} {
+			if d[k] != 0 {
+				out[k] = d[k]
+			}
 		}
 	}
 	return out

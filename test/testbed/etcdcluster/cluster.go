@@ -55,7 +55,7 @@ type member struct {
 	clientURL string
 	peerURL   string // the member's own peer listener
 	proxyURL  string // what the other members dial
-	id        uint64 // known once the cluster is up
+	id        uint64 // known once the cluster is up; guarded by Cluster.mu
 
 	proxy *peerProxy
 
@@ -75,8 +75,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, partitioned: map[int]bool{}}
 	var initial []string
 	for i := range cfg.Members {
-		ports, err := freePorts(3)
+		// The proxy listens from now on; the member's own ports are free
+		// until it binds them, a moment later.
+		ports, err := freePorts(2)
 		if err != nil {
+			c.Close()
 			return nil, err
 		}
 		m := &member{
@@ -84,18 +87,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			dir:       filepath.Join(cfg.Dir, fmt.Sprintf("m%d", i)),
 			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-			proxyURL:  fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
 		}
-		c.members = append(c.members, m)
-		initial = append(initial, m.name+"="+m.proxyURL)
-	}
-	for i, m := range c.members {
-		p, err := newPeerProxy(c, i, m.proxyURL, m.peerURL)
-		if err != nil {
+		if m.proxy, err = newPeerProxy(c, i, m.peerURL); err != nil {
 			c.Close()
 			return nil, err
 		}
-		m.proxy = p
+		m.proxyURL = m.proxy.url
+		c.mu.Lock()
+		c.members = append(c.members, m)
+		c.mu.Unlock()
+		initial = append(initial, m.name+"="+m.proxyURL)
 	}
 	for _, m := range c.members {
 		if err := os.MkdirAll(m.dir, 0o700); err != nil {
@@ -179,6 +180,8 @@ func (c *Cluster) learnIDs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list etcd members: %w", err)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, pm := range resp.Members {
 		for _, m := range c.members {
 			if pm.Name == m.name {
@@ -232,12 +235,10 @@ func (c *Cluster) Leader(ctx context.Context) (int, error) {
 		if err != nil || st.Leader == 0 {
 			continue
 		}
-		for j, o := range c.members {
-			// A member still names a leader that is gone or cut off until
-			// its election timeout.
-			if o.id == st.Leader && c.Running(j) && !c.isPartitioned(j) {
-				return j, nil
-			}
+		// A member still names a leader that is gone or cut off until its
+		// election timeout.
+		if j := c.memberOf(st.Leader); j >= 0 && c.Running(j) && !c.isPartitioned(j) {
+			return j, nil
 		}
 	}
 	return -1, errors.New("no etcd member knows a leader")
@@ -385,8 +386,22 @@ func (c *Cluster) blocked(from, to int) bool {
 // memberByID returns the index of the member with the etcd id id (hex, as
 // etcd's peer requests name their sender), or -1.
 func (c *Cluster) memberByID(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, m := range c.members {
 		if m.id != 0 && fmt.Sprintf("%x", m.id) == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// memberOf returns the index of the member with etcd id id, or -1.
+func (c *Cluster) memberOf(id uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, m := range c.members {
+		if m.id != 0 && m.id == id {
 			return i
 		}
 	}

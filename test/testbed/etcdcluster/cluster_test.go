@@ -14,6 +14,9 @@ import (
 // takes the member back on its data, and a partitioned member neither
 // answers linearizable reads nor sees writes until it is healed.
 func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the testbed's etcd binary")
+	}
 	ctx := context.Background()
 	bins, err := testbed.EnsureBinaries(ctx, nil)
 	if err != nil {

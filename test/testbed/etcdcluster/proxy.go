@@ -21,6 +21,7 @@ import (
 type peerProxy struct {
 	c   *Cluster
 	to  int
+	url string
 	srv *http.Server
 
 	mu       sync.Mutex
@@ -29,7 +30,9 @@ type peerProxy struct {
 
 // flight is one request passing through the proxy.
 type flight struct {
-	from   int
+	// fromID is the sender's etcd id, as its request named it; resolved to
+	// a member when cut, since a request may come before the ids are known.
+	fromID string
 	cancel context.CancelFunc
 	// conn is the connection from the member that sent it: closing it ends
 	// a raft stream for sure, whatever the proxy is blocked on.
@@ -38,20 +41,18 @@ type flight struct {
 
 type connKey struct{}
 
-func newPeerProxy(c *Cluster, to int, listenURL, targetURL string) (*peerProxy, error) {
-	listen, err := url.Parse(listenURL)
-	if err != nil {
-		return nil, err
-	}
+// newPeerProxy starts the proxy in front of member to's peer listener
+// targetURL, on a port of its own (p.url).
+func newPeerProxy(c *Cluster, to int, targetURL string) (*peerProxy, error) {
 	target, err := url.Parse(targetURL)
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", listen.Host)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &peerProxy{c: c, to: to, inflight: map[*flight]struct{}{}}
+	p := &peerProxy{c: c, to: to, url: "http://" + l.Addr().String(), inflight: map[*flight]struct{}{}}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1 // raft streams are long-lived responses
 	rp.ErrorLog = log.New(io.Discard, "", 0)
@@ -60,14 +61,12 @@ func newPeerProxy(c *Cluster, to int, listenURL, targetURL string) (*peerProxy, 
 	}
 	p.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			from := c.memberByID(r.Header.Get("X-Server-From"))
-			if c.blocked(from, to) {
-				drop(w)
-				return
-			}
+			fromID := r.Header.Get("X-Server-From")
 			ctx, cancel := context.WithCancel(r.Context())
 			conn, _ := r.Context().Value(connKey{}).(net.Conn)
-			f := &flight{from: from, cancel: cancel, conn: conn}
+			f := &flight{fromID: fromID, cancel: cancel, conn: conn}
+			// In flight before the check: a partition that starts after the
+			// check cuts it (Partition marks, then cuts).
 			p.mu.Lock()
 			p.inflight[f] = struct{}{}
 			p.mu.Unlock()
@@ -77,6 +76,10 @@ func newPeerProxy(c *Cluster, to int, listenURL, targetURL string) (*peerProxy, 
 				p.mu.Unlock()
 				cancel()
 			}()
+			if c.blocked(c.memberByID(fromID), to) {
+				drop(w)
+				return
+			}
 			rp.ServeHTTP(w, r.WithContext(ctx))
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -111,7 +114,7 @@ func (p *peerProxy) cut(blocked func(from, to int) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for f := range p.inflight {
-		if blocked(f.from, p.to) {
+		if blocked(p.c.memberByID(f.fromID), p.to) {
 			f.cancel()
 			if f.conn != nil {
 				_ = f.conn.Close()
