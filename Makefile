@@ -147,7 +147,7 @@ bench: testbed-binaries ## Benchmark propagation latency, scale and cost on the 
 
 # bench-cloudmap's size: make bench-cloudmap CLOUDMAP_SERVICES=500. Its sweep
 # runs every minute, so that the steady phase measures sweeps too; the report
-# amortizes them over the backend's default interval (10 min).
+# amortizes them over the backend's default interval (15 min).
 CLOUDMAP_SERVICES ?= 50
 
 .PHONY: bench-cloudmap

@@ -43,7 +43,7 @@ func run() error {
 	fl.StringVar(&churn, "churn", "5/s", "rate of endpoint readiness changes in the churn phase")
 	fl.DurationVar(&o.ChurnFor, "churn-for", 30*time.Second, "duration of the churn phase")
 	fl.IntVar(&o.DNSSamples, "dns-samples", 30, "services exported one at a time and resolved through CoreDNS")
-	fl.DurationVar(&o.Steady, "steady", 30*time.Second, "duration of the steady-state phase")
+	fl.DurationVar(&o.Steady, "steady", 0, "duration of the steady-state phase (default 30s; cloudmap 2m)")
 	fl.StringVar(&bursts, "bursts", "", "services exported at once in the burst phase, comma-separated (default 10,100,1000 capped at -services)")
 	fl.StringVar(&phases, "phases", "", "phases to run, comma-separated: "+strings.Join(harness.AllPhases, ",")+" (default all; cloudmap export,churn,steady,burst)")
 	fl.Float64Var(&qps, "controller-qps", 1000, "each controller's client QPS towards its API server (burst: twice)")

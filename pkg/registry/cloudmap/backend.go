@@ -404,6 +404,13 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 // returns at most 1,000 and has no pagination, so a service with more is
 // read again with ListInstances, page by page, and filtered here.
 func (r *reader) discover(ctx context.Context, svc service, query map[string]string) ([]instance, error) {
+	insts, _, err := r.discoverRevision(ctx, svc, query)
+	return insts, err
+}
+
+// discoverRevision is discover, with the service's instances revision that
+// DiscoverInstances returns with them, -1 when unknown.
+func (r *reader) discoverRevision(ctx context.Context, svc service, query map[string]string) ([]instance, int64, error) {
 	out, err := r.api.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName:   aws.String(svc.NS.HTTPName),
 		ServiceName:     aws.String(svc.Name),
@@ -412,21 +419,25 @@ func (r *reader) discover(ctx context.Context, svc service, query map[string]str
 		HealthStatus:    types.HealthStatusFilterAll,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("discover instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
+		return nil, -1, fmt.Errorf("discover instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
 	}
 	if len(out.Instances) < discoverMax {
+		revision := int64(-1)
+		if out.InstancesRevision != nil {
+			revision = *out.InstancesRevision
+		}
 		insts := make([]instance, 0, len(out.Instances))
 		for _, in := range out.Instances {
 			insts = append(insts, instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
 		}
-		return insts, nil
+		return insts, revision, nil
 	}
 	var insts []instance
 	p := sd.NewListInstancesPaginator(r.api, &sd.ListInstancesInput{ServiceId: aws.String(svc.ID), MaxResults: aws.Int32(100)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("list instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
+			return nil, -1, fmt.Errorf("list instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
 		}
 	next:
 		for _, in := range page.Instances {
@@ -438,7 +449,7 @@ func (r *reader) discover(ctx context.Context, svc service, query map[string]str
 			insts = append(insts, instance{ID: aws.ToString(in.Id), Attrs: in.Attributes})
 		}
 	}
-	return insts, nil
+	return insts, -1, nil
 }
 
 // discoverMax is the most instances one DiscoverInstances call returns.

@@ -97,7 +97,9 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 		}
 		switch t := op.target; t.service {
 		case b.systemService(heartbeatService).ID:
-			beats = true
+			// A known cluster's heartbeat is read every TTL/3 anyway: only
+			// a new cluster's is read at once.
+			beats = beats || !w.beatIDs[t.instance]
 		case b.systemService(recordsService).ID:
 			recordIDs[t.instance] = true
 		default:

@@ -18,7 +18,7 @@ import (
 const (
 	DefaultTTL              = 60 * time.Second
 	DefaultPollInterval     = 2 * time.Second
-	DefaultSweepInterval    = 10 * time.Minute
+	DefaultSweepInterval    = 15 * time.Minute
 	DefaultFeedOverlap      = 10 * time.Second
 	DefaultSystemNamespace  = "mcsd.system"
 	DefaultMaxAttempts      = 8
@@ -108,7 +108,7 @@ type Options struct {
 	// SweepInterval is how often a Watch reads everything again (lists the
 	// namespaces and services, checks each service's revision and reads
 	// those that moved), which repairs what the change feed missed. Default
-	// 10m, at least PollInterval.
+	// 15m, at least PollInterval.
 	SweepInterval time.Duration
 	// FeedOverlap is how far back each poll of the change feed looks before
 	// the last one (deduplicated by operation id), which covers operations

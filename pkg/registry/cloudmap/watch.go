@@ -44,6 +44,7 @@ func (r *reader) watch(ctx context.Context, h registry.Handler) error {
 		services: map[string]*serviceCache{},
 		records:  map[string]instance{},
 		beats:    map[string]*beat{},
+		beatIDs:  map[string]bool{},
 		ops:      map[string]*feedOp{},
 	}
 	for {
@@ -77,9 +78,10 @@ type watcher struct {
 	// instance id.
 	records map[string]instance
 	// heartbeats caches the heartbeat service.
-	heartbeats  serviceCache
 	beats       map[string]*beat
 	beatsReadAt time.Time
+	// beatIDs are the ids of the heartbeat instances read.
+	beatIDs map[string]bool
 
 	// ops are the operations the change feed listed in its last window,
 	// by id; feedFrom is when its next window starts on the local clock,
@@ -169,10 +171,11 @@ func (w *watcher) poll(ctx context.Context) error {
 		}
 		w.sweptAt = start
 	}
-	// Heartbeats change every TTL/3 and the feed reports them; reading
-	// them that often as well keeps a missed operation from expiring a
-	// live cluster.
-	if b.now().Sub(w.beatsReadAt) >= b.opts.heartbeatInterval() {
+	// Heartbeats change every TTL/3: reading them as often (the shortest
+	// TTL of the clusterset's) keeps every live cluster alive, whatever
+	// the feed misses, at one call whatever the number of clusters. The
+	// feed reads them at once for a new cluster only.
+	if b.now().Sub(w.beatsReadAt) >= w.beatsEvery() {
 		if err := w.readHeartbeats(feedCtx); err != nil {
 			return err
 		}
@@ -308,14 +311,19 @@ func (w *watcher) read(ctx context.Context, c *serviceCache, checkRevision bool)
 		}
 	}
 	// The revision is read before the instances: a change in between
-	// moves it again, and the next sweep reads the instances again.
+	// moves it again, and the next sweep reads the instances again. Without
+	// a check, the revision DiscoverInstances returns is kept, so that the
+	// next sweep reads the service only if it changed since.
 	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet}
-	insts, err := b.discover(ctx, svc, query)
+	insts, rev, err := b.discoverRevision(ctx, svc, query)
 	if isNotFound(err) {
 		insts, err = nil, nil
 	}
 	if err != nil {
 		return err
+	}
+	if !checkRevision {
+		revision = rev
 	}
 	c.read, c.revision, c.instances = true, revision, insts
 	return nil
@@ -364,6 +372,16 @@ func (w *watcher) readRecord(ctx context.Context, svc service, id string) error 
 	return nil
 }
 
+// beatsEvery is how often the heartbeats are read: a third of the
+// shortest TTL of the clusters and of this reader's.
+func (w *watcher) beatsEvery() time.Duration {
+	every := w.b.opts.heartbeatInterval()
+	for _, hb := range w.beats {
+		every = min(every, hb.ttl/3)
+	}
+	return every
+}
+
 // readHeartbeats reads the clusterset's heartbeats. Without a heartbeat
 // service (none found yet), no mcsd cluster is alive.
 func (w *watcher) readHeartbeats(ctx context.Context) error {
@@ -395,6 +413,7 @@ func (w *watcher) readHeartbeats(ctx context.Context) error {
 			ttl = time.Duration(v) * time.Millisecond
 		}
 		since, _ := strconv.ParseInt(in.Attrs[attrSince], 10, 64)
+		w.beatIDs[in.ID] = true
 		hb := w.beats[cluster]
 		switch {
 		case hb == nil:

@@ -83,7 +83,7 @@ type Options struct {
 	// TTL is the registry lease TTL. Default 30s (etcd), 60s (cloudmap).
 	TTL time.Duration
 	// PollInterval and SweepInterval are the Cloud Map backend's. Default:
-	// the backend's (2s, 10m).
+	// the backend's (2s, 15m).
 	PollInterval, SweepInterval time.Duration
 	// APIServerProfile is how long the first cluster's kube-apiserver is
 	// CPU-profiled from the start of the cold start (0: not at all). The

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
 	"github.com/mcsd-io/mcsd/test/bench/report"
 )
 
@@ -163,8 +164,9 @@ func cloudMapFigures(r *report.Results) []report.TargetCheck {
 		if sweeps > 0 {
 			per := sweep / sweeps
 			add("Cloud Map API calls of one sweep, per cluster", fmt.Sprintf("%.0f: %s (per minute)", per, strings.Join(sweepParts, ", ")))
-			add("the sweep amortized at its default interval (10 min), calls per service per minute",
-				fmt.Sprintf("%.3f", per/10/float64(max(r.Params.Services, 1))))
+			services := float64(max(r.Params.Services+r.Params.ExportSamples, 1))
+			add(fmt.Sprintf("the sweep amortized over its default interval (%s), calls per service per minute", cloudmap.DefaultSweepInterval),
+				fmt.Sprintf("%.3f (%.0f services)", per/cloudmap.DefaultSweepInterval.Minutes()/services, services))
 		}
 	}
 	return out
