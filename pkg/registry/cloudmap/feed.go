@@ -130,11 +130,8 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 	if err := w.readServices(ctx, read, false); err != nil {
 		return err
 	}
-	svc := b.systemService(recordsService)
-	for _, id := range slices.Sorted(maps.Keys(recordIDs)) {
-		if err := w.readRecord(ctx, svc, id); err != nil {
-			return err
-		}
+	if err := w.readRecords(ctx, slices.Sorted(maps.Keys(recordIDs))); err != nil {
+		return err
 	}
 	if beats {
 		if err := w.readHeartbeats(ctx); err != nil {

@@ -65,7 +65,7 @@ func DefaultRateLimits() map[string]RateLimit {
 		OpCreateService:             {QPS: 5, Burst: 20},
 		OpDeleteNamespace:           {QPS: 0.5, Burst: 2},
 		OpDeleteService:             {QPS: 2, Burst: 10},
-		OpGetOperation:              {QPS: 50, Burst: 100},
+		OpGetOperation:              {QPS: 100, Burst: 200},
 		OpRegisterInstance:          {QPS: 50, Burst: 100},
 		OpDeregisterInstance:        {QPS: 50, Burst: 100},
 		OpDiscoverInstances:         {QPS: 200, Burst: 400},

@@ -48,12 +48,15 @@ func (r *reader) watch(ctx context.Context, h registry.Handler) error {
 		ops:      map[string]*feedOp{},
 	}
 	for {
+		// Polls start every PollInterval, however long one takes: a
+		// change waits half an interval on average, plus one poll.
+		start := time.Now()
 		err := w.poll(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		w.setConnected(err == nil, err)
-		if !sleep(ctx, r.opts.PollInterval) {
+		if !sleep(ctx, max(r.opts.PollInterval-time.Since(start), r.opts.PollInterval/10)) {
 			break
 		}
 	}
@@ -248,7 +251,7 @@ func (w *watcher) sweep(ctx context.Context) error {
 	if err := w.readServices(ctx, slices.Sorted(maps.Keys(w.services)), true); err != nil {
 		return err
 	}
-	if err := w.readRecords(ctx); err != nil {
+	if err := w.readAllRecords(ctx); err != nil {
 		return err
 	}
 	return w.readHeartbeats(ctx)
@@ -329,8 +332,8 @@ func (w *watcher) read(ctx context.Context, c *serviceCache, checkRevision bool)
 	return nil
 }
 
-// readRecords reads every service record of the records service.
-func (w *watcher) readRecords(ctx context.Context) error {
+// readAllRecords reads every service record of the records service.
+func (w *watcher) readAllRecords(ctx context.Context) error {
 	b := w.b
 	svc := b.systemService(recordsService)
 	if svc.ID == "" {
@@ -351,25 +354,36 @@ func (w *watcher) readRecords(ctx context.Context) error {
 	return nil
 }
 
-// readRecord reads one service record of the records service; one that is
-// not there is deleted.
-func (w *watcher) readRecord(ctx context.Context, svc service, id string) error {
+// readRecords reads the service records ids of the records service, a few
+// at a time; one that is not there is deleted.
+func (w *watcher) readRecords(ctx context.Context, ids []string) error {
 	b := w.b
-	out, err := b.api.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc.ID), InstanceId: aws.String(id)})
-	if isNotFound(err) {
-		delete(w.records, id)
-		return nil
+	svc := b.systemService(recordsService)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, b.opts.Concurrency)
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out, err := b.api.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc.ID), InstanceId: aws.String(id)})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case isNotFound(err):
+				delete(w.records, id)
+			case err != nil:
+				errs = append(errs, fmt.Errorf("get service record %s: %w", id, err))
+			case out.Instance == nil || out.Instance.Attributes[attrClusterSetID] != b.opts.Identity.ClusterSet:
+				delete(w.records, id)
+			default:
+				w.records[id] = instance{ID: id, Attrs: out.Instance.Attributes}
+			}
+		})
 	}
-	if err != nil {
-		return fmt.Errorf("get service record %s: %w", id, err)
-	}
-	in := out.Instance
-	if in == nil || in.Attributes[attrClusterSetID] != b.opts.Identity.ClusterSet {
-		delete(w.records, id)
-		return nil
-	}
-	w.records[id] = instance{ID: id, Attrs: in.Attributes}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // beatsEvery is how often the heartbeats are read: a third of the
