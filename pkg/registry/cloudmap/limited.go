@@ -3,6 +3,7 @@ package cloudmap
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
@@ -32,7 +33,7 @@ func tagged(ctx context.Context, optFns []func(*sd.Options)) []func(*sd.Options)
 	if !ok {
 		return optFns
 	}
-	return append(optFns, func(o *sd.Options) {
+	return append(slices.Clip(optFns), func(o *sd.Options) {
 		o.APIOptions = append(o.APIOptions, awsmiddleware.AddUserAgentKeyValue("mcsd", purpose))
 	})
 }
