@@ -49,7 +49,7 @@ Registries:
   etcds://HOST:PORT[,HOST:PORT...]   etcd over TLS (--registry-ca, --registry-cert, --registry-key)
   cloudmap://?region=REGION          AWS Cloud Map; credentials from the standard AWS chain
       query options: region, endpoint (for testing), poll-interval (2s),
-      list-interval (5s), cleanup-empty (false), and rate=OPERATION:QPS:BURST
+      sweep-interval (15m), feed-overlap (10s), cleanup-empty (false), and rate=OPERATION:QPS:BURST
       (repeatable, e.g. rate=RegisterInstance:5:10)
 Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd-etcd`,
 		Example: `  mcsd --kubeconfig ~/.kube/config --registry etcd://127.0.0.1:2379

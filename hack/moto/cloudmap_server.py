@@ -12,10 +12,12 @@ Each patch makes moto do what the Cloud Map API reference documents:
 1. RegisterInstance with an existing InstanceId updates that instance (moto
    appends a second instance with the same id, and DeregisterInstance then
    removes only one of them).
-2. DiscoverInstancesRevision increases on every registration and
+2. DiscoverInstancesRevision, and the InstancesRevision DiscoverInstances
+   returns with the instances, increase on every registration and
    deregistration in the service (moto sums per-instance counters of the
-   instances that still exist, so a deregistration can lower it and a
-   deregistration plus a registration can leave it unchanged).
+   instances that still exist, or of those returned, so a deregistration can
+   lower it and a deregistration plus a registration can leave it
+   unchanged).
 3. ListServices honours the NAMESPACE_ID filter (moto ignores Filters).
 4. CreateHttpNamespace of an existing name fails with NamespaceAlreadyExists,
    and CreateService of an existing name in the namespace with
@@ -108,6 +110,17 @@ def discover_instances_revision(self, namespace_name, service_name):
             if srv.name == service_name and srv.namespace_id == ns.id:
                 return getattr(srv, "mcsd_revision", 0)
     return 0
+
+
+_discover_instances_response = responses.ServiceDiscoveryResponse.discover_instances
+
+
+def discover_instances_response(self):
+    body = json.loads(_discover_instances_response(self))
+    params = json.loads(self.body)
+    body["InstancesRevision"] = self.servicediscovery_backend.discover_instances_revision(
+        params.get("NamespaceName"), params.get("ServiceName"))
+    return json.dumps(body)
 
 
 def create_http_namespace(self, name, creator_request_id, description, tags):
@@ -206,6 +219,7 @@ models.ServiceDiscoveryBackend.delete_namespace = delete_namespace
 models.ServiceDiscoveryBackend.update_service = update_service
 responses.ServiceDiscoveryResponse.list_operations = list_operations_response
 responses.ServiceDiscoveryResponse.list_services = list_services_response
+responses.ServiceDiscoveryResponse.discover_instances = discover_instances_response
 
 if __name__ == "__main__":
     sys.exit(main())

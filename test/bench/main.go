@@ -31,7 +31,7 @@ func run() error {
 		bursts, phases, out string
 		qps                 float64
 		maxLoad             float64
-		poll, list          time.Duration
+		poll, sweep         time.Duration
 	)
 	fl := flag.CommandLine
 	fl.StringVar(&o.Registry, "registry", "etcd", "registry backend: etcd (embedded) or cloudmap (moto)")
@@ -43,14 +43,14 @@ func run() error {
 	fl.StringVar(&churn, "churn", "5/s", "rate of endpoint readiness changes in the churn phase")
 	fl.DurationVar(&o.ChurnFor, "churn-for", 30*time.Second, "duration of the churn phase")
 	fl.IntVar(&o.DNSSamples, "dns-samples", 30, "services exported one at a time and resolved through CoreDNS")
-	fl.DurationVar(&o.Steady, "steady", 30*time.Second, "duration of the steady-state phase")
+	fl.DurationVar(&o.Steady, "steady", 0, "duration of the steady-state phase (default 30s; cloudmap 2m)")
 	fl.StringVar(&bursts, "bursts", "", "services exported at once in the burst phase, comma-separated (default 10,100,1000 capped at -services)")
-	fl.StringVar(&phases, "phases", "", "phases to run, comma-separated: "+strings.Join(harness.AllPhases, ",")+" (default all; cloudmap export,churn,steady)")
+	fl.StringVar(&phases, "phases", "", "phases to run, comma-separated: "+strings.Join(harness.AllPhases, ",")+" (default all; cloudmap export,churn,steady,burst)")
 	fl.Float64Var(&qps, "controller-qps", 1000, "each controller's client QPS towards its API server (burst: twice)")
 	fl.DurationVar(&o.APIServerProfile, "apiserver-profile", 30*time.Second, "CPU-profile the first cluster's kube-apiserver for this long from the start of the cold start (0: off)")
 	fl.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "bound on each phase's convergence")
 	fl.DurationVar(&poll, "cloudmap-poll", 0, "Cloud Map backend poll interval (default: the backend's)")
-	fl.DurationVar(&list, "cloudmap-list", 0, "Cloud Map backend list interval (default: the backend's)")
+	fl.DurationVar(&sweep, "cloudmap-sweep", 0, "Cloud Map backend sweep interval (default: the backend's)")
 	fl.Float64Var(&maxLoad, "max-load", 0, "refuse to start while the one-minute load average is above this (0: no check)")
 	fl.StringVar(&out, "out", "", "results folder (default results/<timestamp>)")
 	render := fl.String("render", "", "only write the report and plots of an earlier run's results folder again (from its results.json and samples.csv)")
@@ -90,7 +90,7 @@ func run() error {
 		o.Phases = strings.Split(phases, ",")
 	}
 	o.ControllerQPS, o.ControllerBurst = float32(qps), int(2*qps)
-	o.PollInterval, o.ListInterval = poll, list
+	o.PollInterval, o.SweepInterval = poll, sweep
 	if out == "" {
 		out = filepath.Join("results", time.Now().Format("20060102-150405"))
 	}

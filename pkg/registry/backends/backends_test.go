@@ -49,12 +49,12 @@ func TestParseURL(t *testing.T) {
 		t.Errorf("etcd.ParseURL (-want +got):\n%s", d)
 	}
 
-	cm, err := cloudmap.ParseURL(mustParse(t, "cloudmap://?region=eu-west-1&endpoint=http://127.0.0.1:5000&poll-interval=3s&list-interval=7s&cleanup-empty=true&rate=RegisterInstance:5:10"))
+	cm, err := cloudmap.ParseURL(mustParse(t, "cloudmap://?region=eu-west-1&endpoint=http://127.0.0.1:5000&poll-interval=3s&sweep-interval=7m&cleanup-empty=true&rate=RegisterInstance:5:10"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := cloudmap.Options{
-		Region: "eu-west-1", Endpoint: "http://127.0.0.1:5000", PollInterval: 3 * time.Second, ListInterval: 7 * time.Second,
+		Region: "eu-west-1", Endpoint: "http://127.0.0.1:5000", PollInterval: 3 * time.Second, SweepInterval: 7 * time.Minute,
 		CleanupEmpty: true, RateLimits: cloudmap.DefaultRateLimits(),
 	}
 	want.RateLimits["RegisterInstance"] = cloudmap.RateLimit{QPS: 5, Burst: 10}

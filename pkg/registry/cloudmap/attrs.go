@@ -62,6 +62,10 @@ const (
 	// cluster's endpoints (registry.Endpoints.Updated), on its service
 	// record.
 	attrEndpointsUpdated = "MCSD_ENDPOINTS_UPDATED"
+	// attrNamespace and attrService name the Service a service record in
+	// the records service of the system namespace is about.
+	attrNamespace = "MCSD_NAMESPACE"
+	attrService   = "MCSD_SERVICE"
 )
 
 const (
@@ -74,6 +78,11 @@ const (
 	// heartbeatService is the Cloud Map service of the heartbeats in the
 	// system namespace.
 	heartbeatService = "heartbeats"
+	// recordsService is the Cloud Map service of the service records in
+	// the system namespace, out of the view of the AWS controller, which
+	// reads every instance of an exported Service's Cloud Map service as an
+	// endpoint.
+	recordsService = "records"
 	// createdBy is the description of the namespaces and services mcsd
 	// creates; CleanupEmpty deletes only those.
 	createdBy = "Created by mcsd (multi-cluster services)."
@@ -143,8 +152,29 @@ func ownerPrefix(id registry.Identity) string {
 	return b.String() + "-" + hex.EncodeToString(h[:4])
 }
 
-// serviceRecordID is the id of a cluster's service record instance.
+// serviceRecordID is the id of a cluster's service record instance in the
+// Cloud Map service of the Service: where mcsd kept it before it moved to
+// the records service (recordID). It is also the record's key in the
+// encoder's output.
 func serviceRecordID(prefix string) string { return prefix + ".service" }
+
+// recordID is the id of a cluster's service record of key in the records
+// service: "<prefix>.<namespace>.<name>", or a hash of the key when that
+// would be longer than Cloud Map allows.
+func recordID(prefix string, key registry.ServiceKey) string {
+	id := prefix + "." + key.Namespace + "." + key.Name
+	if len(id) <= maxInstanceID {
+		return id
+	}
+	h := sha256.Sum256([]byte(key.Namespace + "/" + key.Name))
+	return (prefix + ".h-" + hex.EncodeToString(h[:]))[:maxInstanceID]
+}
+
+// recordKey is the Service a record of the records service is about.
+func recordKey(attrs map[string]string) (registry.ServiceKey, bool) {
+	k := registry.ServiceKey{Namespace: attrs[attrNamespace], Name: attrs[attrService]}
+	return k, attrs[attrRecord] == recordService && validName(k.Namespace) && validName(k.Name)
+}
 
 // heartbeatID is the id of a cluster's heartbeat instance.
 func heartbeatID(prefix string) string { return prefix }

@@ -57,13 +57,26 @@ type reader struct {
 	// ctx is canceled by Close; it bounds the heartbeat and the watches.
 	ctx context.Context
 
-	// knownMu guards known, the Cloud Map services a backend wrote to,
-	// which its watches read without waiting for their next listing, and
-	// heartbeats, the Cloud Map service of the heartbeats (ID "" until
-	// found).
-	knownMu    sync.Mutex
-	known      map[string]service
-	heartbeats service
+	// dir is what the reader knows of namespaces and services.
+	dir *directory
+
+	// systemMu guards system, the Cloud Map services of the system
+	// namespace by name (heartbeatService, recordsService; absent until
+	// found), and ops.
+	systemMu sync.Mutex
+	system   map[string]service
+	// ops are the operations of this cluster's own writes, by id: the
+	// change feed needs no GetOperation for them.
+	ops map[string]opTarget
+	// latestOp is the latest UpdateDate of an operation the reader has
+	// seen, on Cloud Map's clock; zero before the first.
+	latestOp time.Time
+}
+
+// opTarget is what an instance operation changed.
+type opTarget struct {
+	service, instance string
+	at                time.Time
 }
 
 // newReader makes the reader of opts over api, and the function that
@@ -80,13 +93,74 @@ func newReader(ctx context.Context, api API, opts Options) (*reader, context.Can
 	}
 	rctx, cancel := context.WithCancel(logr.NewContext(context.Background(), log))
 	return &reader{
-		opts:  opts,
-		api:   newLimitedAPI(api, opts.RateLimits),
-		log:   log,
-		now:   now,
-		ctx:   rctx,
-		known: map[string]service{},
+		opts:   opts,
+		api:    newLimitedAPI(api, opts.RateLimits),
+		log:    log,
+		now:    now,
+		ctx:    rctx,
+		dir:    newDirectory(),
+		system: map[string]service{},
+		ops:    map[string]opTarget{},
 	}, cancel
+}
+
+// systemService is the service name of the system namespace; its ID is ""
+// until it is known.
+func (r *reader) systemService(name string) service {
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	return r.system[name]
+}
+
+// setSystemService records svc as a service of the system namespace.
+func (r *reader) setSystemService(svc service) {
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	r.system[svc.Name] = svc
+}
+
+// noteOp records the target of an operation of this cluster's own writes.
+func (r *reader) noteOp(id string, target opTarget) {
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	target.at = time.Now()
+	r.ops[id] = target
+	if len(r.ops)%256 == 0 {
+		for k, t := range r.ops {
+			if time.Since(t.at) > opMemory {
+				delete(r.ops, k)
+			}
+		}
+	}
+}
+
+// opMemory is how long the reader remembers its own operations: longer
+// than any poll's window.
+const opMemory = 15 * time.Minute
+
+func (r *reader) ownOp(id string) (opTarget, bool) {
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	t, ok := r.ops[id]
+	return t, ok
+}
+
+// sawOp records the UpdateDate of an operation, Cloud Map's clock.
+func (r *reader) sawOp(updated *time.Time) {
+	if updated == nil {
+		return
+	}
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	if updated.After(r.latestOp) {
+		r.latestOp = *updated
+	}
+}
+
+func (r *reader) latestOperation() time.Time {
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	return r.latestOp
 }
 
 // ownService is what this cluster has in one Cloud Map service.
@@ -98,8 +172,12 @@ type ownService struct {
 	// st is the state last written in full.
 	st state
 	// stored is every instance of this cluster in the service as Cloud
-	// Map holds it, attributes of others included.
+	// Map holds it, attributes of others included: its endpoints, and a
+	// service record written where mcsd kept it before (to be deleted).
 	stored map[string]map[string]string
+	// record is the cluster's service record in the records service as
+	// Cloud Map holds it, nil when there is none.
+	record map[string]string
 }
 
 // New builds a Cloud Map client (see NewClient) and opens the backend for
@@ -159,13 +237,15 @@ func (b *Backend) Close() error {
 // start takes over the cluster's records, or deletes them when its
 // heartbeat has expired, and writes the heartbeat.
 func (b *Backend) start(ctx context.Context) error {
-	hb, err := b.ensureService(ctx, b.opts.SystemNamespace, heartbeatService)
-	if err != nil {
-		return fmt.Errorf("heartbeat service: %w", err)
+	for _, name := range []string{heartbeatService, recordsService} {
+		svc, err := b.ensureService(ctx, b.opts.SystemNamespace, name)
+		if err != nil {
+			return fmt.Errorf("%s service: %w", name, err)
+		}
+		b.setSystemService(svc)
 	}
-	b.heartbeats = hb
 	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet, attrClusterID: b.opts.Identity.Cluster}
-	beats, err := b.discover(ctx, hb, query)
+	beats, err := b.discover(ctx, b.systemService(heartbeatService), query)
 	if err != nil {
 		return fmt.Errorf("read own heartbeat: %w", err)
 	}
@@ -192,23 +272,36 @@ func (b *Backend) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stale := 0
-	for key, o := range found {
+	stale, migrated := 0, 0
+	for _, key := range slices.SortedFunc(maps.Keys(found), registry.ServiceKey.Compare) {
+		o := found[key]
 		if alive {
 			b.own[key] = o
-			b.remember(o.svc)
+			if _, legacy := o.stored[serviceRecordID(b.enc.prefix)]; legacy {
+				// Written by an mcsd that kept its service records beside
+				// the endpoints: move the record to the records service.
+				if err := b.apply(ctx, key, o.st); err != nil {
+					return fmt.Errorf("move the service record of %s: %w", key, err)
+				}
+				migrated++
+			}
 			continue
 		}
 		ids := slices.Sorted(maps.Keys(o.stored))
 		err := b.parallel(ctx, len(ids), func(ctx context.Context, i int) error {
 			return b.deregister(ctx, o.svc, ids[i])
 		}, func(int) { stale++ })
+		if err == nil && o.record != nil {
+			if err = b.deleteRecord(ctx, key); err == nil {
+				stale++
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("delete expired records of %s: %w", key, err)
 		}
 	}
 	if alive {
-		b.log.Info("took over records", "services", len(b.own))
+		b.log.Info("took over records", "services", len(b.own), "movedRecords", migrated)
 	} else if stale > 0 {
 		b.log.Info("deleted expired records", "instances", stale)
 	}
@@ -218,14 +311,25 @@ func (b *Backend) start(ctx context.Context) error {
 	return nil
 }
 
-// scanOwn finds this cluster's instances in every namespace.
+// scanOwn finds this cluster's instances in every namespace and its service
+// records, and fills the directory.
 func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[registry.ServiceKey]*ownService, error) {
 	nss, err := listNamespaces(ctx, b.api)
 	if err != nil {
 		return nil, err
 	}
 	out := map[registry.ServiceKey]*ownService{}
+	mine := map[registry.ServiceKey][]instance{}
+	get := func(key registry.ServiceKey) *ownService {
+		o := out[key]
+		if o == nil {
+			o = &ownService{stored: map[string]map[string]string{}}
+			out[key] = o
+		}
+		return o
+	}
 	for _, ns := range nss {
+		b.dir.addNamespace(ns)
 		if !ns.usable() || !validName(ns.Name) {
 			continue
 		}
@@ -237,6 +341,7 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 			return nil, err
 		}
 		for _, svc := range svcs {
+			b.dir.addService(svc)
 			insts, err := b.discover(ctx, svc, query)
 			if isNotFound(err) || isAccessDenied(err) {
 				continue
@@ -244,34 +349,52 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 			if err != nil {
 				return nil, fmt.Errorf("read own records: %w", err)
 			}
-			var mine []instance
+			key := registry.ServiceKey{Namespace: ns.Name, Name: svc.Name}
 			for _, in := range insts {
 				if r := in.Attrs[attrRecord]; r == recordService || r == recordEndpoint {
-					mine = append(mine, in)
+					o := get(key)
+					o.svc = svc
+					o.stored[in.ID] = in.Attrs
+					mine[key] = append(mine[key], in)
 				}
 			}
-			if len(mine) == 0 {
-				continue
-			}
-			key := registry.ServiceKey{Namespace: ns.Name, Name: svc.Name}
-			o := &ownService{svc: svc, stored: map[string]map[string]string{}}
-			for _, in := range mine {
-				o.stored[in.ID] = in.Attrs
-			}
-			if st, ok := decodeOwn(b.opts.Identity, key, mine); ok {
-				o.st = st
-				o.created = st.Created
-			}
-			if o.created == 0 {
-				// Endpoint instances without their service record: keep
-				// their creation time.
-				for _, in := range mine {
-					if c, err := strconv.ParseInt(in.Attrs[attrCreation], 10, 64); err == nil && (o.created == 0 || c < o.created) {
-						o.created = c
-					}
+		}
+	}
+	recs, err := b.discover(ctx, b.systemService(recordsService), query)
+	if err != nil && !isNotFound(err) {
+		return nil, fmt.Errorf("read own service records: %w", err)
+	}
+	for _, in := range recs {
+		key, ok := recordKey(in.Attrs)
+		if !ok || in.ID != recordID(b.enc.prefix, key) {
+			continue
+		}
+		o := get(key)
+		o.record = in.Attrs
+		mine[key] = append(mine[key], in)
+	}
+	for key, o := range out {
+		if o.svc.ID == "" && validName(key.Namespace) {
+			// A record without endpoint instances: the service is looked
+			// up when endpoints are put.
+			if ns, ok := b.dir.namespaceNamed(key.Namespace); ok {
+				if svc, ok := b.dir.serviceNamed(ns.ID, key.Name); ok {
+					o.svc = svc
 				}
 			}
-			out[key] = o
+		}
+		if st, ok := decodeOwn(b.opts.Identity, key, mine[key]); ok {
+			o.st = st
+			o.created = st.Created
+		}
+		if o.created == 0 {
+			// Endpoint instances without their service record: keep
+			// their creation time.
+			for _, in := range mine[key] {
+				if c, err := strconv.ParseInt(in.Attrs[attrCreation], 10, 64); err == nil && (o.created == 0 || c < o.created) {
+					o.created = c
+				}
+			}
 		}
 	}
 	return out, nil
@@ -281,6 +404,13 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 // returns at most 1,000 and has no pagination, so a service with more is
 // read again with ListInstances, page by page, and filtered here.
 func (r *reader) discover(ctx context.Context, svc service, query map[string]string) ([]instance, error) {
+	insts, _, err := r.discoverRevision(ctx, svc, query)
+	return insts, err
+}
+
+// discoverRevision is discover, with the service's instances revision that
+// DiscoverInstances returns with them, -1 when unknown.
+func (r *reader) discoverRevision(ctx context.Context, svc service, query map[string]string) ([]instance, int64, error) {
 	out, err := r.api.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{
 		NamespaceName:   aws.String(svc.NS.HTTPName),
 		ServiceName:     aws.String(svc.Name),
@@ -289,21 +419,25 @@ func (r *reader) discover(ctx context.Context, svc service, query map[string]str
 		HealthStatus:    types.HealthStatusFilterAll,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("discover instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
+		return nil, -1, fmt.Errorf("discover instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
 	}
 	if len(out.Instances) < discoverMax {
+		revision := int64(-1)
+		if out.InstancesRevision != nil {
+			revision = *out.InstancesRevision
+		}
 		insts := make([]instance, 0, len(out.Instances))
 		for _, in := range out.Instances {
 			insts = append(insts, instance{ID: aws.ToString(in.InstanceId), Attrs: in.Attributes})
 		}
-		return insts, nil
+		return insts, revision, nil
 	}
 	var insts []instance
 	p := sd.NewListInstancesPaginator(r.api, &sd.ListInstancesInput{ServiceId: aws.String(svc.ID), MaxResults: aws.Int32(100)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("list instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
+			return nil, -1, fmt.Errorf("list instances of %s/%s: %w", svc.NS.Name, svc.Name, err)
 		}
 	next:
 		for _, in := range page.Instances {
@@ -315,30 +449,11 @@ func (r *reader) discover(ctx context.Context, svc service, query map[string]str
 			insts = append(insts, instance{ID: aws.ToString(in.Id), Attrs: in.Attributes})
 		}
 	}
-	return insts, nil
+	return insts, -1, nil
 }
 
 // discoverMax is the most instances one DiscoverInstances call returns.
 const discoverMax = 1000
-
-// remember records svc for the watches.
-func (r *reader) remember(svc service) {
-	r.knownMu.Lock()
-	defer r.knownMu.Unlock()
-	r.known[svc.ID] = svc
-}
-
-func (r *reader) forget(svc service) {
-	r.knownMu.Lock()
-	defer r.knownMu.Unlock()
-	delete(r.known, svc.ID)
-}
-
-func (r *reader) knownServices() []service {
-	r.knownMu.Lock()
-	defer r.knownMu.Unlock()
-	return slices.Collect(maps.Values(r.known))
-}
 
 // lock takes the write lock; it fails once the backend is closed.
 func (b *Backend) lock(ctx context.Context) error { return b.sem.Lock(ctx) }
@@ -447,26 +562,40 @@ func (b *Backend) apply(ctx context.Context, key registry.ServiceKey, st state) 
 			return err
 		}
 	}
+	// The service record lives in the records service, out of the AWS
+	// controller's view.
+	var rec *instance
+	if r, ok := desired[serviceRecordID(b.enc.prefix)]; ok {
+		delete(desired, r.ID)
+		r.ID = recordID(b.enc.prefix, key)
+		r.Attrs[attrNamespace], r.Attrs[attrService] = key.Namespace, key.Name
+		if err := checkLimits(r.Attrs); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		rec = &r
+	}
 	for attempt := 0; ; attempt++ {
-		err = b.applyTo(ctx, key, o, desired)
+		err = b.applyTo(ctx, key, o, rec, desired)
 		if err == nil || attempt > 0 || !isNotFound(err) {
 			break
 		}
 		// The service or namespace was deleted under us (for example by
 		// another cluster's cleanup): its instances went with it.
 		b.log.V(1).Info("cloud map service gone, creating it again", "service", key.String())
-		b.forget(o.svc)
+		if o.svc.ID != "" {
+			b.dir.dropService(o.svc.ID)
+		}
 		o.svc = service{}
 		clear(o.stored)
 	}
 	if err != nil {
-		if len(o.stored) > 0 {
+		if len(o.stored) > 0 || o.record != nil {
 			b.own[key] = o
 		}
 		return err
 	}
 	o.st = st
-	if len(desired) > 0 {
+	if len(desired) > 0 || rec != nil {
 		b.own[key] = o
 		return nil
 	}
@@ -506,26 +635,20 @@ func onlyStampChanged(old, next map[string]string) bool {
 	return maps.Equal(a, b)
 }
 
-func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, desired map[string]instance) error {
-	recordID := serviceRecordID(b.enc.prefix)
+// applyTo writes what differs between o and rec (the service record) and
+// desired (the endpoint instances): the record first, then the endpoints,
+// then the deletions, the record's last. When only the record's endpoints
+// stamp changes, the record goes last, so that the stamp never comes before
+// the change it dates.
+func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, rec *instance, desired map[string]instance) error {
 	var puts []instance
 	for _, id := range slices.Sorted(maps.Keys(desired)) {
 		in := desired[id]
-		old, ok := o.stored[id]
-		if ok && sameOwned(old, in.Attrs) {
-			continue
-		}
-		if ok {
-			// Keep what others added to the instance, if it still fits.
-			merged := maps.Clone(in.Attrs)
-			for k, v := range old {
-				if !owned(k) {
-					merged[k] = v
-				}
+		if old, ok := o.stored[id]; ok {
+			if sameOwned(old, in.Attrs) {
+				continue
 			}
-			if checkLimits(merged) == nil {
-				in.Attrs = merged
-			}
+			in.Attrs = keepForeign(old, in.Attrs)
 		}
 		puts = append(puts, in)
 	}
@@ -535,36 +658,37 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 			dels = append(dels, id)
 		}
 	}
-	if len(puts) == 0 && len(dels) == 0 {
+	// A record left where mcsd kept it before goes last.
+	legacy := serviceRecordID(b.enc.prefix)
+	slices.SortStableFunc(dels, func(x, y string) int { return boolRank(x == legacy) - boolRank(y == legacy) })
+	var recPut *instance
+	recFirst := false
+	if rec != nil && (o.record == nil || !sameOwned(o.record, rec.Attrs)) {
+		r := *rec
+		if o.record != nil {
+			r.Attrs = keepForeign(o.record, r.Attrs)
+		}
+		recPut = &r
+		recFirst = o.record == nil || !onlyStampChanged(o.record, r.Attrs)
+	}
+	recDel := rec == nil && o.record != nil
+	if len(puts) == 0 && len(dels) == 0 && recPut == nil && !recDel {
 		return nil
 	}
-	if o.svc.ID == "" {
+	// The Service's Cloud Map service exists from its export on, as the
+	// AWS controller makes it, endpoints or not.
+	if (len(puts) > 0 || recPut != nil) && o.svc.ID == "" {
 		svc, err := b.ensureService(ctx, key.Namespace, key.Name)
 		if err != nil {
 			return err
 		}
 		o.svc = svc
-		b.remember(svc)
 	}
-	// The service record goes first, so that importers see the export
-	// before its endpoints; on withdrawal it goes last. When only its
-	// endpoints stamp changes, it goes last too, so that the stamp never
-	// comes before the change it dates.
-	var stamp []instance
-	if i := slices.IndexFunc(puts, func(in instance) bool { return in.ID == recordID }); i >= 0 {
-		if old, ok := o.stored[recordID]; ok && onlyStampChanged(old, puts[i].Attrs) {
-			stamp = append(stamp, puts[i])
-			puts = slices.Delete(puts, i, i+1)
-		}
-	}
-	slices.SortStableFunc(puts, func(x, y instance) int { return boolRank(y.ID == recordID) - boolRank(x.ID == recordID) })
-	slices.SortStableFunc(dels, func(x, y string) int { return boolRank(x == recordID) - boolRank(y == recordID) })
-	if i := slices.IndexFunc(puts, func(in instance) bool { return in.ID == recordID }); i == 0 {
-		if err := b.register(ctx, o.svc, puts[0]); err != nil {
+	if recPut != nil && recFirst {
+		if err := b.writeRecord(ctx, *recPut); err != nil {
 			return err
 		}
-		o.stored[recordID] = puts[0].Attrs
-		puts = puts[1:]
+		o.record = recPut.Attrs
 	}
 	err := b.parallel(ctx, len(puts), func(ctx context.Context, i int) error {
 		return b.register(ctx, o.svc, puts[i])
@@ -573,7 +697,7 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 		return err
 	}
 	var last []string
-	if n := len(dels); n > 0 && dels[n-1] == recordID {
+	if n := len(dels); n > 0 && dels[n-1] == legacy {
 		dels, last = dels[:n-1], dels[n-1:]
 	}
 	err = b.parallel(ctx, len(dels), func(ctx context.Context, i int) error {
@@ -588,13 +712,72 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 		}
 		delete(o.stored, id)
 	}
-	for _, in := range stamp {
-		if err := b.register(ctx, o.svc, in); err != nil {
+	if recDel {
+		if err := b.deleteRecord(ctx, key); err != nil {
 			return err
 		}
-		o.stored[in.ID] = in.Attrs
+		o.record = nil
+	}
+	if recPut != nil && !recFirst {
+		if err := b.writeRecord(ctx, *recPut); err != nil {
+			return err
+		}
+		o.record = recPut.Attrs
 	}
 	return nil
+}
+
+// keepForeign returns next with the attributes others added to old, if
+// that still fits in an instance.
+func keepForeign(old, next map[string]string) map[string]string {
+	merged := maps.Clone(next)
+	for k, v := range old {
+		if !owned(k) {
+			merged[k] = v
+		}
+	}
+	if checkLimits(merged) != nil {
+		return next
+	}
+	return merged
+}
+
+// writeRecord registers a service record in the records service, creating
+// that service again if it was deleted.
+func (b *Backend) writeRecord(ctx context.Context, in instance) error {
+	err := b.register(ctx, b.systemService(recordsService), in)
+	if !isNotFound(err) {
+		return err
+	}
+	svc, err := b.recreateSystemService(ctx, recordsService)
+	if err != nil {
+		return err
+	}
+	return b.register(ctx, svc, in)
+}
+
+// deleteRecord deregisters this cluster's service record of key. A records
+// service that is gone holds no record.
+func (b *Backend) deleteRecord(ctx context.Context, key registry.ServiceKey) error {
+	err := b.deregister(ctx, b.systemService(recordsService), recordID(b.enc.prefix, key))
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// recreateSystemService looks up or creates the service name of the system
+// namespace again, after it turned out deleted.
+func (b *Backend) recreateSystemService(ctx context.Context, name string) (service, error) {
+	if old := b.systemService(name); old.ID != "" {
+		b.dir.dropService(old.ID)
+	}
+	svc, err := b.ensureService(ctx, b.opts.SystemNamespace, name)
+	if err != nil {
+		return service{}, err
+	}
+	b.setSystemService(svc)
+	return svc, nil
 }
 
 func boolRank(v bool) int {
@@ -644,6 +827,7 @@ func (b *Backend) register(ctx context.Context, svc service, in instance) error 
 	if err != nil {
 		return fmt.Errorf("register instance %s: %w", in.ID, err)
 	}
+	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: in.ID})
 	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
 		return fmt.Errorf("register instance %s: %w", in.ID, err)
 	}
@@ -663,6 +847,7 @@ func (b *Backend) deregister(ctx context.Context, svc service, id string) error 
 	if err != nil {
 		return fmt.Errorf("deregister instance %s: %w", id, err)
 	}
+	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: id})
 	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
 		return fmt.Errorf("deregister instance %s: %w", id, err)
 	}
@@ -688,7 +873,7 @@ func (b *Backend) cleanup(ctx context.Context, svc service) {
 	default:
 		b.log.Info("deleted empty cloud map service", "namespace", svc.NS.Name, "name", svc.Name)
 	}
-	b.forget(svc)
+	b.dir.dropService(svc.ID)
 	if !svc.NS.Ours || svc.NS.Name == b.opts.SystemNamespace {
 		return
 	}

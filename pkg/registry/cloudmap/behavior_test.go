@@ -27,8 +27,10 @@ import (
 type countingAPI struct {
 	API
 	skipInstance string
-	mu           sync.Mutex
-	calls        map[string]int
+	// hideOps makes ListOperations list nothing.
+	hideOps atomic.Bool
+	mu      sync.Mutex
+	calls   map[string]int
 }
 
 func (c *countingAPI) count(op, instanceID string) {
@@ -149,16 +151,16 @@ func TestExpiredRecordsDeletedOnStart(t *testing.T) {
 	a := openBackend(t, opts)
 	mustDo(t, a.PutExport(ctx, key, webSpec))
 	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
-	if n := len(rawInstances(t, c, key.Namespace, key.Name)); n != 3 {
-		t.Fatalf("%d instances, want 3", n)
+	if n, r := len(rawInstances(t, c, key.Namespace, key.Name)), len(rawRecords(t, c, id.ClusterSet, key)); n != 2 || r != 1 {
+		t.Fatalf("%d instances and %d service records, want 2 and 1", n, r)
 	}
 	mustDo(t, a.Close())
 
 	// Started again, by a clock past the TTL of the last heartbeat.
 	opts.now = func() time.Time { return time.Now().Add(1500 * time.Millisecond) }
 	b := openBackend(t, opts)
-	if n := len(rawInstances(t, c, key.Namespace, key.Name)); n != 0 {
-		t.Errorf("%d instances left after a start past the TTL, want 0", n)
+	if n, r := len(rawInstances(t, c, key.Namespace, key.Name)), len(rawRecords(t, c, id.ClusterSet, key)); n != 0 || r != 0 {
+		t.Errorf("%d instances and %d service records left after a start past the TTL, want 0", n, r)
 	}
 	got, err := b.Exported(ctx)
 	mustDo(t, err)
@@ -186,7 +188,7 @@ func TestCleanupEmpty(t *testing.T) {
 	mustDo(t, b.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
 
 	mustDo(t, a.DeleteExport(ctx, key))
-	if len(namespacesNamed(t, c, key.Namespace)) != 1 || len(rawInstances(t, c, key.Namespace, key.Name)) != 2 {
+	if len(namespacesNamed(t, c, key.Namespace)) != 1 || len(rawInstances(t, c, key.Namespace, key.Name)) != 1 || len(rawRecords(t, c, cs, key)) != 1 {
 		t.Fatalf("a's withdrawal removed b's records")
 	}
 	mustDo(t, b.DeleteExport(ctx, key))
@@ -381,4 +383,34 @@ func TestWatcherWritesNothing(t *testing.T) {
 			t.Errorf("the watcher made %d %s calls", n, op)
 		}
 	}
+}
+
+func (c *countingAPI) ListOperations(ctx context.Context, in *sd.ListOperationsInput, optFns ...func(*sd.Options)) (*sd.ListOperationsOutput, error) {
+	c.count(OpListOperations, "")
+	out, err := c.API.ListOperations(ctx, in, optFns...)
+	if err == nil && c.hideOps.Load() {
+		// Cloud Map no longer lists them, or lists them too late.
+		out.Operations = nil
+	}
+	return out, err
+}
+
+func (c *countingAPI) GetOperation(ctx context.Context, in *sd.GetOperationInput, optFns ...func(*sd.Options)) (*sd.GetOperationOutput, error) {
+	c.count(OpGetOperation, "")
+	return c.API.GetOperation(ctx, in, optFns...)
+}
+
+func (c *countingAPI) DiscoverInstancesRevision(ctx context.Context, in *sd.DiscoverInstancesRevisionInput, optFns ...func(*sd.Options)) (*sd.DiscoverInstancesRevisionOutput, error) {
+	c.count(OpDiscoverInstancesRevision, "")
+	return c.API.DiscoverInstancesRevision(ctx, in, optFns...)
+}
+
+func (c *countingAPI) ListNamespaces(ctx context.Context, in *sd.ListNamespacesInput, optFns ...func(*sd.Options)) (*sd.ListNamespacesOutput, error) {
+	c.count(OpListNamespaces, "")
+	return c.API.ListNamespaces(ctx, in, optFns...)
+}
+
+func (c *countingAPI) ListServices(ctx context.Context, in *sd.ListServicesInput, optFns ...func(*sd.Options)) (*sd.ListServicesOutput, error) {
+	c.count(OpListServices, "")
+	return c.API.ListServices(ctx, in, optFns...)
 }

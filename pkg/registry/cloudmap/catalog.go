@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -92,12 +93,16 @@ func listServices(ctx context.Context, api API, ns namespace) ([]service, error)
 	return out, nil
 }
 
-// findNamespace returns the usable namespace called name, if there is one.
-// An HTTP namespace is preferred to a private DNS one of the same name.
-func findNamespace(ctx context.Context, api API, name string) (namespace, bool, error) {
-	all, err := listNamespaces(ctx, api)
+// findNamespace lists the namespaces into the directory and returns the
+// usable namespace called name, if there is one. An HTTP namespace is
+// preferred to a private DNS one of the same name.
+func (r *reader) findNamespace(ctx context.Context, name string) (namespace, bool, error) {
+	all, err := listNamespaces(ctx, r.api)
 	if err != nil {
 		return namespace{}, false, err
+	}
+	for _, ns := range all {
+		r.dir.addNamespace(ns)
 	}
 	var found namespace
 	ok := false
@@ -116,9 +121,12 @@ func findNamespace(ctx context.Context, api API, name string) (namespace, bool, 
 }
 
 // ensureNamespace returns the namespace called name, creating an HTTP
-// namespace when there is none.
+// namespace when there is none. A namespace in the directory costs no call.
 func (b *Backend) ensureNamespace(ctx context.Context, name string) (namespace, error) {
-	if ns, ok, err := findNamespace(ctx, b.api, name); err != nil || ok {
+	if ns, ok := b.dir.namespaceNamed(name); ok {
+		return ns, nil
+	}
+	if ns, ok, err := b.findNamespace(ctx, name); err != nil || ok {
 		return ns, err
 	}
 	out, err := b.api.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{
@@ -139,7 +147,7 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (namespace, 
 			b.log.Info("created namespace", "namespace", name)
 		}
 	}
-	ns, ok, err := findNamespace(ctx, b.api, name)
+	ns, ok, err := b.findNamespace(ctx, name)
 	if err != nil {
 		return namespace{}, err
 	}
@@ -150,26 +158,45 @@ func (b *Backend) ensureNamespace(ctx context.Context, name string) (namespace, 
 }
 
 // ensureService returns the Cloud Map service name of namespace nsName,
-// creating the namespace and the service when they do not exist.
+// creating the namespace and the service when they do not exist. What the
+// directory knows costs no call: a new service in a known namespace costs
+// its CreateService only. A namespace the directory holds that turns out
+// deleted is looked up again, once.
 func (b *Backend) ensureService(ctx context.Context, nsName, name string) (service, error) {
+	for attempt := 0; ; attempt++ {
+		svc, err := b.ensureServiceOnce(ctx, nsName, name)
+		if attempt > 0 || errorCode(err) != "NamespaceNotFound" {
+			return svc, err
+		}
+		b.log.V(1).Info("cloud map namespace gone, looking it up again", "namespace", nsName)
+		if ns, ok := b.dir.namespaceNamed(nsName); ok {
+			b.dir.dropNamespace(ns.ID)
+		}
+	}
+}
+
+func (b *Backend) ensureServiceOnce(ctx context.Context, nsName, name string) (service, error) {
 	ns, err := b.ensureNamespace(ctx, nsName)
 	if err != nil {
 		return service{}, err
+	}
+	if s, ok := b.dir.serviceNamed(ns.ID, name); ok {
+		return s, nil
 	}
 	find := func() (service, bool, error) {
 		svcs, err := listServices(ctx, b.api, ns)
 		if err != nil {
 			return service{}, false, err
 		}
+		var found service
+		ok := false
 		for _, s := range svcs {
+			b.dir.addService(s)
 			if s.Name == name {
-				return s, true, nil
+				found, ok = s, true
 			}
 		}
-		return service{}, false, nil
-	}
-	if s, ok, err := find(); err != nil || ok {
-		return s, err
+		return found, ok, nil
 	}
 	in := &sd.CreateServiceInput{
 		Name:        aws.String(name),
@@ -184,6 +211,8 @@ func (b *Backend) ensureService(ctx context.Context, nsName, name string) (servi
 	out, err := b.api.CreateService(ctx, in)
 	switch {
 	case errorCode(err) == "ServiceAlreadyExists":
+		// Created by someone else since the directory last learned of the
+		// namespace's services.
 		if s, ok, err := find(); err != nil || ok {
 			return s, err
 		}
@@ -192,7 +221,156 @@ func (b *Backend) ensureService(ctx context.Context, nsName, name string) (servi
 		return service{}, fmt.Errorf("create service %s/%s: %w", nsName, name, err)
 	}
 	b.log.Info("created service", "namespace", nsName, "name", name)
-	return service{ID: aws.ToString(out.Service.Id), Name: name, NS: ns, Ours: true}, nil
+	svc := service{ID: aws.ToString(out.Service.Id), Name: name, NS: ns, Ours: true}
+	b.dir.addService(svc)
+	return svc, nil
+}
+
+// resolveService returns the service of id, from the directory or else
+// from Cloud Map (GetService, and GetNamespace for a namespace the directory
+// does not hold). It reports false for a service that no longer exists.
+func (r *reader) resolveService(ctx context.Context, id string) (service, bool, error) {
+	if svc, ok := r.dir.service(id); ok {
+		return svc, true, nil
+	}
+	out, err := r.api.GetService(ctx, &sd.GetServiceInput{Id: aws.String(id)})
+	if isNotFound(err) {
+		return service{}, false, nil
+	}
+	if err != nil {
+		return service{}, false, fmt.Errorf("get service %s: %w", id, err)
+	}
+	s := out.Service
+	nsID := aws.ToString(s.NamespaceId)
+	ns, ok := r.dir.namespace(nsID)
+	if !ok {
+		out, err := r.api.GetNamespace(ctx, &sd.GetNamespaceInput{Id: aws.String(nsID)})
+		if isNotFound(err) {
+			return service{}, false, nil
+		}
+		if err != nil {
+			return service{}, false, fmt.Errorf("get namespace %s: %w", nsID, err)
+		}
+		n := out.Namespace
+		ns = newNamespace(types.NamespaceSummary{Id: n.Id, Name: n.Name, Type: n.Type, Description: n.Description, Properties: n.Properties})
+	}
+	svc := service{ID: id, Name: aws.ToString(s.Name), NS: ns, Ours: aws.ToString(s.Description) == createdBy}
+	r.dir.addService(svc)
+	return svc, true, nil
+}
+
+// directory is what a reader knows of Cloud Map's namespaces and services:
+// what its sweeps listed, what its change feed looked up and what it
+// created. Writes use it instead of listing; an entry that turns out stale
+// is dropped and looked up again.
+type directory struct {
+	mu         sync.Mutex
+	namespaces map[string]namespace
+	services   map[string]dirService
+}
+
+type dirService struct {
+	service
+	// at is when the entry was added.
+	at time.Time
+}
+
+func newDirectory() *directory {
+	return &directory{namespaces: map[string]namespace{}, services: map[string]dirService{}}
+}
+
+func (d *directory) addNamespace(ns namespace) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.namespaces[ns.ID] = ns
+}
+
+func (d *directory) addService(svc service) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.namespaces[svc.NS.ID] = svc.NS
+	d.services[svc.ID] = dirService{service: svc, at: time.Now()}
+}
+
+func (d *directory) dropService(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.services, id)
+}
+
+// dropNamespace forgets a namespace and its services.
+func (d *directory) dropNamespace(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.namespaces, id)
+	for sid, s := range d.services {
+		if s.NS.ID == id {
+			delete(d.services, sid)
+		}
+	}
+}
+
+// retain forgets the namespaces and services added before since that are
+// not in the listing nss and svcs of a sweep that started at since.
+func (d *directory) retain(since time.Time, nss map[string]bool, svcs map[string]bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, s := range d.services {
+		if !svcs[id] && s.at.Before(since) {
+			delete(d.services, id)
+		}
+	}
+	for id := range d.namespaces {
+		if !nss[id] {
+			used := false
+			for _, s := range d.services {
+				used = used || s.NS.ID == id
+			}
+			if !used {
+				delete(d.namespaces, id)
+			}
+		}
+	}
+}
+
+func (d *directory) service(id string) (service, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.services[id]
+	return s.service, ok
+}
+
+func (d *directory) namespace(id string) (namespace, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ns, ok := d.namespaces[id]
+	return ns, ok
+}
+
+// namespaceNamed returns the usable namespace called name; an HTTP
+// namespace is preferred to a private DNS one, as findNamespace does.
+func (d *directory) namespaceNamed(name string) (namespace, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var found namespace
+	ok := false
+	for _, ns := range d.namespaces {
+		if ns.Name == name && ns.usable() && (!ok || ns.Type == types.NamespaceTypeHttp) {
+			found, ok = ns, true
+		}
+	}
+	return found, ok
+}
+
+func (d *directory) serviceNamed(nsID, name string) (service, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.services {
+		if s.NS.ID == nsID && s.Name == name {
+			return s.service, true
+		}
+	}
+	return service{}, false
 }
 
 // errOperationFailed is returned for a Cloud Map operation that failed.
@@ -213,6 +391,7 @@ func (b *Backend) waitOperation(ctx context.Context, id string) (map[string]stri
 			return nil, fmt.Errorf("get operation %s: %w", id, err)
 		}
 		if op := out.Operation; op != nil {
+			b.sawOp(op.UpdateDate)
 			switch op.Status {
 			case types.OperationStatusSuccess:
 				return op.Targets, nil

@@ -8,16 +8,13 @@ import (
 // beat writes the heartbeat instance with the current time.
 func (b *Backend) beat(ctx context.Context) error {
 	hb := b.enc.heartbeat(b.now().UnixMilli(), b.since, b.opts.TTL)
-	err := b.register(ctx, b.heartbeatService(), hb)
+	err := b.register(ctx, b.systemService(heartbeatService), hb)
 	if isNotFound(err) {
 		// The system namespace or service was deleted: create it again.
-		svc, eerr := b.ensureService(ctx, b.opts.SystemNamespace, heartbeatService)
+		svc, eerr := b.recreateSystemService(ctx, heartbeatService)
 		if eerr != nil {
 			return eerr
 		}
-		b.knownMu.Lock()
-		b.heartbeats = svc
-		b.knownMu.Unlock()
 		err = b.register(ctx, svc, hb)
 	}
 	return err
@@ -55,23 +52,5 @@ func (b *Backend) heartbeatLoop() {
 			failing = false
 		}
 		t.Reset(next)
-	}
-}
-
-// heartbeatService is the Cloud Map service of the heartbeats; its ID is ""
-// until it is known.
-func (r *reader) heartbeatService() service {
-	r.knownMu.Lock()
-	defer r.knownMu.Unlock()
-	return r.heartbeats
-}
-
-// foundHeartbeatService records the heartbeat service a listing found,
-// unless one is known already.
-func (r *reader) foundHeartbeatService(svc service) {
-	r.knownMu.Lock()
-	defer r.knownMu.Unlock()
-	if r.heartbeats.ID == "" {
-		r.heartbeats = svc
 	}
 }

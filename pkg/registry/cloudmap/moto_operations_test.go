@@ -118,3 +118,64 @@ func TestMotoListOperations(t *testing.T) {
 		t.Error("UPDATE_DATE with EQ: no error")
 	}
 }
+
+// The patched moto returns with DiscoverInstances the revision that
+// DiscoverInstancesRevision returns, and moves it on every registration and
+// deregistration (hack/moto/cloudmap_server.py, deviation 2): a sweep skips
+// the services whose revision the change feed read last.
+func TestMotoDiscoverInstancesRevision(t *testing.T) {
+	ctx := context.Background()
+	srv := mototest.Start(t)
+	api, err := NewClient(ctx, Options{Region: mototest.Region, Endpoint: srv.URL, Credentials: mototest.Credentials, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := api.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("rev")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsOp, err := api.GetOperation(ctx, &sd.GetOperationInput{OperationId: ns.OperationId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := api.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("a"), NamespaceId: aws.String(nsOp.Operation.Targets["NAMESPACE"])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revisions := func() (int64, int64) {
+		t.Helper()
+		d, err := api.DiscoverInstances(ctx, &sd.DiscoverInstancesInput{NamespaceName: aws.String("rev"), ServiceName: aws.String("a"), MaxResults: aws.Int32(10)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := api.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{NamespaceName: aws.String("rev"), ServiceName: aws.String("a")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aws.ToInt64(d.InstancesRevision), aws.ToInt64(r.InstancesRevision)
+	}
+	last := int64(-1)
+	for i, write := range []func() error{
+		func() error {
+			_, err := api.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("x"), Attributes: map[string]string{"K": "1"}})
+			return err
+		},
+		func() error {
+			_, err := api.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("y"), Attributes: map[string]string{"K": "1"}})
+			return err
+		},
+		func() error {
+			_, err := api.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("y")})
+			return err
+		},
+	} {
+		if err := write(); err != nil {
+			t.Fatal(err)
+		}
+		withInstances, alone := revisions()
+		if withInstances != alone || alone <= last {
+			t.Errorf("after write %d: DiscoverInstances revision %d, DiscoverInstancesRevision %d, want equal and above %d", i, withInstances, alone, last)
+		}
+		last = alone
+	}
+}

@@ -52,15 +52,15 @@ func moto(t *testing.T) *mototest.Server {
 // intervals.
 func motoOptions(srv *mototest.Server, id registry.Identity, ttl time.Duration) Options {
 	return Options{
-		Identity:     id,
-		Region:       mototest.Region,
-		Endpoint:     srv.URL,
-		Credentials:  mototest.Credentials,
-		TTL:          ttl,
-		PollInterval: 250 * time.Millisecond,
-		ListInterval: time.Second,
-		MaxAttempts:  5,
-		MaxBackoff:   500 * time.Millisecond,
+		Identity:      id,
+		Region:        mototest.Region,
+		Endpoint:      srv.URL,
+		Credentials:   mototest.Credentials,
+		TTL:           ttl,
+		PollInterval:  250 * time.Millisecond,
+		SweepInterval: 30 * time.Second,
+		MaxAttempts:   5,
+		MaxBackoff:    500 * time.Millisecond,
 	}
 }
 
@@ -154,4 +154,22 @@ func mustDo(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rawRecords reads the service records of key in clusterset cs, in the
+// records service of the default system namespace, by instance id.
+func rawRecords(t *testing.T, c *sd.Client, cs string, key registry.ServiceKey) map[string]map[string]string {
+	t.Helper()
+	out, err := c.DiscoverInstances(t.Context(), &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(DefaultSystemNamespace), ServiceName: aws.String(recordsService), MaxResults: aws.Int32(1000),
+		QueryParameters: map[string]string{attrClusterSetID: cs, attrNamespace: key.Namespace, attrService: key.Name},
+	})
+	if err != nil {
+		t.Fatalf("discover service records: %v", err)
+	}
+	m := map[string]map[string]string{}
+	for _, in := range out.Instances {
+		m[aws.ToString(in.InstanceId)] = in.Attributes
+	}
+	return m
 }

@@ -18,7 +18,8 @@ import (
 const (
 	DefaultTTL              = 60 * time.Second
 	DefaultPollInterval     = 2 * time.Second
-	DefaultListInterval     = 5 * time.Second
+	DefaultSweepInterval    = 15 * time.Minute
+	DefaultFeedOverlap      = 10 * time.Second
 	DefaultSystemNamespace  = "mcsd.system"
 	DefaultMaxAttempts      = 8
 	DefaultMaxBackoff       = 20 * time.Second
@@ -40,6 +41,10 @@ const (
 	OpDeregisterInstance        = "DeregisterInstance"
 	OpDiscoverInstances         = "DiscoverInstances"
 	OpDiscoverInstancesRevision = "DiscoverInstancesRevision"
+	OpListOperations            = "ListOperations"
+	OpGetInstance               = "GetInstance"
+	OpGetService                = "GetService"
+	OpGetNamespace              = "GetNamespace"
 )
 
 // RateLimit is a token bucket: QPS calls a second on average, Burst at once.
@@ -57,14 +62,18 @@ func DefaultRateLimits() map[string]RateLimit {
 		OpListServices:              {QPS: 2, Burst: 10},
 		OpListInstances:             {QPS: 5, Burst: 20},
 		OpCreateHTTPNamespace:       {QPS: 0.5, Burst: 2},
-		OpCreateService:             {QPS: 2, Burst: 10},
+		OpCreateService:             {QPS: 5, Burst: 20},
 		OpDeleteNamespace:           {QPS: 0.5, Burst: 2},
 		OpDeleteService:             {QPS: 2, Burst: 10},
-		OpGetOperation:              {QPS: 50, Burst: 100},
+		OpGetOperation:              {QPS: 100, Burst: 200},
 		OpRegisterInstance:          {QPS: 50, Burst: 100},
 		OpDeregisterInstance:        {QPS: 50, Burst: 100},
 		OpDiscoverInstances:         {QPS: 200, Burst: 400},
 		OpDiscoverInstancesRevision: {QPS: 200, Burst: 400},
+		OpListOperations:            {QPS: 5, Burst: 10},
+		OpGetInstance:               {QPS: 50, Burst: 100},
+		OpGetService:                {QPS: 10, Burst: 20},
+		OpGetNamespace:              {QPS: 5, Burst: 10},
 	}
 }
 
@@ -90,13 +99,22 @@ type Options struct {
 	// records of a cluster whose heartbeat is older than TTL as deleted.
 	// Default 60s, at least 1s.
 	TTL time.Duration
-	// PollInterval is how often a Watch checks the revision of every known
-	// Cloud Map service and reads those that changed. Default 2s.
+	// PollInterval is how often a Watch polls the change feed: one
+	// ListOperations of the account and region for the instance operations
+	// since the last poll, a GetOperation for each operation not seen
+	// before, and a read of each Cloud Map service they name. A change is
+	// seen within about this long. Default 2s.
 	PollInterval time.Duration
-	// ListInterval is how often a Watch lists namespaces and services to
-	// find new ones: a new export is seen within about this long. Default
-	// 5s, at least PollInterval.
-	ListInterval time.Duration
+	// SweepInterval is how often a Watch reads everything again (lists the
+	// namespaces and services, checks each service's revision and reads
+	// those that moved), which repairs what the change feed missed. Default
+	// 15m, at least PollInterval.
+	SweepInterval time.Duration
+	// FeedOverlap is how far back each poll of the change feed looks before
+	// the last one (deduplicated by operation id), which covers operations
+	// listed late and clock skew between the cluster and Cloud Map.
+	// Default 10s.
+	FeedOverlap time.Duration
 	// SystemNamespace is the HTTP namespace holding the heartbeats. Its name
 	// is not a valid Kubernetes namespace name, so it never collides with an
 	// exported Service's namespace. Default "mcsd.system".
@@ -134,8 +152,11 @@ func (o *Options) Default() {
 	if o.PollInterval == 0 {
 		o.PollInterval = DefaultPollInterval
 	}
-	if o.ListInterval == 0 {
-		o.ListInterval = max(DefaultListInterval, o.PollInterval)
+	if o.SweepInterval == 0 {
+		o.SweepInterval = max(DefaultSweepInterval, o.PollInterval)
+	}
+	if o.FeedOverlap == 0 {
+		o.FeedOverlap = DefaultFeedOverlap
 	}
 	if o.SystemNamespace == "" {
 		o.SystemNamespace = DefaultSystemNamespace
@@ -195,8 +216,11 @@ func (o *Options) validateReader() error {
 	if o.PollInterval <= 0 {
 		errs = append(errs, errors.New("poll interval must be positive"))
 	}
-	if o.ListInterval < o.PollInterval {
-		errs = append(errs, fmt.Errorf("list interval %s is shorter than the poll interval %s", o.ListInterval, o.PollInterval))
+	if o.SweepInterval < o.PollInterval {
+		errs = append(errs, fmt.Errorf("sweep interval %s is shorter than the poll interval %s", o.SweepInterval, o.PollInterval))
+	}
+	if o.FeedOverlap < 0 {
+		errs = append(errs, errors.New("feed overlap must not be negative"))
 	}
 	if o.SystemNamespace == "" || !strings.Contains(o.SystemNamespace, ".") {
 		errs = append(errs, fmt.Errorf("system namespace %q must contain a dot, so that it is no Kubernetes namespace", o.SystemNamespace))

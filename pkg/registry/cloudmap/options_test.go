@@ -40,7 +40,7 @@ func TestOptions(t *testing.T) {
 		{"no cluster", func(o *Options) { o.Identity.Cluster = "" }, "cluster id"},
 		{"bad endpoint", func(o *Options) { o.Endpoint = "localhost:5000" }, "endpoint"},
 		{"short ttl", func(o *Options) { o.TTL = time.Millisecond }, "ttl"},
-		{"list before poll", func(o *Options) { o.ListInterval = time.Millisecond }, "list interval"},
+		{"sweep before poll", func(o *Options) { o.SweepInterval = time.Millisecond }, "sweep interval"},
 		{"system namespace", func(o *Options) { o.SystemNamespace = "mcsd" }, "system namespace"},
 		{"unknown op", func(o *Options) { o.RateLimits["Nope"] = RateLimit{QPS: 1, Burst: 1} }, "unknown operation"},
 		{"zero burst", func(o *Options) { o.RateLimits[OpGetOperation] = RateLimit{QPS: 1} }, "GetOperation"},

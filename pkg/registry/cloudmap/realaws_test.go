@@ -42,7 +42,7 @@ func TestRealAWS(t *testing.T) {
 			CleanupEmpty:    true,
 			TTL:             30 * time.Second,
 			PollInterval:    2 * time.Second,
-			ListInterval:    5 * time.Second,
+			SweepInterval:   time.Minute,
 		})
 		if err != nil {
 			t.Fatal(err)

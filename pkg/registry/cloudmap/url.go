@@ -10,7 +10,7 @@ import (
 
 // ParseURL returns the Options a registry URL names:
 // cloudmap://?region=REGION with the query options endpoint (for testing),
-// poll-interval, list-interval, cleanup-empty and rate=OPERATION:QPS:BURST
+// poll-interval, sweep-interval, feed-overlap, cleanup-empty and rate=OPERATION:QPS:BURST
 // (repeatable). The identity and TTL are not part of a URL; the caller sets
 // them.
 func ParseURL(u *url.URL) (Options, error) {
@@ -23,7 +23,7 @@ func ParseURL(u *url.URL) (Options, error) {
 		Endpoint:     q.Get("endpoint"),
 		CleanupEmpty: q.Get("cleanup-empty") == "true",
 	}
-	for name, dst := range map[string]*time.Duration{"poll-interval": &opts.PollInterval, "list-interval": &opts.ListInterval} {
+	for name, dst := range map[string]*time.Duration{"poll-interval": &opts.PollInterval, "sweep-interval": &opts.SweepInterval, "feed-overlap": &opts.FeedOverlap} {
 		if v := q.Get(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {

@@ -20,10 +20,12 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
-// Watch polls Cloud Map and delivers the clusterset's records to h until ctx
-// is done or the backend is closed: first a full Update, then the changes
-// each poll finds. A poll that fails reports the connection lost and changes
-// nothing; the next poll starts from what was read before.
+// Watch delivers the clusterset's records to h until ctx is done or the
+// backend is closed: first a full Update after a sweep that reads
+// everything, then the changes the change feed finds every PollInterval,
+// and those of a sweep every SweepInterval. A poll that fails reports the
+// connection lost and changes nothing; the next poll starts from what was
+// read before.
 func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 	return b.watch(ctx, h)
 }
@@ -40,15 +42,21 @@ func (r *reader) watch(ctx context.Context, h registry.Handler) error {
 		h:        h,
 		log:      logr.FromContextOrDiscard(ctx).WithValues("clusterSet", r.opts.Identity.ClusterSet),
 		services: map[string]*serviceCache{},
+		records:  map[string]instance{},
 		beats:    map[string]*beat{},
+		beatIDs:  map[string]bool{},
+		ops:      map[string]*feedOp{},
 	}
 	for {
+		// Polls start every PollInterval, however long one takes: a
+		// change waits half an interval on average, plus one poll.
+		start := time.Now()
 		err := w.poll(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		w.setConnected(err == nil, err)
-		if !sleep(ctx, r.opts.PollInterval) {
+		if !sleep(ctx, max(r.opts.PollInterval-time.Since(start), r.opts.PollInterval/10)) {
 			break
 		}
 	}
@@ -66,23 +74,46 @@ type watcher struct {
 	// connected is nil until the first poll ends.
 	connected *bool
 
-	// catalog is the Cloud Map services by id, as last listed.
-	catalog  map[string]service
-	listedAt time.Time
-	// services caches what was read of each service, by id.
+	// services caches what was read of each Cloud Map service that can
+	// hold exports, by id.
 	services map[string]*serviceCache
+	// records caches the service records of the records service, by
+	// instance id.
+	records map[string]instance
 	// heartbeats caches the heartbeat service.
-	heartbeats serviceCache
-	beats      map[string]*beat
+	beats       map[string]*beat
+	beatsReadAt time.Time
+	// beatIDs are the ids of the heartbeat instances read.
+	beatIDs map[string]bool
+
+	// ops are the operations the change feed listed in its last window,
+	// by id; feedFrom is when its next window starts on the local clock,
+	// zero before the feed is primed.
+	ops      map[string]*feedOp
+	feedFrom time.Time
+	// sweptAt is when the last sweep started, zero before the first.
+	sweptAt time.Time
 	// delivered is what the handler has; nil before the full Update.
 	delivered *snapshot
 }
 
 // serviceCache is what was last read of one Cloud Map service.
 type serviceCache struct {
-	read      bool
+	svc  service
+	read bool
+	// revision is the service's instances revision when it was read, -1
+	// when unknown: a sweep then reads the service again.
 	revision  int64
 	instances []instance
+	// added is when the watcher learned of the service.
+	added time.Time
+}
+
+// feedOp is an instance operation the change feed listed.
+type feedOp struct {
+	target opTarget
+	// handled is set once the service it names was read.
+	handled bool
 }
 
 // beat is what a watcher knows of one cluster's heartbeat.
@@ -123,24 +154,34 @@ func (w *watcher) setConnected(connected bool, err error) {
 	w.h.OnConnection(connected, err)
 }
 
-// poll reads what changed and delivers it.
+// poll reads what changed and delivers it: the change feed's news, and
+// everything when a sweep is due. The first poll primes the feed, then
+// sweeps.
 func (w *watcher) poll(ctx context.Context) error {
 	b := w.b
-	if w.catalog == nil || b.now().Sub(w.listedAt) >= b.opts.ListInterval {
-		if err := w.list(ctx); err != nil {
+	feedCtx := withPurpose(ctx, purposeFeed)
+	if w.feedFrom.IsZero() {
+		if err := w.primeFeed(feedCtx); err != nil {
 			return err
 		}
+	} else if err := w.pollFeed(feedCtx); err != nil {
+		return err
 	}
-	for _, svc := range b.knownServices() {
-		if _, ok := w.catalog[svc.ID]; !ok {
-			w.catalog[svc.ID] = svc
+	if w.sweptAt.IsZero() || b.now().Sub(w.sweptAt) >= b.opts.SweepInterval {
+		start := b.now()
+		if err := w.sweep(withPurpose(ctx, purposeSweep)); err != nil {
+			return err
 		}
+		w.sweptAt = start
 	}
-	if err := w.readHeartbeats(ctx); err != nil {
-		return err
-	}
-	if err := w.readServices(ctx); err != nil {
-		return err
+	// Heartbeats change every TTL/3: reading them as often (the shortest
+	// TTL of the clusterset's) keeps every live cluster alive, whatever
+	// the feed misses, at one call whatever the number of clusters. The
+	// feed reads them at once for a new cluster only.
+	if b.now().Sub(w.beatsReadAt) >= w.beatsEvery() {
+		if err := w.readHeartbeats(feedCtx); err != nil {
+			return err
+		}
 	}
 	next := w.snapshot()
 	var u registry.Update
@@ -156,22 +197,23 @@ func (w *watcher) poll(ctx context.Context) error {
 	return nil
 }
 
-// list lists the namespaces and services that can hold exports.
-func (w *watcher) list(ctx context.Context) error {
+// sweep lists the namespaces and services, forgets those that are gone,
+// reads every service whose revision moved, and reads the heartbeats and
+// the service records.
+func (w *watcher) sweep(ctx context.Context) error {
 	b := w.b
+	start := b.now()
 	nss, err := listNamespaces(ctx, b.api)
 	if err != nil {
 		return err
 	}
-	catalog := map[string]service{}
+	listedNS, listedSvc := map[string]bool{}, map[string]bool{}
+	inView := map[string]service{}
 	for _, ns := range nss {
-		if ns.Name == b.opts.SystemNamespace && b.heartbeatService().ID == "" {
-			// A read-only watcher finds the heartbeats here.
-			if err := w.findHeartbeats(ctx, ns); err != nil {
-				return err
-			}
-		}
-		if !ns.usable() || !validName(ns.Name) {
+		listedNS[ns.ID] = true
+		b.dir.addNamespace(ns)
+		system := ns.Name == b.opts.SystemNamespace
+		if !system && (!ns.usable() || !validName(ns.Name)) {
 			continue
 		}
 		svcs, err := listServices(ctx, b.api, ns)
@@ -183,107 +225,58 @@ func (w *watcher) list(ctx context.Context) error {
 			return err
 		}
 		for _, svc := range svcs {
-			if validName(svc.Name) {
-				catalog[svc.ID] = svc
+			listedSvc[svc.ID] = true
+			b.dir.addService(svc)
+			switch {
+			case system && (svc.Name == heartbeatService || svc.Name == recordsService):
+				if b.systemService(svc.Name).ID != svc.ID {
+					b.setSystemService(svc)
+				}
+			case !system && validName(svc.Name):
+				inView[svc.ID] = svc
 			}
 		}
 	}
-	w.catalog = catalog
-	w.listedAt = b.now()
-	for id := range w.services {
-		if _, ok := catalog[id]; !ok {
+	b.dir.retain(start, listedNS, listedSvc)
+	for id, c := range w.services {
+		if _, ok := inView[id]; !ok && c.added.Before(start) {
 			delete(w.services, id)
 		}
 	}
-	return nil
-}
-
-// findHeartbeats looks for the heartbeat service in the system namespace
-// ns.
-func (w *watcher) findHeartbeats(ctx context.Context, ns namespace) error {
-	svcs, err := listServices(ctx, w.b.api, ns)
-	if isAccessDenied(err) {
-		w.log.V(1).Info("skipping system namespace the policy does not grant", "namespace", ns.Name)
-		return nil
+	for id, svc := range inView {
+		if w.services[id] == nil {
+			w.services[id] = &serviceCache{svc: svc, revision: -1, added: start}
+		}
 	}
-	if err != nil {
+	if err := w.readServices(ctx, slices.Sorted(maps.Keys(w.services)), true); err != nil {
 		return err
 	}
-	for _, svc := range svcs {
-		if svc.Name == heartbeatService {
-			w.b.foundHeartbeatService(svc)
-		}
+	if err := w.readAllRecords(ctx); err != nil {
+		return err
 	}
-	return nil
+	return w.readHeartbeats(ctx)
 }
 
-// readHeartbeats reads the clusterset's heartbeats if they changed. Without
-// a heartbeat service (none found yet), no mcsd cluster is alive.
-func (w *watcher) readHeartbeats(ctx context.Context) error {
+// readServices reads the services ids, a few at a time; with checkRevision,
+// only those whose revision moved since they were read.
+func (w *watcher) readServices(ctx context.Context, ids []string, checkRevision bool) error {
 	b := w.b
-	svc := b.heartbeatService()
-	if svc.ID == "" {
-		return nil
-	}
-	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet}
-	changed, err := w.read(ctx, svc, &w.heartbeats, query)
-	if err != nil {
-		return fmt.Errorf("read heartbeats: %w", err)
-	}
-	now := b.now()
-	if !changed && len(w.beats) > 0 {
-		return nil
-	}
-	// A heartbeat instance that disappears (its namespace deleted, say) is
-	// not a death: the cluster expires when its last heartbeat does.
-	for _, in := range w.heartbeats.instances {
-		cluster := in.Attrs[attrClusterID]
-		ms, err := strconv.ParseInt(in.Attrs[attrHeartbeat], 10, 64)
-		if cluster == "" || in.Attrs[attrRecord] != recordHeartbeat || err != nil {
-			continue
-		}
-		ttl := b.opts.TTL
-		if v, err := strconv.ParseInt(in.Attrs[attrTTL], 10, 64); err == nil && v > 0 {
-			ttl = time.Duration(v) * time.Millisecond
-		}
-		since, _ := strconv.ParseInt(in.Attrs[attrSince], 10, 64)
-		hb := w.beats[cluster]
-		switch {
-		case hb == nil:
-			w.beats[cluster] = &beat{ms: ms, since: since, ttl: ttl, firstSeen: now}
-		case hb.ms != ms:
-			hb.ms = ms
-			hb.since = since
-			hb.ttl = ttl
-			hb.changedAt = now
-		}
-	}
-	return nil
-}
-
-// readServices reads every service whose revision moved, a few at a time.
-func (w *watcher) readServices(ctx context.Context) error {
-	b := w.b
-	ids := slices.Sorted(maps.Keys(w.catalog))
-	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet}
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, b.opts.Concurrency)
 	for _, id := range ids {
-		svc := w.catalog[id]
 		c := w.services[id]
 		if c == nil {
-			c = &serviceCache{}
-			w.services[id] = c
+			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, err := w.read(ctx, svc, c, query)
+			err := w.read(ctx, c, checkRevision)
 			if isAccessDenied(err) {
 				// Keep what was read before: an error deletes nothing.
-				w.log.V(1).Info("skipping service the policy does not grant", "namespace", svc.NS.Name, "name", svc.Name)
+				w.log.V(1).Info("skipping service the policy does not grant", "namespace", c.svc.NS.Name, "name", c.svc.Name)
 				return
 			}
 			if err != nil {
@@ -297,37 +290,156 @@ func (w *watcher) readServices(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// read refreshes c from svc when the service's revision moved, and reports
-// whether it did. A service that no longer exists reads as empty.
-func (w *watcher) read(ctx context.Context, svc service, c *serviceCache, query map[string]string) (bool, error) {
+// read refreshes c; with checkRevision, only when the service's revision
+// moved. A service that no longer exists reads as empty.
+func (w *watcher) read(ctx context.Context, c *serviceCache, checkRevision bool) error {
 	b := w.b
-	rev, err := b.api.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
-		NamespaceName: aws.String(svc.NS.HTTPName),
-		ServiceName:   aws.String(svc.Name),
-	})
-	if isNotFound(err) {
-		changed := !c.read || len(c.instances) > 0
-		*c = serviceCache{read: true, revision: -1}
-		return changed, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("discover instances revision of %s/%s: %w", svc.NS.Name, svc.Name, err)
-	}
-	revision := aws.ToInt64(rev.InstancesRevision)
-	if c.read && c.revision == revision {
-		return false, nil
+	svc := c.svc
+	revision := int64(-1)
+	if checkRevision {
+		rev, err := b.api.DiscoverInstancesRevision(ctx, &sd.DiscoverInstancesRevisionInput{
+			NamespaceName: aws.String(svc.NS.HTTPName),
+			ServiceName:   aws.String(svc.Name),
+		})
+		if isNotFound(err) {
+			c.read, c.revision, c.instances = true, -1, nil
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("discover instances revision of %s/%s: %w", svc.NS.Name, svc.Name, err)
+		}
+		revision = aws.ToInt64(rev.InstancesRevision)
+		if c.read && c.revision == revision {
+			return nil
+		}
 	}
 	// The revision is read before the instances: a change in between
-	// moves it again, and the next poll reads the instances again.
-	insts, err := b.discover(ctx, svc, query)
+	// moves it again, and the next sweep reads the instances again. Without
+	// a check, the revision DiscoverInstances returns is kept, so that the
+	// next sweep reads the service only if it changed since.
+	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet}
+	insts, rev, err := b.discoverRevision(ctx, svc, query)
 	if isNotFound(err) {
 		insts, err = nil, nil
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
-	*c = serviceCache{read: true, revision: revision, instances: insts}
-	return true, nil
+	if !checkRevision {
+		revision = rev
+	}
+	c.read, c.revision, c.instances = true, revision, insts
+	return nil
+}
+
+// readAllRecords reads every service record of the records service.
+func (w *watcher) readAllRecords(ctx context.Context) error {
+	b := w.b
+	svc := b.systemService(recordsService)
+	if svc.ID == "" {
+		clear(w.records)
+		return nil
+	}
+	insts, err := b.discover(ctx, svc, map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet})
+	if isNotFound(err) {
+		insts, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("read service records: %w", err)
+	}
+	clear(w.records)
+	for _, in := range insts {
+		w.records[in.ID] = in
+	}
+	return nil
+}
+
+// readRecords reads the service records ids of the records service, a few
+// at a time; one that is not there is deleted.
+func (w *watcher) readRecords(ctx context.Context, ids []string) error {
+	b := w.b
+	svc := b.systemService(recordsService)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, b.opts.Concurrency)
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out, err := b.api.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc.ID), InstanceId: aws.String(id)})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case isNotFound(err):
+				delete(w.records, id)
+			case err != nil:
+				errs = append(errs, fmt.Errorf("get service record %s: %w", id, err))
+			case out.Instance == nil || out.Instance.Attributes[attrClusterSetID] != b.opts.Identity.ClusterSet:
+				delete(w.records, id)
+			default:
+				w.records[id] = instance{ID: id, Attrs: out.Instance.Attributes}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// beatsEvery is how often the heartbeats are read: a third of the
+// shortest TTL of the clusters and of this reader's.
+func (w *watcher) beatsEvery() time.Duration {
+	every := w.b.opts.heartbeatInterval()
+	for _, hb := range w.beats {
+		every = min(every, hb.ttl/3)
+	}
+	return every
+}
+
+// readHeartbeats reads the clusterset's heartbeats. Without a heartbeat
+// service (none found yet), no mcsd cluster is alive.
+func (w *watcher) readHeartbeats(ctx context.Context) error {
+	b := w.b
+	svc := b.systemService(heartbeatService)
+	now := b.now()
+	if svc.ID == "" {
+		w.beatsReadAt = now
+		return nil
+	}
+	insts, err := b.discover(ctx, svc, map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet})
+	if isNotFound(err) {
+		insts, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("read heartbeats: %w", err)
+	}
+	w.beatsReadAt = now
+	// A heartbeat instance that disappears (its namespace deleted, say) is
+	// not a death: the cluster expires when its last heartbeat does.
+	for _, in := range insts {
+		cluster := in.Attrs[attrClusterID]
+		ms, err := strconv.ParseInt(in.Attrs[attrHeartbeat], 10, 64)
+		if cluster == "" || in.Attrs[attrRecord] != recordHeartbeat || err != nil {
+			continue
+		}
+		ttl := b.opts.TTL
+		if v, err := strconv.ParseInt(in.Attrs[attrTTL], 10, 64); err == nil && v > 0 {
+			ttl = time.Duration(v) * time.Millisecond
+		}
+		since, _ := strconv.ParseInt(in.Attrs[attrSince], 10, 64)
+		w.beatIDs[in.ID] = true
+		hb := w.beats[cluster]
+		switch {
+		case hb == nil:
+			w.beats[cluster] = &beat{ms: ms, since: since, ttl: ttl, firstSeen: now}
+		case hb.ms != ms:
+			hb.ms = ms
+			hb.since = since
+			hb.ttl = ttl
+			hb.changedAt = now
+		}
+	}
+	return nil
 }
 
 // snapshot builds the records the watcher knows, less those of clusters
@@ -348,13 +460,14 @@ func (w *watcher) snapshot() *snapshot {
 		}
 	}
 	byKey := map[registry.ServiceKey][]instance{}
-	for id, c := range w.services {
-		svc, ok := w.catalog[id]
-		if !ok {
-			continue
-		}
-		key := registry.ServiceKey{Namespace: svc.NS.Name, Name: svc.Name}
+	for _, c := range w.services {
+		key := registry.ServiceKey{Namespace: c.svc.NS.Name, Name: c.svc.Name}
 		byKey[key] = append(byKey[key], c.instances...)
+	}
+	for _, in := range w.records {
+		if key, ok := recordKey(in.Attrs); ok {
+			byKey[key] = append(byKey[key], in)
+		}
 	}
 	for key, insts := range byKey {
 		for cluster, r := range decodeService(b.opts.Identity.ClusterSet, key, slices.Clone(insts)) {

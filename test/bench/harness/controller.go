@@ -47,12 +47,12 @@ type controllerConfig struct {
 	QPS        float32
 	Burst      int
 	// Registry is "etcd" or "cloudmap".
-	Registry     string
-	EtcdURL      string
-	TTL          time.Duration
-	CloudMapURL  string
-	PollInterval time.Duration
-	ListInterval time.Duration
+	Registry      string
+	EtcdURL       string
+	TTL           time.Duration
+	CloudMapURL   string
+	PollInterval  time.Duration
+	SweepInterval time.Duration
 	// Listen serves /stats, /profile/{start,stop} and /debug/pprof.
 	Listen     string
 	HealthAddr string
@@ -129,13 +129,13 @@ func (cfg controllerConfig) openRegistry(ctx context.Context, id registry.Identi
 	switch cfg.Registry {
 	case "cloudmap":
 		return cloudmap.New(ctx, cloudmap.Options{
-			Identity:     id,
-			Region:       mototest.Region,
-			Endpoint:     cfg.CloudMapURL,
-			Credentials:  mototest.Credentials,
-			TTL:          cfg.TTL,
-			PollInterval: cfg.PollInterval,
-			ListInterval: cfg.ListInterval,
+			Identity:      id,
+			Region:        mototest.Region,
+			Endpoint:      cfg.CloudMapURL,
+			Credentials:   mototest.Credentials,
+			TTL:           cfg.TTL,
+			PollInterval:  cfg.PollInterval,
+			SweepInterval: cfg.SweepInterval,
 		})
 	default:
 		return etcdregistry.New(ctx, etcdregistry.Options{Identity: id, Endpoints: []string{cfg.EtcdURL}, TTL: cfg.TTL})

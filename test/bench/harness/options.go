@@ -82,9 +82,9 @@ type Options struct {
 	Timeout time.Duration
 	// TTL is the registry lease TTL. Default 30s (etcd), 60s (cloudmap).
 	TTL time.Duration
-	// PollInterval and ListInterval are the Cloud Map backend's. Default:
-	// the backend's (2s, 30s).
-	PollInterval, ListInterval time.Duration
+	// PollInterval and SweepInterval are the Cloud Map backend's. Default:
+	// the backend's (2s, 15m).
+	PollInterval, SweepInterval time.Duration
 	// APIServerProfile is how long the first cluster's kube-apiserver is
 	// CPU-profiled from the start of the cold start (0: not at all). The
 	// phase lasts at least that long.
@@ -123,6 +123,13 @@ func (o *Options) Default() {
 	}
 	if o.Steady == 0 {
 		o.Steady = 30 * time.Second
+		if o.Registry == RegistryCloudMap {
+			// Several heartbeats (every 20 s) and sweeps.
+			o.Steady = 2 * time.Minute
+		}
+	}
+	if o.Bursts == nil && o.Registry == RegistryCloudMap {
+		o.Bursts = []int{min(50, o.Services)}
 	}
 	if o.Bursts == nil {
 		for _, b := range []int{10, 100, 1000} {
@@ -135,7 +142,7 @@ func (o *Options) Default() {
 	if len(o.Phases) == 0 {
 		o.Phases = AllPhases
 		if o.Registry == RegistryCloudMap {
-			o.Phases = []string{PhaseExport, PhaseChurn, PhaseSteady}
+			o.Phases = []string{PhaseExport, PhaseChurn, PhaseSteady, PhaseBurst}
 		}
 	}
 	// Services only a phase that does not run would export are not made.

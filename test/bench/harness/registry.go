@@ -75,7 +75,8 @@ func (s *etcdServer) counters(ctx context.Context) map[string]float64 {
 func (s *etcdServer) close() { _ = s.cli.Close() }
 
 // cloudMapServer is moto behind a reverse proxy that counts the Cloud Map
-// API calls by operation (the X-Amz-Target header of the JSON protocol).
+// API calls by operation (the X-Amz-Target header of the JSON protocol),
+// those of the backend's sweep apart ("sweep <operation>").
 type cloudMapServer struct {
 	moto  *mototest.Server
 	proxy *httptest.Server
@@ -102,6 +103,11 @@ func newCloudMapServer(ctx context.Context) (*cloudMapServer, error) {
 			op = op[i+1:]
 		}
 		if op != "" {
+			// The backend marks its sweep's calls (and its change feed's)
+			// in the User-Agent.
+			if strings.Contains(r.Header.Get("User-Agent"), "mcsd/sweep") {
+				op = sweepPrefix + op
+			}
 			s.mu.Lock()
 			s.calls[op]++
 			s.mu.Unlock()
@@ -110,6 +116,9 @@ func newCloudMapServer(ctx context.Context) (*cloudMapServer, error) {
 	}))
 	return s, nil
 }
+
+// sweepPrefix starts the counter names of the Cloud Map backend's sweep.
+const sweepPrefix = "sweep "
 
 // url is the endpoint the controllers use: the counting proxy.
 func (s *cloudMapServer) url() string { return s.proxy.URL }

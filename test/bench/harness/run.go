@@ -103,14 +103,14 @@ func params(o Options) report.Params {
 	}
 	p.Extra = append(p.Extra, fmt.Sprintf("Registry lease TTL %s.", o.TTL))
 	if o.Registry == RegistryCloudMap {
-		poll, list := o.PollInterval, o.ListInterval
+		poll, sweep := o.PollInterval, o.SweepInterval
 		if poll == 0 {
 			poll = cloudmap.DefaultPollInterval
 		}
-		if list == 0 {
-			list = cloudmap.DefaultListInterval
+		if sweep == 0 {
+			sweep = cloudmap.DefaultSweepInterval
 		}
-		p.Extra = append(p.Extra, fmt.Sprintf("Cloud Map backend: poll interval %s, list interval %s, default client-side rate limits; moto as the server.", poll, list))
+		p.Extra = append(p.Extra, fmt.Sprintf("Cloud Map backend: change feed poll interval %s, sweep interval %s, default client-side rate limits; moto as the server.", poll, sweep))
 	}
 	return p
 }
@@ -229,7 +229,7 @@ func (r *run) controllerConfig(c *testbed.Cluster, cpuProfile string) (controlle
 	}
 	if r.opts.Registry == RegistryCloudMap {
 		cfg.CloudMapURL = r.cloudMap.url()
-		cfg.PollInterval, cfg.ListInterval = r.opts.PollInterval, r.opts.ListInterval
+		cfg.PollInterval, cfg.SweepInterval = r.opts.PollInterval, r.opts.SweepInterval
 	} else {
 		cfg.EtcdURL = r.env.RegistryURL()
 	}

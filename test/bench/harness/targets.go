@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
 	"github.com/mcsd-io/mcsd/test/bench/report"
 )
 
@@ -123,17 +124,50 @@ func cloudMapFigures(r *report.Results) []report.TargetCheck {
 		d := ph.Latency["endpoints"]
 		add("endpoint change → other clusters, p50 / p99", report.MS(d.P50)+" / "+report.MS(d.P99))
 	}
-	if ph := r.PhaseByName(PhaseSteady); ph != nil {
+	if ph := r.PhaseByName(PhaseChurn); ph != nil && ph.Changes > 0 {
 		var total float64
-		var parts []string
-		for _, op := range sortedKeys(ph.PerMinute) {
-			if op, ok := strings.CutPrefix(op, "registry server: "); ok {
-				v := ph.PerMinute["registry server: "+op]
+		for k, v := range ph.RegistryServer {
+			if !strings.HasPrefix(k, sweepPrefix) {
 				total += v
-				parts = append(parts, fmt.Sprintf("%s %.0f", op, v))
 			}
 		}
-		add("Cloud Map API calls per minute at steady state", fmt.Sprintf("%.0f: %s", total, strings.Join(parts, ", ")))
+		add("Cloud Map API calls per endpoint change (all clusters, sweeps excluded)", fmt.Sprintf("%.1f", total/float64(ph.Changes)))
+	}
+	for _, ph := range r.Phases {
+		if strings.HasPrefix(ph.Name, PhaseBurst+"-") {
+			add(fmt.Sprintf("%d exports at once → imported in every other cluster", ph.Changes), fmt.Sprintf("%.1f s", ph.Converged))
+		}
+	}
+	if ph := r.PhaseByName(PhaseSteady); ph != nil {
+		clusters := float64(max(r.Params.Clusters, 1))
+		var total, sweep, sweeps float64
+		var parts, sweepParts []string
+		for _, op := range sortedKeys(ph.PerMinute) {
+			name, ok := strings.CutPrefix(op, "registry server: ")
+			if !ok {
+				continue
+			}
+			v := ph.PerMinute[op] / clusters
+			if name, ok := strings.CutPrefix(name, sweepPrefix); ok {
+				sweep += v
+				sweepParts = append(sweepParts, fmt.Sprintf("%s %.1f", name, v))
+				if name == "ListNamespaces" {
+					// One page a sweep, with fewer than 100 namespaces.
+					sweeps = v
+				}
+				continue
+			}
+			total += v
+			parts = append(parts, fmt.Sprintf("%s %.1f", name, v))
+		}
+		add("Cloud Map API calls per cluster per minute at steady state, sweeps excluded", fmt.Sprintf("%.1f: %s", total, strings.Join(parts, ", ")))
+		if sweeps > 0 {
+			per := sweep / sweeps
+			add("Cloud Map API calls of one sweep, per cluster", fmt.Sprintf("%.0f: %s (per minute)", per, strings.Join(sweepParts, ", ")))
+			services := float64(max(r.Params.Services+r.Params.ExportSamples, 1))
+			add(fmt.Sprintf("the sweep amortized over its default interval (%s), calls per service per minute", cloudmap.DefaultSweepInterval),
+				fmt.Sprintf("%.3f (%.0f services)", per/cloudmap.DefaultSweepInterval.Minutes()/services, services))
+		}
 	}
 	return out
 }

@@ -28,13 +28,13 @@ func run(m *testing.M) int {
 	defer moto.Stop()
 	open := func(ctx context.Context, id registry.Identity) (registry.Registry, error) {
 		return cloudmap.New(ctx, cloudmap.Options{
-			Identity:     id,
-			Region:       mototest.Region,
-			Endpoint:     moto.URL,
-			Credentials:  mototest.Credentials,
-			TTL:          10 * time.Second,
-			PollInterval: 300 * time.Millisecond,
-			ListInterval: time.Second,
+			Identity:      id,
+			Region:        mototest.Region,
+			Endpoint:      moto.URL,
+			Credentials:   mototest.Credentials,
+			TTL:           10 * time.Second,
+			PollInterval:  300 * time.Millisecond,
+			SweepInterval: 30 * time.Second,
 		})
 	}
 	return framework.Main(m, framework.Options{Name: "e2e-cloudmap", Clusters: 2, OpenRegistry: open, NoDataPlane: true}, func(_ context.Context, e *framework.Env) error {

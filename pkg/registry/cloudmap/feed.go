@@ -1,0 +1,252 @@
+package cloudmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+)
+
+// The change feed. Cloud Map records every RegisterInstance and
+// DeregisterInstance, whoever makes it (mcsd, the AWS controller, anyone),
+// as an operation of the account and region. Each poll lists the
+// successful instance operations whose UpdateDate falls in its window (one
+// ListOperations, one more per 100 operations), asks GetOperation which
+// service and instance each operation not seen before changed, and reads
+// only those services: its cost follows the changes, not the services.
+//
+// The window starts FeedOverlap before the last poll, and ends feedSkew
+// after now, deduplicated by operation id: operations listed late and
+// clock skew between the cluster and Cloud Map are covered. Once an
+// operation's UpdateDate is known (Cloud Map's clock), windows start from
+// the latest one instead of the local clock, so a clock ahead of Cloud
+// Map's misses nothing either. What the feed still misses (an operation
+// listed later than the overlap, one Cloud Map no longer lists) the sweep
+// repairs.
+
+// feedSkew is how far the local clock may be off Cloud Map's: the window
+// ends this long after now, and the first one starts this long before.
+const feedSkew = 5 * time.Minute
+
+// primeFeed lists the operations of the last feedSkew and takes them as
+// handled: the sweep that follows reads what they changed.
+func (w *watcher) primeFeed(ctx context.Context) error {
+	b := w.b
+	start := b.now()
+	ids, err := w.listOperations(ctx, start.Add(-feedSkew-b.opts.FeedOverlap), start.Add(feedSkew))
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		w.ops[id] = &feedOp{handled: true}
+	}
+	w.feedFrom = start
+	return nil
+}
+
+// pollFeed reads the services that the operations new since the last poll
+// changed. An error leaves the operations not handled, for the next poll.
+func (w *watcher) pollFeed(ctx context.Context) error {
+	b := w.b
+	start := b.now()
+	// Until an operation's UpdateDate tells Cloud Map's time, the local
+	// clock may be ahead of it by up to feedSkew.
+	from := w.feedFrom.Add(-feedSkew)
+	if latest := b.latestOperation(); !latest.IsZero() {
+		from = latest
+	}
+	ids, err := w.listOperations(ctx, from.Add(-b.opts.FeedOverlap), start.Add(feedSkew))
+	if err != nil {
+		return err
+	}
+	listed := map[string]bool{}
+	var lookup []string
+	for _, id := range ids {
+		listed[id] = true
+		if w.ops[id] != nil {
+			continue
+		}
+		if t, ok := b.ownOp(id); ok {
+			w.ops[id] = &feedOp{target: t}
+			continue
+		}
+		lookup = append(lookup, id)
+	}
+	if err := w.getOperations(ctx, lookup); err != nil {
+		return err
+	}
+
+	// What to read: each service once, the records one by one.
+	var read []string
+	recordIDs := map[string]bool{}
+	beats := false
+	var errs []error
+	for _, id := range slices.Sorted(maps.Keys(w.ops)) {
+		op := w.ops[id]
+		if op.handled || op.target.service == "" {
+			op.handled = true
+			continue
+		}
+		switch t := op.target; t.service {
+		case b.systemService(heartbeatService).ID:
+			// A known cluster's heartbeat is read every TTL/3 anyway: only
+			// a new cluster's is read at once.
+			beats = beats || !w.beatIDs[t.instance]
+		case b.systemService(recordsService).ID:
+			recordIDs[t.instance] = true
+		default:
+			c, err := w.feedService(ctx, t.service)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if c == nil {
+				continue
+			}
+			if c.svc.NS.Name == b.opts.SystemNamespace && c.svc.Name == recordsService {
+				recordIDs[t.instance] = true
+				continue
+			}
+			if c.svc.NS.Name == b.opts.SystemNamespace && c.svc.Name == heartbeatService {
+				beats = true
+				continue
+			}
+			read = append(read, t.service)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	slices.Sort(read)
+	read = slices.Compact(read)
+	if err := w.readServices(ctx, read, false); err != nil {
+		return err
+	}
+	if err := w.readRecords(ctx, slices.Sorted(maps.Keys(recordIDs))); err != nil {
+		return err
+	}
+	if beats {
+		if err := w.readHeartbeats(ctx); err != nil {
+			return err
+		}
+	}
+	// Everything named was read; operations that left the window cannot
+	// come back.
+	for id, op := range w.ops {
+		op.handled = true
+		if !listed[id] {
+			delete(w.ops, id)
+		}
+	}
+	w.feedFrom = start
+	return nil
+}
+
+// feedService returns the cache of the service of id, adding it when it
+// can hold exports, or nil when it cannot (or no longer exists). A service
+// of the system namespace is returned with no cache entry.
+func (w *watcher) feedService(ctx context.Context, id string) (*serviceCache, error) {
+	if c := w.services[id]; c != nil {
+		return c, nil
+	}
+	b := w.b
+	svc, ok, err := b.resolveService(ctx, id)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if svc.NS.Name == b.opts.SystemNamespace {
+		if svc.Name == heartbeatService || svc.Name == recordsService {
+			if b.systemService(svc.Name).ID == "" {
+				b.setSystemService(svc)
+			}
+			return &serviceCache{svc: svc}, nil
+		}
+		return nil, nil
+	}
+	if !svc.NS.usable() || !validName(svc.NS.Name) || !validName(svc.Name) {
+		return nil, nil
+	}
+	c := &serviceCache{svc: svc, revision: -1, added: b.now()}
+	w.services[id] = c
+	return c, nil
+}
+
+// getOperations asks Cloud Map what each operation of ids changed, a few
+// at a time, and records it in w.ops.
+func (w *watcher) getOperations(ctx context.Context, ids []string) error {
+	b := w.b
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, b.opts.Concurrency)
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out, err := b.api.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errorCode(err) == "OperationNotFound":
+				w.ops[id] = &feedOp{handled: true}
+			case err != nil:
+				errs = append(errs, fmt.Errorf("get operation %s: %w", id, err))
+			case out.Operation != nil:
+				op := out.Operation
+				b.sawOp(op.UpdateDate)
+				w.ops[id] = &feedOp{target: opTarget{
+					service:  op.Targets[string(types.OperationTargetTypeService)],
+					instance: op.Targets[string(types.OperationTargetTypeInstance)],
+				}}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// listOperations lists the ids of the successful instance operations whose
+// UpdateDate is between from and to, in Unix seconds (what the filter
+// takes), widened to whole seconds.
+func (w *watcher) listOperations(ctx context.Context, from, to time.Time) ([]string, error) {
+	in := &sd.ListOperationsInput{
+		MaxResults: aws.Int32(100),
+		Filters: []types.OperationFilter{
+			{
+				Name:      types.OperationFilterNameUpdateDate,
+				Condition: types.FilterConditionBetween,
+				Values:    []string{strconv.FormatInt(from.Unix(), 10), strconv.FormatInt(to.Unix()+1, 10)},
+			},
+			{
+				Name:      types.OperationFilterNameStatus,
+				Condition: types.FilterConditionEq,
+				Values:    []string{string(types.OperationStatusSuccess)},
+			},
+			{
+				Name:      types.OperationFilterNameType,
+				Condition: types.FilterConditionIn,
+				Values:    []string{string(types.OperationTypeRegisterInstance), string(types.OperationTypeDeregisterInstance)},
+			},
+		},
+	}
+	var ids []string
+	p := sd.NewListOperationsPaginator(w.b.api, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list operations: %w", err)
+		}
+		for _, op := range page.Operations {
+			ids = append(ids, aws.ToString(op.Id))
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,278 @@
+package cloudmap
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
+)
+
+// countingWatcher opens a read-only watcher of opts over a countingAPI.
+func countingWatcher(t *testing.T, opts Options) (*Watcher, *countingAPI) {
+	t.Helper()
+	client, err := NewClient(t.Context(), opts)
+	mustDo(t, err)
+	counting := &countingAPI{API: client}
+	w, err := NewWatcherFromAPI(t.Context(), counting, opts)
+	mustDo(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w, counting
+}
+
+// TestFeedSeesChanges checks that, once the first sweep has read
+// everything, a watcher sees new exports, endpoint changes and withdrawals
+// of mcsd and of an AWS-controller-shaped writer through the change feed
+// alone: no listing, no revision check.
+func TestFeedSeesChanges(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	cs := randName("feed")
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second))
+
+	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 30*time.Second)
+	opts.SweepInterval = time.Hour
+	w, counting := countingWatcher(t, opts)
+	rec := registrytest.StartWatch(t, w)
+	rec.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	sweep := map[string]int{}
+	for _, op := range []string{OpListNamespaces, OpListServices, OpDiscoverInstancesRevision} {
+		sweep[op] = counting.get(op)
+	}
+
+	aID := registry.RecordID{Cluster: "a", Service: key}
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	rec.WaitFor(t, 10*time.Second, "a's new export and endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[aID]
+		return x && len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 1
+	})
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
+	rec.WaitFor(t, 10*time.Second, "a's second endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 2
+	})
+
+	// The AWS controller's writes are ordinary instance operations.
+	svcID := a.own[key].svc.ID
+	awsInst := awsControllerInstance("aws-east", cs, "10.1.0.5", 8080, true, "1665108776000")
+	_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(awsInst.ID), Attributes: awsInst.Attrs})
+	mustDo(t, err)
+	awsID := registry.RecordID{Cluster: "aws-east", Service: key}
+	rec.WaitFor(t, 10*time.Second, "the AWS controller's endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Endpoints[awsID].Groups) == 1
+	})
+	_, err = c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(awsInst.ID)})
+	mustDo(t, err)
+	mustDo(t, a.DeleteExport(ctx, key))
+	rec.WaitFor(t, 10*time.Second, "both withdrawals", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[aID]
+		_, e := v.Endpoints[awsID]
+		return !x && !e
+	})
+
+	for op, n := range sweep {
+		if got := counting.get(op); got != n {
+			t.Errorf("%d %s calls after the first sweep, want none: the feed alone sees changes", got-n, op)
+		}
+	}
+	if counting.get(OpListOperations) == 0 || counting.get(OpGetOperation) == 0 {
+		t.Errorf("no ListOperations or GetOperation calls: the changes were not seen through the feed")
+	}
+}
+
+// TestSweepRepairsMissedOperations hides every operation from a watcher's
+// change feed: what changed is still seen, by the next sweep.
+func TestSweepRepairsMissedOperations(t *testing.T) {
+	srv := moto(t)
+	ctx := t.Context()
+	cs := randName("sweep")
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second))
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+
+	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 30*time.Second)
+	opts.SweepInterval = 2 * time.Second
+	w, counting := countingWatcher(t, opts)
+	rec := registrytest.StartWatch(t, w)
+	aID := registry.RecordID{Cluster: "a", Service: key}
+	rec.WaitFor(t, 15*time.Second, "a's endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Endpoints[aID].Groups) == 1
+	})
+
+	counting.hideOps.Store(true)
+	sweeps := counting.get(OpListNamespaces)
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
+	newKey := registry.ServiceKey{Namespace: key.Namespace, Name: "api"}
+	mustDo(t, a.PutExport(ctx, newKey, webSpec))
+	rec.WaitFor(t, 15*time.Second, "the missed changes", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[registry.RecordID{Cluster: "a", Service: newKey}]
+		return x && len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 2
+	})
+	if counting.get(OpListNamespaces) == sweeps {
+		t.Errorf("the changes were seen without a sweep, though the feed listed no operation")
+	}
+}
+
+// TestFeedClockSkew checks that watchers whose clocks are minutes ahead of
+// or behind Cloud Map's see changes through the feed.
+func TestFeedClockSkew(t *testing.T) {
+	srv := moto(t)
+	ctx := t.Context()
+	cs := randName("skew")
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	// A TTL longer than the skew, so that a's heartbeat counts as alive.
+	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 10*time.Minute))
+	var recs []*registrytest.Recorder
+	for _, skew := range []time.Duration{3 * time.Minute, -3 * time.Minute} {
+		opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 10*time.Minute)
+		opts.SweepInterval = time.Hour
+		opts.now = func() time.Time { return time.Now().Add(skew) }
+		w, _ := countingWatcher(t, opts)
+		rec := registrytest.StartWatch(t, w)
+		rec.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+		recs = append(recs, rec)
+	}
+	aID := registry.RecordID{Cluster: "a", Service: key}
+	for i := range 2 {
+		mustDo(t, a.PutExport(ctx, key, webSpec))
+		addrs := []string{"10.0.0.1", "10.0.0.2"}[:i+1]
+		mustDo(t, a.PutEndpoints(ctx, key, webGroups(addrs...)))
+		for _, rec := range recs {
+			rec.WaitFor(t, 10*time.Second, "a's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+				return len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == len(addrs)
+			})
+		}
+	}
+}
+
+// TestFeedThrottling throttles the change feed's calls only (ListOperations,
+// GetOperation) while another cluster changes its endpoints: the watcher
+// reports the connection lost, deletes nothing, and sees the change once
+// the throttling ends.
+func TestFeedThrottling(t *testing.T) {
+	srv := moto(t)
+	ctx := t.Context()
+	cs := randName("feedthrottle")
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second))
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+
+	target, err := url.Parse(srv.URL)
+	mustDo(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var throttling atomic.Bool
+	var throttled atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := r.Header.Get("X-Amz-Target")
+		if throttling.Load() && (strings.HasSuffix(op, ".ListOperations") || strings.HasSuffix(op, ".GetOperation")) {
+			throttled.Add(1)
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"__type":"ThrottlingException","message":"Rate exceeded"}`))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+
+	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 30*time.Second)
+	opts.Endpoint = proxy.URL
+	opts.MaxAttempts = 1
+	opts.SweepInterval = time.Hour
+	w, err := NewWatcher(ctx, opts)
+	mustDo(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	rec := registrytest.StartWatch(t, w)
+	aID := registry.RecordID{Cluster: "a", Service: key}
+	rec.WaitFor(t, 15*time.Second, "a's endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
+		return v.Connected && len(v.Endpoints[aID].Groups) == 1
+	})
+
+	throttling.Store(true)
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
+	rec.WaitFor(t, 10*time.Second, "the connection lost", func(e registrytest.Event, v *registrytest.View) bool {
+		return e.Update == nil && !v.Connected
+	})
+	throttling.Store(false)
+	var disconnected bool
+	events := rec.WaitFor(t, 15*time.Second, "reconnection and a's new endpoint", func(e registrytest.Event, v *registrytest.View) bool {
+		disconnected = disconnected || e.Update == nil && !e.Connected
+		return v.Connected && len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 2
+	})
+	for _, e := range events {
+		if u := e.Update; u != nil && (u.Full || len(u.DeletedExports) > 0 || len(u.DeletedEndpoints) > 0 || len(u.DeletedClusters) > 0) {
+			t.Errorf("throttling of the feed deleted or replaced imports: %s", e)
+		}
+	}
+	if throttled.Load() == 0 {
+		t.Errorf("no call throttled")
+	}
+}
+
+// TestServiceRecordMoved checks that a backend that starts on a service
+// record kept where mcsd kept it before (in the Service's Cloud Map
+// service, read by the AWS controller as an endpoint) moves it to the
+// records service, and that watchers see the export all along.
+func TestServiceRecordMoved(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	id := registry.Identity{ClusterSet: randName("move"), Cluster: "a"}
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	opts := motoOptions(srv, id, 30*time.Second)
+	a := openBackend(t, opts)
+	mustDo(t, a.PutExport(ctx, key, webSpec))
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+
+	// Put the record back where an older mcsd wrote it.
+	prefix := ownerPrefix(id)
+	recs := rawRecords(t, c, id.ClusterSet, key)
+	attrs := recs[recordID(prefix, key)]
+	delete(attrs, attrNamespace)
+	delete(attrs, attrService)
+	svcID := a.own[key].svc.ID
+	_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(serviceRecordID(prefix)), Attributes: attrs})
+	mustDo(t, err)
+	_, err = c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(a.systemService(recordsService).ID), InstanceId: aws.String(recordID(prefix, key))})
+	mustDo(t, err)
+	mustDo(t, a.Close())
+
+	w, _ := countingWatcher(t, motoOptions(srv, registry.Identity{ClusterSet: id.ClusterSet}, 30*time.Second))
+	rec := registrytest.StartWatch(t, w)
+	aID := registry.RecordID{Cluster: "a", Service: key}
+	rec.WaitFor(t, 15*time.Second, "a's export from the record in the old place", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[aID]
+		return x
+	})
+
+	openBackend(t, opts)
+	if raw := rawInstances(t, c, key.Namespace, key.Name); len(raw) != 1 || raw[serviceRecordID(prefix)] != nil {
+		t.Errorf("instances of %s after the restart: %v, want the endpoint only", key, raw)
+	}
+	if recs := rawRecords(t, c, id.ClusterSet, key); len(recs) != 1 {
+		t.Errorf("service records after the restart: %v, want a's", recs)
+	}
+	events := rec.WaitFor(t, 10*time.Second, "the move seen", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Endpoints[aID].Groups) == 1
+	})
+	for _, e := range events {
+		if u := e.Update; u != nil && len(u.DeletedExports) > 0 {
+			t.Errorf("the move deleted the export: %s", e)
+		}
+	}
+}
