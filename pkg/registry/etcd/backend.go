@@ -231,6 +231,9 @@ func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec r
 	if err != nil {
 		return fmt.Errorf("export %s: %w", key, err)
 	}
+	if err := checkSize(value); err != nil {
+		return fmt.Errorf("export %s: %w", key, err)
+	}
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -262,6 +265,9 @@ func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, gro
 	}
 	value, err := json.Marshal(endpointsValue{Groups: groups, Updated: b.now().UTC().Truncate(time.Millisecond)})
 	if err != nil {
+		return fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	if err := checkSize(value); err != nil {
 		return fmt.Errorf("endpoints %s: %w", key, err)
 	}
 	if err := b.putLocked(ctx, k, string(value)); err != nil {
@@ -499,6 +505,15 @@ func (b *Backend) repairAlive() error {
 	key := b.keys.alive(b.opts.Identity.Cluster)
 	if err := b.putLocked(ctx, key, b.stored[key]); err != nil {
 		return fmt.Errorf("write alive record: %w", err)
+	}
+	return nil
+}
+
+// checkSize refuses a value that readers would refuse as too large.
+func checkSize(value []byte) error {
+	if len(value) > registry.MaxRecordBytes {
+		return &registry.RejectedError{Reason: registry.RejectTooLarge,
+			Err: fmt.Errorf("%d bytes, more than %d", len(value), registry.MaxRecordBytes)}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -245,4 +246,22 @@ func TestOwnRecordsRepaired(t *testing.T) {
 	must(t, a.PutExport(ctx, web, spec))
 	must(t, a.PutEndpoints(ctx, web, groups))
 	waitView(t, v, web, "a,eps:a", "")
+}
+
+// TestPutRefusesOversizedRecords: a record readers would refuse as too
+// large is not written.
+func TestPutRefusesOversizedRecords(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	huge := []registry.EndpointGroup{{AddressType: "IPv4", Endpoints: make([]registry.Endpoint, 1)}}
+	huge[0].Endpoints[0] = registry.Endpoint{Addresses: []string{"10.0.0.1"}, Hostname: strings.Repeat("h", registry.MaxRecordBytes)}
+	err := a.PutEndpoints(t.Context(), web, huge)
+	var re *registry.RejectedError
+	if !errors.As(err, &re) || re.Reason != registry.RejectTooLarge || !errors.Is(err, registry.ErrInvalid) {
+		t.Fatalf("PutEndpoints of %d bytes = %v, want a tooLarge rejection", registry.MaxRecordBytes, err)
+	}
+	if keys, _ := a.Exported(t.Context()); len(keys) != 0 {
+		t.Errorf("exported %v", keys)
+	}
 }
