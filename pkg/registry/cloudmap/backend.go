@@ -45,6 +45,8 @@ type Backend struct {
 	// sem serializes writes; it guards own.
 	sem *writelock.Lock
 	own map[registry.ServiceKey]*ownService
+	// ownWatch follows what the watch reads of own (see guard).
+	ownWatch ownWatch
 }
 
 // reader is what reading a clusterset takes; Backend and Watcher share it.
@@ -130,12 +132,13 @@ func NewFromAPI(ctx context.Context, api API, opts Options) (*Backend, error) {
 func open(ctx context.Context, api API, opts Options) (*Backend, error) {
 	r, cancel := newReader(ctx, api, opts)
 	b := &Backend{
-		reader: r,
-		enc:    newEncoder(opts.Identity),
-		cancel: cancel,
-		done:   make(chan struct{}),
-		sem:    writelock.New(r.ctx.Done()),
-		own:    map[registry.ServiceKey]*ownService{},
+		reader:   r,
+		enc:      newEncoder(opts.Identity),
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		sem:      writelock.New(r.ctx.Done()),
+		own:      map[registry.ServiceKey]*ownService{},
+		ownWatch: newOwnWatch(),
 	}
 	if err := b.start(ctx); err != nil {
 		cancel()
@@ -447,8 +450,10 @@ func (b *Backend) apply(ctx context.Context, key registry.ServiceKey, st state) 
 			return err
 		}
 	}
+	force := b.ownWatch.begin(key)
+	defer func() { b.ownWatch.end(b.opts.Identity, key, desired, err == nil) }()
 	for attempt := 0; ; attempt++ {
-		err = b.applyTo(ctx, key, o, desired)
+		err = b.applyTo(ctx, key, o, desired, force)
 		if err == nil || attempt > 0 || !isNotFound(err) {
 			break
 		}
@@ -506,13 +511,14 @@ func onlyStampChanged(old, next map[string]string) bool {
 	return maps.Equal(a, b)
 }
 
-func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, desired map[string]instance) error {
+// With force, every desired instance is registered, even those stored.
+func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, desired map[string]instance, force bool) error {
 	recordID := serviceRecordID(b.enc.prefix)
 	var puts []instance
 	for _, id := range slices.Sorted(maps.Keys(desired)) {
 		in := desired[id]
 		old, ok := o.stored[id]
-		if ok && sameOwned(old, in.Attrs) {
+		if ok && sameOwned(old, in.Attrs) && !force {
 			continue
 		}
 		if ok {

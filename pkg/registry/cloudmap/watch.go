@@ -24,8 +24,10 @@ import (
 // is done or the backend is closed: first a full Update, then the changes
 // each poll finds. A poll that fails reports the connection lost and changes
 // nothing; the next poll starts from what was read before.
+// What it reads of the cluster's own records is checked against what the
+// backend wrote (see guard).
 func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
-	return b.watch(ctx, h)
+	return b.watch(ctx, &guard{h: h, b: b})
 }
 
 func (r *reader) watch(ctx context.Context, h registry.Handler) error {

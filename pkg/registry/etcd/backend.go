@@ -492,8 +492,17 @@ func (b *Backend) repairLoop() {
 			}
 			delay = b.nextDelay(delay)
 		}
+		// At most one repair a second: should two writers of one cluster
+		// ever take turns at the alive record (two controllers of the
+		// cluster, which leader election prevents), they do so slowly.
+		if !sleep(b.ctx, repairSpacing) {
+			return
+		}
 	}
 }
+
+// repairSpacing is the least time between two repairs of the alive record.
+const repairSpacing = time.Second
 
 func (b *Backend) repairAlive() error {
 	ctx, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
