@@ -283,11 +283,15 @@ func (w *watch) changes(events []*clientv3.Event) registry.Update {
 	}
 	// Membership first, so that the records put in the batch are judged
 	// by the batch's membership.
+	written := make(map[*record]bool, len(recordsPuts))
+	for _, rec := range recordsPuts {
+		written[rec] = true
+	}
 	for cluster := range affected {
 		for key := range w.byCluster[cluster] {
 			rec := w.records[key]
 			evaluated[rec] = true
-			w.evaluate(&u, rec, false)
+			w.evaluate(&u, rec, written[rec])
 		}
 	}
 	for _, rec := range recordsPuts {
