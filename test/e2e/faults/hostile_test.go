@@ -81,15 +81,13 @@ func TestHostileRecordsRefused(t *testing.T) {
 		_, _ = cli.Delete(ctx, c3+"exports/"+ns+"/"+name)
 		_, _ = cli.Delete(ctx, c3+"endpoints/"+ns+"/"+name)
 	})
-	for _, op := range []clientv3.Op{
+	if _, err := cli.Txn(ctx).Then(
 		clientv3.OpPut(evil+"exports/"+ns+"/"+name, string(spec)),
 		clientv3.OpPut(evil+"endpoints/"+ns+"/"+name, loopback),
 		clientv3.OpPut(c3+"exports/"+ns+"/"+name, string(spec), clientv3.WithLease(clientv3.LeaseID(c3Lease))),
 		clientv3.OpPut(c3+"endpoints/"+ns+"/"+name, loopback, clientv3.WithLease(clientv3.LeaseID(c3Lease))),
-	} {
-		if _, err := cli.Do(ctx, op); err != nil {
-			t.Fatal(err)
-		}
+	).Commit(); err != nil {
+		t.Fatal(err)
 	}
 	written := time.Now()
 
@@ -106,9 +104,7 @@ func TestHostileRecordsRefused(t *testing.T) {
 				strings.Contains(c.Message, "loopback")
 			return ok, c.Message
 		})
-		if ok, msg := importMatches(t, id, ns, name, want); !ok {
-			t.Errorf("%s: import %s: %s", id, name, msg)
-		}
+		waitImport(t, id, ns, name, want, timeout)
 		poll.Until(t, timeout, id+": a RecordsRejected event on the import", func() (bool, string) {
 			var events corev1.EventList
 			if err := cl.List(ctx, &events, client.InNamespace(ns)); err != nil {
@@ -123,9 +119,10 @@ func TestHostileRecordsRefused(t *testing.T) {
 		})
 	}
 	t.Logf("hostile records refused everywhere %s after they were written", time.Since(written).Round(time.Millisecond))
-	if after := rejectedTotal(t, "c2"); after < before+3 {
-		t.Errorf("mcsd_registry_records_rejected_total of c2 went from %v to %v, want 3 more (evil's two records, c3's endpoints)", before, after)
-	}
+	poll.Until(t, timeout, "mcsd_registry_records_rejected_total of c2 3 more (evil's two records, c3's endpoints)", func() (bool, string) {
+		after := rejectedTotal(t, "c2")
+		return after >= before+3, fmt.Sprintf("from %v to %v", before, after)
+	})
 	// c1's endpoints keep flowing: a new pod reaches every import.
 	scaleDeployment(t, "c1", ns, name, 3)
 	want["c1"] = waitPods(t, "c1", ns, name, 3)
