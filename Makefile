@@ -18,6 +18,8 @@ HELM := $(TOOLS)/helm-$(HELM_VERSION)/helm
 
 # Test timeouts: the first run also builds the testbed binaries (minutes).
 TEST_TIMEOUT ?= 45m
+# How long make test fuzzes the registry's decode and merge path.
+FUZZ_TIME ?= 20s
 
 # The architecture of the linux binary that the image is built from (make image-binary).
 IMAGE_GOARCH ?= $(shell $(GO) env GOARCH)
@@ -107,6 +109,7 @@ test: testbed-binaries ## Run every test: unit, registry backends, and end-to-en
 	@gofmt_out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$gofmt_out" ]; then echo "gofmt needed:"; echo "$$gofmt_out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeMerge$$' -fuzztime=$(FUZZ_TIME) -parallel=1 ./pkg/registry/etcd
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no testbed.

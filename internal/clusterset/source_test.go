@@ -20,7 +20,7 @@ func TestSource(t *testing.T) {
 	a := registry.ServiceKey{Namespace: "shop", Name: "a"}
 	b := registry.ServiceKey{Namespace: "shop", Name: "b"}
 	v := NewView()
-	v.OnUpdate(registry.Update{Full: true, Exports: []registry.Export{{Cluster: "east", Service: a}}})
+	v.OnUpdate(registry.Update{Full: true, Exports: []registry.Export{{Cluster: "east", Service: a, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}}})
 
 	reachability := 0
 	toRequests := func(_ context.Context, c Change) []reconcile.Request {
@@ -39,7 +39,7 @@ func TestSource(t *testing.T) {
 	}
 	// Nobody reads the queue: the View goes on all the same.
 	for i := range 100 {
-		v.OnUpdate(registry.Update{Exports: []registry.Export{{Cluster: "east", Service: b, Order: int64(i)}}})
+		v.OnUpdate(registry.Update{Exports: []registry.Export{{Cluster: "east", Service: b, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}, Order: int64(i)}}})
 	}
 	v.OnConnection(true, nil)
 	v.OnConnection(true, nil) // no change of reachability

@@ -1,6 +1,8 @@
 package clusterset
 
 import (
+	"cmp"
+	"maps"
 	"slices"
 	"sync"
 
@@ -13,6 +15,11 @@ type View struct {
 	mu        sync.RWMutex
 	exports   map[registry.ServiceKey]map[string]registry.Export
 	endpoints map[registry.ServiceKey]map[string]registry.Endpoints
+	// rejected holds the records that were refused, by Service, cluster
+	// and kind: while a cluster has one for a Service, none of its records
+	// of that Service count.
+	rejected  map[registry.ServiceKey]map[string]rejections
+	onReject  func(registry.Rejection)
 	synced    bool
 	connected bool
 	connErr   error
@@ -39,8 +46,22 @@ func NewView() *View {
 	return &View{
 		exports:   map[registry.ServiceKey]map[string]registry.Export{},
 		endpoints: map[registry.ServiceKey]map[string]registry.Endpoints{},
+		rejected:  map[registry.ServiceKey]map[string]rejections{},
 		subs:      map[int]func(Change){},
 	}
+}
+
+// rejections are one cluster's refused records of one Service, by kind.
+type rejections map[registry.RecordKind]registry.Rejection
+
+// OnReject calls f with every rejection the View takes in that it did not
+// hold already (a record refused again, unchanged, is not reported again),
+// on the goroutine that delivers the watch; f must not block. It is meant
+// for counting, and is set before the watch starts.
+func (v *View) OnReject(f func(registry.Rejection)) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.onReject = f
 }
 
 // Subscribe calls f with every change from now on, until the returned
@@ -78,9 +99,28 @@ func (v *View) Exports(key registry.ServiceKey) []registry.Export {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	out := make([]registry.Export, 0, len(v.exports[key]))
-	for _, e := range v.exports[key] {
-		out = append(out, e)
+	for c, e := range v.exports[key] {
+		if _, refused := v.rejected[key][c]; !refused {
+			out = append(out, e)
+		}
 	}
+	return out
+}
+
+// Rejected returns the refused records of a Service, by cluster, then kind.
+// A cluster listed here counts in neither Exports nor Endpoints.
+func (v *View) Rejected(key registry.ServiceKey) []registry.Rejection {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []registry.Rejection
+	for _, byKind := range v.rejected[key] {
+		for _, r := range byKind {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b registry.Rejection) int {
+		return cmp.Or(cmp.Compare(a.Record.Cluster, b.Record.Cluster), cmp.Compare(a.Kind, b.Kind))
+	})
 	return out
 }
 
@@ -90,7 +130,9 @@ func (v *View) Endpoints(key registry.ServiceKey) map[string]registry.Endpoints 
 	defer v.mu.RUnlock()
 	out := make(map[string]registry.Endpoints, len(v.endpoints[key]))
 	for c, e := range v.endpoints[key] {
-		out[c] = e
+		if _, refused := v.rejected[key][c]; !refused {
+			out[c] = e
+		}
 	}
 	return out
 }
@@ -101,9 +143,15 @@ func (v *View) Keys(namespace string) []registry.ServiceKey {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []registry.ServiceKey
-	for k := range v.exports {
-		if namespace == "" || k.Namespace == namespace {
-			out = append(out, k)
+	for k, byCluster := range v.exports {
+		if namespace != "" && k.Namespace != namespace {
+			continue
+		}
+		for c := range byCluster {
+			if _, refused := v.rejected[k][c]; !refused {
+				out = append(out, k)
+				break
+			}
 		}
 	}
 	slices.SortFunc(out, registry.ServiceKey.Compare)
@@ -127,16 +175,26 @@ func (v *View) OnConnection(connected bool, err error) {
 // update (as a Reachability change: what waited for the registry to be
 // read can go on).
 func (v *View) OnUpdate(u registry.Update) {
+	u = screen(u)
 	v.mu.Lock()
-	var changed map[registry.ServiceKey]bool
+	var (
+		changed  map[registry.ServiceKey]bool
+		newlyRej []registry.Rejection
+	)
 	first := u.Full && !v.synced
 	if u.Full {
-		changed = v.replace(u)
+		changed, newlyRej = v.replace(u)
 		v.synced = true
 	} else {
-		changed = v.apply(u)
+		changed, newlyRej = v.apply(u)
 	}
+	onReject := v.onReject
 	v.mu.Unlock()
+	if onReject != nil {
+		for _, r := range newlyRej {
+			onReject(r)
+		}
+	}
 	if len(changed) == 0 && !first {
 		return
 	}
@@ -153,52 +211,149 @@ func (v *View) OnUpdate(u registry.Update) {
 	}
 }
 
+// screen moves the records of u that registry.ValidateExport or
+// ValidateEndpoints refuse to u.Rejected. u's slices are not modified.
+func screen(u registry.Update) registry.Update {
+	var bad []registry.Rejection
+	exports := u.Exports[:0:0]
+	for _, e := range u.Exports {
+		if err := registry.ValidateExport(e); err != nil {
+			bad = append(bad, registry.Reject(registry.KindExport, registry.RecordID{Cluster: e.Cluster, Service: e.Service}, err))
+			continue
+		}
+		exports = append(exports, e)
+	}
+	endpoints := u.Endpoints[:0:0]
+	for _, e := range u.Endpoints {
+		if err := registry.ValidateEndpoints(e); err != nil {
+			bad = append(bad, registry.Reject(registry.KindEndpoints, registry.RecordID{Cluster: e.Cluster, Service: e.Service}, err))
+			continue
+		}
+		endpoints = append(endpoints, e)
+	}
+	if len(bad) == 0 {
+		return u
+	}
+	u.Exports, u.Endpoints = exports, endpoints
+	u.Rejected = append(slices.Clip(u.Rejected), bad...)
+	return u
+}
+
 // replace makes u, a full update, the View's state and returns the Services
 // whose records differ from before: everything not in u is gone. v.mu is
 // held.
-func (v *View) replace(u registry.Update) map[registry.ServiceKey]bool {
-	oldExports, oldEndpoints := v.exports, v.endpoints
+func (v *View) replace(u registry.Update) (map[registry.ServiceKey]bool, []registry.Rejection) {
+	oldExports, oldEndpoints, oldRejected := v.exports, v.endpoints, v.rejected
 	v.exports = map[registry.ServiceKey]map[string]registry.Export{}
 	v.endpoints = map[registry.ServiceKey]map[string]registry.Endpoints{}
+	v.rejected = map[registry.ServiceKey]map[string]rejections{}
 	for _, e := range u.Exports {
 		put(v.exports, e.Service, e.Cluster, e)
 	}
 	for _, e := range u.Endpoints {
 		put(v.endpoints, e.Service, e.Cluster, e)
 	}
+	var newly []registry.Rejection
+	for _, r := range u.Rejected {
+		v.records(r.Kind)(r.Record)
+		if old, ok := oldRejected[r.Record.Service][r.Record.Cluster][r.Kind]; !ok || old != r {
+			newly = append(newly, r)
+		}
+		setRejection(v.rejected, r)
+	}
 	changed := map[registry.ServiceKey]bool{}
 	diff(changed, oldExports, v.exports, exportsEqual)
 	diff(changed, oldEndpoints, v.endpoints, endpointsEqual)
-	return changed
+	diff(changed, oldRejected, v.rejected, func(a, b map[string]rejections) bool {
+		return maps.EqualFunc(a, b, maps.Equal)
+	})
+	return changed, newly
+}
+
+// records is where the View keeps accepted records of kind: v.exports or
+// v.endpoints, as a remover. v.mu is held.
+func (v *View) records(kind registry.RecordKind) func(registry.RecordID) bool {
+	if kind == registry.KindExport {
+		return func(id registry.RecordID) bool { return remove(v.exports, id) }
+	}
+	return func(id registry.RecordID) bool { return remove(v.endpoints, id) }
+}
+
+func setRejection(m map[registry.ServiceKey]map[string]rejections, r registry.Rejection) {
+	if m[r.Record.Service] == nil {
+		m[r.Record.Service] = map[string]rejections{}
+	}
+	if m[r.Record.Service][r.Record.Cluster] == nil {
+		m[r.Record.Service][r.Record.Cluster] = rejections{}
+	}
+	m[r.Record.Service][r.Record.Cluster][r.Kind] = r
+}
+
+// clearRejection ends the rejection of record id of kind, and reports
+// whether there was one.
+func clearRejection(m map[registry.ServiceKey]map[string]rejections, kind registry.RecordKind, id registry.RecordID) bool {
+	byKind := m[id.Service][id.Cluster]
+	if _, ok := byKind[kind]; !ok {
+		return false
+	}
+	delete(byKind, kind)
+	if len(byKind) == 0 {
+		delete(m[id.Service], id.Cluster)
+		if len(m[id.Service]) == 0 {
+			delete(m, id.Service)
+		}
+	}
+	return true
 }
 
 // apply applies u, an incremental update, and returns the Services whose
 // records it changed. v.mu is held.
-func (v *View) apply(u registry.Update) map[registry.ServiceKey]bool {
+func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registry.Rejection) {
 	changed := map[registry.ServiceKey]bool{}
 	for _, id := range u.DeletedExports {
-		if remove(v.exports, id) {
+		if remove(v.exports, id) || clearRejection(v.rejected, registry.KindExport, id) {
 			changed[id.Service] = true
 		}
 	}
 	for _, id := range u.DeletedEndpoints {
-		if remove(v.endpoints, id) {
+		if remove(v.endpoints, id) || clearRejection(v.rejected, registry.KindEndpoints, id) {
 			changed[id.Service] = true
 		}
 	}
 	for _, e := range u.Exports {
+		id := registry.RecordID{Cluster: e.Cluster, Service: e.Service}
+		if clearRejection(v.rejected, registry.KindExport, id) {
+			changed[e.Service] = true
+		}
 		if old, ok := v.exports[e.Service][e.Cluster]; !ok || !exportEqual(old, e) {
 			put(v.exports, e.Service, e.Cluster, e)
 			changed[e.Service] = true
 		}
 	}
 	for _, e := range u.Endpoints {
+		id := registry.RecordID{Cluster: e.Cluster, Service: e.Service}
+		if clearRejection(v.rejected, registry.KindEndpoints, id) {
+			changed[e.Service] = true
+		}
 		if old, ok := v.endpoints[e.Service][e.Cluster]; !ok || !endpointsOneEqual(old, e) {
 			put(v.endpoints, e.Service, e.Cluster, e)
 			changed[e.Service] = true
 		}
 	}
-	return changed
+	var newly []registry.Rejection
+	for _, r := range u.Rejected {
+		removed := v.records(r.Kind)(r.Record)
+		if old, ok := v.rejected[r.Record.Service][r.Record.Cluster][r.Kind]; ok && old == r {
+			if removed {
+				changed[r.Record.Service] = true
+			}
+			continue
+		}
+		setRejection(v.rejected, r)
+		newly = append(newly, r)
+		changed[r.Record.Service] = true
+	}
+	return changed, newly
 }
 
 // notify tells every subscriber of c.

@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -68,10 +69,107 @@ func TestFirstReadNotified(t *testing.T) {
 		}
 		got = append(got, c.Service.String())
 	})()
-	full := registry.Update{Full: true, Exports: []registry.Export{{Cluster: "east", Service: a}}}
+	full := registry.Update{Full: true, Exports: []registry.Export{{Cluster: "east", Service: a, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}}}
 	v.OnUpdate(full)
 	v.OnUpdate(full)
 	if d := cmp.Diff([]string{"shop/a", "reachability"}, got); d != "" {
 		t.Errorf("changes (-want +got):\n%s", d)
+	}
+}
+
+// TestRejected: a cluster with a refused record of a Service (refused by the
+// backend, or by the View's own checks) counts for nothing in that Service,
+// while the other clusters' records of it keep counting; the refusal is
+// reported once per new rejection, and ends with a good record or a
+// deletion.
+func TestRejected(t *testing.T) {
+	key := registry.ServiceKey{Namespace: "shop", Name: "web"}
+	spec := registry.ServiceSpec{Type: registry.ClusterSetIP}
+	eps := func(cluster, addr string) registry.Endpoints {
+		return registry.Endpoints{Cluster: cluster, Service: key, Groups: []registry.EndpointGroup{{
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []registry.Endpoint{{Addresses: []string{addr}, Ready: true}},
+		}}}
+	}
+	v := NewView()
+	var reported []registry.Rejection
+	v.OnReject(func(r registry.Rejection) { reported = append(reported, r) })
+	var changed int
+	v.Subscribe(func(Change) { changed++ })
+	clusters := func() []string {
+		var out []string
+		for _, e := range v.Exports(key) {
+			out = append(out, e.Cluster)
+		}
+		for c := range v.Endpoints(key) {
+			out = append(out, "eps:"+c)
+		}
+		slices.Sort(out)
+		return out
+	}
+	reasons := func() []string {
+		var out []string
+		for _, r := range v.Rejected(key) {
+			out = append(out, r.Record.Cluster+"/"+string(r.Kind)+"/"+string(r.Reason))
+		}
+		return out
+	}
+
+	v.OnUpdate(registry.Update{Full: true,
+		Exports:   []registry.Export{{Cluster: "good", Service: key, Spec: spec}, {Cluster: "evil", Service: key, Spec: spec}},
+		Endpoints: []registry.Endpoints{eps("good", "10.0.0.1"), eps("evil", "127.0.0.1")},
+	})
+	if got, want := clusters(), []string{"eps:good", "good"}; !slices.Equal(got, want) {
+		t.Errorf("counted %v, want %v", got, want)
+	}
+	if got, want := reasons(), []string{"evil/endpoints/invalidAddress"}; !slices.Equal(got, want) {
+		t.Errorf("rejected %v, want %v", got, want)
+	}
+	if len(reported) != 1 {
+		t.Errorf("%d rejections reported, want 1", len(reported))
+	}
+	if got := v.Keys(""); len(got) != 1 {
+		t.Errorf("keys %v, want %s", got, key)
+	}
+
+	// The same again, as after a resync: nothing new to report or notify.
+	changed = 0
+	v.OnUpdate(registry.Update{Full: true,
+		Exports:   []registry.Export{{Cluster: "good", Service: key, Spec: spec}, {Cluster: "evil", Service: key, Spec: spec}},
+		Endpoints: []registry.Endpoints{eps("good", "10.0.0.1"), eps("evil", "127.0.0.1")},
+	})
+	if len(reported) != 1 || changed != 0 {
+		t.Errorf("same state again: %d rejections reported (want 1), %d changes (want 0)", len(reported), changed)
+	}
+
+	// A backend's rejection replaces the good record it had delivered.
+	v.OnUpdate(registry.Update{Rejected: []registry.Rejection{{
+		Kind: registry.KindExport, Record: registry.RecordID{Cluster: "good", Service: key}, Reason: registry.RejectUnreadable, Message: "bad json",
+	}}})
+	if got := clusters(); len(got) != 0 {
+		t.Errorf("counted %v, want none", got)
+	}
+	if got := v.Keys(""); len(got) != 0 {
+		t.Errorf("keys %v, want none: every export is refused", got)
+	}
+	// Good records end the rejections.
+	v.OnUpdate(registry.Update{
+		Exports:   []registry.Export{{Cluster: "good", Service: key, Spec: spec}},
+		Endpoints: []registry.Endpoints{eps("evil", "10.0.0.2")},
+	})
+	if got, want := clusters(), []string{"eps:evil", "eps:good", "evil", "good"}; !slices.Equal(got, want) {
+		t.Errorf("counted %v, want %v", got, want)
+	}
+	if got := reasons(); len(got) != 0 {
+		t.Errorf("rejected %v, want none", got)
+	}
+	// A deletion ends a rejection too.
+	v.OnUpdate(registry.Update{Endpoints: []registry.Endpoints{eps("evil", "224.0.0.1")}})
+	v.OnUpdate(registry.Update{DeletedEndpoints: []registry.RecordID{{Cluster: "evil", Service: key}}})
+	if got, want := clusters(), []string{"eps:good", "evil", "good"}; !slices.Equal(got, want) {
+		t.Errorf("counted %v, want %v", got, want)
+	}
+	if len(reported) != 3 {
+		t.Errorf("%d rejections reported, want 3", len(reported))
 	}
 }

@@ -82,6 +82,14 @@ const (
 	RegistryReachable = "RegistryReachable"
 	// ReasonRegistryUnreachable is the reason of RegistryReachable=False.
 	ReasonRegistryUnreachable = "RegistryUnreachable"
+	// RecordsAccepted is False while the registry holds records of the
+	// Service that mcsd refused (see registry.RejectReason): the message
+	// names each refused cluster and why. Those clusters' endpoints are not
+	// imported; the other clusters' are. It is removed once no record of the
+	// Service is refused.
+	RecordsAccepted = "RecordsAccepted"
+	// ReasonRecordsRejected is the reason of RecordsAccepted=False.
+	ReasonRecordsRejected = "RecordsRejected"
 	// ReasonDerivedServiceConflict is the reason of Ready=False when a
 	// Service mcsd did not create holds the derived Service's name.
 	ReasonDerivedServiceConflict = "DerivedServiceConflict"

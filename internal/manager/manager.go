@@ -250,6 +250,13 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 // the export and import controllers over that View. It returns the View.
 func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry, cluster string) (*clusterset.View, error) {
 	view := clusterset.NewView()
+	countRejected := metrics.RecordsRejected(cluster)
+	rejectLog := mgr.GetLogger().WithName("registry")
+	view.OnReject(func(r registry.Rejection) {
+		countRejected(r)
+		rejectLog.Info("Refused a registry record", "sourceCluster", r.Record.Cluster, "service", r.Record.Service.String(),
+			"kind", r.Kind, "reason", r.Reason, "detail", r.Message)
+	})
 	if err := mgr.Add(&watchRunnable{reg: reg, view: view}); err != nil {
 		return nil, fmt.Errorf("add registry watch: %w", err)
 	}

@@ -28,6 +28,7 @@ type collectors struct {
 	registryErrors    *prometheus.CounterVec
 	registryDuration  *prometheus.HistogramVec
 	registryConnected *prometheus.GaugeVec
+	recordsRejected   *prometheus.CounterVec
 	propagation       *prometheus.HistogramVec
 }
 
@@ -67,6 +68,12 @@ func newCollectors() *collectors {
 			Name: "mcsd_registry_connected",
 			Help: "1 while the registry watch can read the registry, 0 otherwise.",
 		}, []string{labelCluster, labelBackend}),
+		recordsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mcsd_registry_records_rejected_total",
+			Help: "Registry records of other clusters (or this one) that this cluster refused, each version once, by reason: " +
+				"unreadable, invalid, invalidAddress, tooLarge, tooManyEndpoints, notMember. " +
+				"While a cluster has a refused record of a Service, none of its records of that Service are imported.",
+		}, []string{labelCluster, labelReason}),
 		propagation: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "mcsd_propagation_seconds",
 			Help: "Time from a change of the source cluster's endpoints (when it published them, by its clock) " +
@@ -81,7 +88,7 @@ func (c *collectors) all() []prometheus.Collector {
 	return []prometheus.Collector{
 		c.exports, c.exportConflicts, c.imports,
 		c.registryOps, c.registryErrors, c.registryDuration, c.registryConnected,
-		c.propagation,
+		c.recordsRejected, c.propagation,
 	}
 }
 

@@ -93,13 +93,19 @@ type Update struct {
 	DeletedEndpoints []RecordID
 	Clusters         []Cluster
 	DeletedClusters  []string
+	// Rejected lists records the backend read and refused (unreadable, too
+	// large, not a live member's): each replaces what was delivered before
+	// for its record, as if that were deleted, and the reader counts none
+	// of its cluster's records of that Service while it stands. A later
+	// put or delete of the record ends it.
+	Rejected []Rejection
 }
 
 // Empty reports whether the update carries nothing.
 func (u Update) Empty() bool {
 	return !u.Full && len(u.Exports) == 0 && len(u.DeletedExports) == 0 &&
 		len(u.Endpoints) == 0 && len(u.DeletedEndpoints) == 0 &&
-		len(u.Clusters) == 0 && len(u.DeletedClusters) == 0
+		len(u.Clusters) == 0 && len(u.DeletedClusters) == 0 && len(u.Rejected) == 0
 }
 
 // ErrClosed is returned by a backend that has been closed.

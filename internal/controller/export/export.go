@@ -138,6 +138,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, se *mcsv1beta1.Service
 		return r.withdraw(ctx, se, key)
 	}
 	if err := r.publish(ctx, se, svc, key); err != nil {
+		if errors.Is(err, errRefused) {
+			return nil
+		}
 		return err
 	}
 	r.registrySucceeded(se)
@@ -200,16 +203,28 @@ func (r *Reconciler) publish(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 	}
 	spec := serviceSpec(svc, se)
 	groups := endpointGroups(list.Items)
+	if err := errors.Join(
+		registry.ValidateExport(registry.Export{Cluster: r.ClusterID, Service: key, Spec: spec}),
+		registry.ValidateGroups(groups),
+	); err != nil {
+		return r.refuse(ctx, se, key, err)
+	}
 
 	own, ownEndpoints := r.published(key)
 	if own == nil || !equality.Semantic.DeepEqual(own.Spec, spec) {
 		if err := r.Registry.PutExport(ctx, key, spec); err != nil {
+			if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+				return r.refuse(ctx, se, key, err)
+			}
 			return r.registryFailed(se, fmt.Errorf("publish export: %w", err))
 		}
 		log.Info("Published export", "type", spec.Type, "ports", len(spec.Ports))
 	}
 	if ownEndpoints == nil || !equality.Semantic.DeepEqual(ownEndpoints.Groups, groups) {
 		if err := r.Registry.PutEndpoints(ctx, key, groups); err != nil {
+			if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+				return r.refuse(ctx, se, key, err)
+			}
 			return r.registryFailed(se, fmt.Errorf("publish endpoints: %w", err))
 		}
 		log.V(1).Info("Published endpoints", "groups", len(groups))
@@ -218,6 +233,61 @@ func (r *Reconciler) publish(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 		fmt.Sprintf("exported to the registry as cluster %q", r.ClusterID))
 	return nil
 }
+
+// Ready=False reasons of an export whose records every cluster would refuse.
+const (
+	// ReasonTooManyEndpoints: the Service has more than registry.MaxEndpoints
+	// endpoints.
+	ReasonTooManyEndpoints mcsv1beta1.ServiceExportConditionReason = "TooManyEndpoints"
+	// ReasonRecordTooLarge: a record is larger than registry.MaxRecordBytes.
+	ReasonRecordTooLarge mcsv1beta1.ServiceExportConditionReason = "RecordTooLarge"
+	// ReasonInvalidRecord: the Service or ServiceExport holds what
+	// importing clusters would refuse (an exported label key that is not a
+	// valid label key, say).
+	ReasonInvalidRecord mcsv1beta1.ServiceExportConditionReason = "InvalidRecord"
+)
+
+// EventReasonRefused: the export's records would be refused by every
+// cluster, and were withdrawn.
+const EventReasonRefused = "ExportRefused"
+
+// refuse handles an export whose records every importing cluster would
+// refuse (err, see registry.ValidateExport): it withdraws this cluster's
+// records of key, as the importers would drop them, and sets Ready=False
+// with why. The request is not retried: a change of the Service or its
+// endpoints brings it back.
+func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey, err error) error {
+	reason := ReasonInvalidRecord
+	if re, ok := errors.AsType[*registry.RejectedError](err); ok {
+		switch re.Reason {
+		case registry.RejectTooManyEndpoints:
+			reason = ReasonTooManyEndpoints
+		case registry.RejectTooLarge:
+			reason = ReasonRecordTooLarge
+		}
+	}
+	msg := fmt.Sprintf("not exported: every cluster would refuse this cluster's records (%v); limits: %d endpoints, %d bytes per record",
+		err, registry.MaxEndpoints, registry.MaxRecordBytes)
+	ctrl.LoggerFrom(ctx).Info("Export refused, withdrawing it", "reason", reason, "detail", err.Error())
+	conditions.Remove(&se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+	r.actConflict(se, "")
+	if r.actFailure(se, msg) {
+		r.warn(se, EventReasonRefused, msg)
+	}
+	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, reason, msg)
+	if r.withdrawn(key) {
+		return errRefused
+	}
+	if err := r.Registry.DeleteExport(ctx, key); err != nil {
+		err = fmt.Errorf("withdraw refused export: %w", err)
+		ctrl.LoggerFrom(ctx).Error(err, "Withdrawing a refused export failed")
+		return err
+	}
+	return errRefused
+}
+
+// errRefused: the export was refused and withdrawn; Ready says why.
+var errRefused = errors.New("export refused")
 
 // updateConflict sets the Conflict condition from every cluster's export of
 // key, once the view holds this cluster's own export; until then it leaves
@@ -375,9 +445,11 @@ func actedFromStatus(se *mcsv1beta1.ServiceExport) acted {
 	if c := conditions.Get(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict)); c != nil && c.Status == metav1.ConditionTrue {
 		a.conflict = c.Reason
 	}
-	if c := conditions.Get(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)); c != nil &&
-		c.Status == metav1.ConditionFalse && c.Reason == string(mcsv1beta1.ServiceExportReasonFailed) {
-		a.failure = c.Message
+	if c := conditions.Get(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)); c != nil && c.Status == metav1.ConditionFalse {
+		switch mcsv1beta1.ServiceExportConditionReason(c.Reason) {
+		case mcsv1beta1.ServiceExportReasonFailed, ReasonTooManyEndpoints, ReasonRecordTooLarge, ReasonInvalidRecord:
+			a.failure = c.Message
+		}
 	}
 	return a
 }

@@ -39,6 +39,7 @@ const (
 	eventServiceConflict  = "DerivedServiceConflict"
 	eventServiceRecreated = "DerivedServiceRecreated"
 	eventFamilyRefused    = "IPFamilyNotSupported"
+	eventRecordsRejected  = "RecordsRejected"
 )
 
 // Reconciler keeps, for every Service the clusterset exports, the
@@ -82,6 +83,9 @@ type scope struct {
 	key          registry.ServiceKey
 	res          merge.Result
 	si           *mcsv1beta1.ServiceImport
+	// rejected are the refused records of the Service: their clusters
+	// count in res for nothing.
+	rejected []registry.Rejection
 
 	// derivedName is the derived Service's name (whatever the import type).
 	derivedName string
@@ -173,7 +177,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			"ServiceImport %s was not created by mcsd (no %s annotation): mcsd will not manage it. Delete it to let mcsd import the Service exported by the clusterset", key, wellknown.AnnotationManaged)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.reconcileNormal(ctx, &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si, derivedName: DerivedServiceName(key.Name)})
+	return ctrl.Result{}, r.reconcileNormal(ctx, &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
+		rejected: r.View.Rejected(key), derivedName: DerivedServiceName(key.Name)})
 }
 
 var errNotManaged = errors.New("ServiceImport not created by mcsd")
@@ -323,6 +328,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 	if patchErr == nil {
 		r.metrics.Set(client.ObjectKeyFromObject(s.si), importState(s.si.Status.Conditions))
 		r.eventClusters(s.si, old.Clusters)
+		r.eventRejected(s.si, old.Conditions)
 	}
 	return errors.Join(svcErr, importErr, slicesErr, adoptErr, patchErr)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/metrics"
+	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
 // setStatus fills in the ServiceImport's status from what the phases found:
@@ -27,6 +28,47 @@ func (r *Reconciler) setStatus(s *scope) {
 	si.Status.Clusters = clusters
 	conditions.Set(&si.Status.Conditions, si.Generation, readyCondition(s))
 	conditions.Remove(&si.Status.Conditions, conditions.RegistryReachable)
+	if c, ok := recordsCondition(s.rejected); ok {
+		conditions.Set(&si.Status.Conditions, si.Generation, c)
+	} else {
+		conditions.Remove(&si.Status.Conditions, conditions.RecordsAccepted)
+	}
+}
+
+// recordsCondition is RecordsAccepted=False naming every refused cluster
+// and why, or false when no record is refused.
+func recordsCondition(rejected []registry.Rejection) (metav1.Condition, bool) {
+	if len(rejected) == 0 {
+		return metav1.Condition{}, false
+	}
+	var b strings.Builder
+	b.WriteString("Not imported from ")
+	for i, r := range rejected {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "cluster %s: its %s record was refused (%s: %s)", r.Record.Cluster, r.Kind, r.Reason, capLen(r.Message, 200))
+	}
+	return metav1.Condition{
+		Type:    conditions.RecordsAccepted,
+		Status:  metav1.ConditionFalse,
+		Reason:  conditions.ReasonRecordsRejected,
+		Message: capLen(b.String(), 1024),
+	}, true
+}
+
+// eventRejected records a Warning event on si when its RecordsAccepted
+// condition turned False or names other refusals than in old, the stored
+// conditions.
+func (r *Reconciler) eventRejected(si *mcsv1beta1.ServiceImport, old []metav1.Condition) {
+	c := conditions.Get(si.Status.Conditions, conditions.RecordsAccepted)
+	if c == nil {
+		return
+	}
+	if o := conditions.Get(old, conditions.RecordsAccepted); o != nil && o.Message == c.Message {
+		return
+	}
+	r.eventf(si, corev1.EventTypeWarning, eventRecordsRejected, "%s", c.Message)
 }
 
 // readyCondition is the mcs-api Ready condition of s's import. The message

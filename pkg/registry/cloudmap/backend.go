@@ -45,6 +45,8 @@ type Backend struct {
 	// sem serializes writes; it guards own.
 	sem *writelock.Lock
 	own map[registry.ServiceKey]*ownService
+	// ownWatch follows what the watch reads of own (see guard).
+	ownWatch ownWatch
 }
 
 // reader is what reading a clusterset takes; Backend and Watcher share it.
@@ -208,12 +210,13 @@ func NewFromAPI(ctx context.Context, api API, opts Options) (*Backend, error) {
 func open(ctx context.Context, api API, opts Options) (*Backend, error) {
 	r, cancel := newReader(ctx, api, opts)
 	b := &Backend{
-		reader: r,
-		enc:    newEncoder(opts.Identity),
-		cancel: cancel,
-		done:   make(chan struct{}),
-		sem:    writelock.New(r.ctx.Done()),
-		own:    map[registry.ServiceKey]*ownService{},
+		reader:   r,
+		enc:      newEncoder(opts.Identity),
+		cancel:   cancel,
+		done:     make(chan struct{}),
+		sem:      writelock.New(r.ctx.Done()),
+		own:      map[registry.ServiceKey]*ownService{},
+		ownWatch: newOwnWatch(),
 	}
 	if err := b.start(ctx); err != nil {
 		cancel()
@@ -574,8 +577,16 @@ func (b *Backend) apply(ctx context.Context, key registry.ServiceKey, st state) 
 		}
 		rec = &r
 	}
+	force := b.ownWatch.begin(key)
+	defer func() {
+		written := maps.Clone(desired)
+		if rec != nil {
+			written[rec.ID] = *rec
+		}
+		b.ownWatch.end(b.opts.Identity, key, written, err == nil)
+	}()
 	for attempt := 0; ; attempt++ {
-		err = b.applyTo(ctx, key, o, rec, desired)
+		err = b.applyTo(ctx, key, o, rec, desired, force)
 		if err == nil || attempt > 0 || !isNotFound(err) {
 			break
 		}
@@ -639,13 +650,14 @@ func onlyStampChanged(old, next map[string]string) bool {
 // desired (the endpoint instances): the record first, then the endpoints,
 // then the deletions, the record's last. When only the record's endpoints
 // stamp changes, the record goes last, so that the stamp never comes before
-// the change it dates.
-func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, rec *instance, desired map[string]instance) error {
+// the change it dates. With force, every desired instance and the record are
+// registered, even those stored.
+func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, rec *instance, desired map[string]instance, force bool) error {
 	var puts []instance
 	for _, id := range slices.Sorted(maps.Keys(desired)) {
 		in := desired[id]
 		if old, ok := o.stored[id]; ok {
-			if sameOwned(old, in.Attrs) {
+			if sameOwned(old, in.Attrs) && !force {
 				continue
 			}
 			in.Attrs = keepForeign(old, in.Attrs)
@@ -663,7 +675,7 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 	slices.SortStableFunc(dels, func(x, y string) int { return boolRank(x == legacy) - boolRank(y == legacy) })
 	var recPut *instance
 	recFirst := false
-	if rec != nil && (o.record == nil || !sameOwned(o.record, rec.Attrs)) {
+	if rec != nil && (o.record == nil || !sameOwned(o.record, rec.Attrs) || force) {
 		r := *rec
 		if o.record != nil {
 			r.Attrs = keepForeign(o.record, r.Attrs)

@@ -25,9 +25,10 @@ import (
 // everything, then the changes the change feed finds every PollInterval,
 // and those of a sweep every SweepInterval. A poll that fails reports the
 // connection lost and changes nothing; the next poll starts from what was
-// read before.
+// read before. What it reads of the cluster's own records is checked
+// against what the backend wrote (see guard).
 func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
-	return b.watch(ctx, h)
+	return b.watch(ctx, &guard{h: h, b: b})
 }
 
 func (r *reader) watch(ctx context.Context, h registry.Handler) error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -54,6 +55,32 @@ type Backend struct {
 	// contents is the value of an endpoints key without its Updated stamp,
 	// by key, for the keys this backend wrote or compared since it started.
 	contents map[string]string
+
+	// own is what the watch says etcd holds of the records in stored: a
+	// record someone else deleted or changed is written again by the next
+	// put, even of the same value. It has its own lock: the watch must not
+	// wait for a write.
+	own ownRecords
+	// repair asks repairLoop to write the alive record again.
+	repair chan struct{}
+}
+
+// ownRecords follows, for each record this backend wrote, its value and
+// the revision of the write, and whether etcd no longer holds it so.
+type ownRecords struct {
+	mu sync.Mutex
+	// lease is the backend's lease (Backend.lease, readable without sem).
+	lease clientv3.LeaseID
+	recs  map[string]ownRecord
+}
+
+type ownRecord struct {
+	value string
+	// rev is the revision of the last write; 0 while a write is under way
+	// or unknown.
+	rev int64
+	// lost: etcd holds no longer what this backend wrote.
+	lost bool
 }
 
 // conn is what reading a clusterset takes; Backend and Watcher share it.
@@ -75,20 +102,24 @@ func newConn(ctx context.Context, cli *clientv3.Client, opts Options) (conn, con
 }
 
 // eachMember runs f, an idempotent request, until it succeeds, as many
-// times as the client has endpoints, each try with an equal share of
-// RequestTimeout but at least a second (or all of it, if less), within
-// ctx: etcd's client spreads requests over the
+// times as the client has endpoints: etcd's client spreads requests over the
 // members, and a member cut off from the others times out (after seconds)
-// while the others answer, so one failed try is not a failed request. Only
-// errors that say no answer came (a timeout, an unavailable member, no
-// leader) are tried again; a refused permission or a missing lease is an
-// answer. It returns the last try's error.
+// while the others answer, so one failed try is not a failed request. Every
+// try but the last gets an equal share of RequestTimeout, at least a second
+// (or all of it, if less); the last gets what ctx leaves (callers that need
+// a bound, the watch's reads, set one). Only errors that say no answer came
+// (a timeout, an unavailable member, no leader) are tried again; a refused
+// permission or a missing lease is an answer. It returns the last try's
+// error.
 func (c *conn) eachMember(ctx context.Context, f func(context.Context) error) error {
 	tries := max(1, len(c.cli.Endpoints()))
 	perTry := max(c.opts.RequestTimeout/time.Duration(tries), min(c.opts.RequestTimeout, minTry))
 	var err error
 	for i := range tries {
-		tctx, cancel := context.WithTimeout(ctx, perTry)
+		tctx, cancel := ctx, context.CancelFunc(func() {})
+		if i < tries-1 {
+			tctx, cancel = context.WithTimeout(ctx, perTry)
+		}
 		err = f(tctx)
 		cancel()
 		if err == nil {
@@ -208,6 +239,8 @@ func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bo
 		sem:        writelock.New(c.ctx.Done()),
 		stored:     map[string]string{},
 		contents:   map[string]string{},
+		own:        ownRecords{recs: map[string]ownRecord{}},
+		repair:     make(chan struct{}, 1),
 	}
 	sctx, scancel := context.WithTimeout(ctx, opts.RequestTimeout)
 	defer scancel()
@@ -216,6 +249,7 @@ func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bo
 		return nil, errors.Join(fmt.Errorf("open etcd registry: %w", b.permissionHint(err)), b.lessor.Close())
 	}
 	go b.keepAlive()
+	go b.repairLoop()
 	return b, nil
 }
 
@@ -251,6 +285,9 @@ func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec r
 	if err != nil {
 		return fmt.Errorf("export %s: %w", key, err)
 	}
+	if err := checkSize(value); err != nil {
+		return fmt.Errorf("export %s: %w", key, err)
+	}
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -277,11 +314,14 @@ func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, gro
 	}
 	defer b.unlock()
 	k := b.keys.endpoints(b.opts.Identity.Cluster, key)
-	if b.storedContent(k) == string(content) {
+	if b.storedContent(k) == string(content) && !b.own.isLost(k) {
 		return nil
 	}
 	value, err := json.Marshal(endpointsValue{Groups: groups, Updated: b.now().UTC().Truncate(time.Millisecond)})
 	if err != nil {
+		return fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	if err := checkSize(value); err != nil {
 		return fmt.Errorf("endpoints %s: %w", key, err)
 	}
 	if err := b.putLocked(ctx, k, string(value)); err != nil {
@@ -341,6 +381,7 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	delete(b.stored, exportKey)
 	delete(b.stored, endpointsKey)
 	delete(b.contents, endpointsKey)
+	b.own.forget(exportKey, endpointsKey)
 	return nil
 }
 
@@ -361,12 +402,17 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 }
 
 // putLocked writes key under the lease unless it holds value already.
+// A record that the watch saw deleted or changed by someone else is
+// written again.
 func (b *Backend) putLocked(ctx context.Context, key, value string) error {
-	if v, ok := b.stored[key]; ok && v == value {
+	if v, ok := b.stored[key]; ok && v == value && !b.own.isLost(key) {
 		return nil
 	}
+	b.own.writing(key, value)
+	var resp *clientv3.PutResponse
 	put := func(ctx context.Context) error {
-		_, err := b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
+		var err error
+		resp, err = b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
 		return err
 	}
 	err := b.eachMember(ctx, put)
@@ -381,6 +427,166 @@ func (b *Backend) putLocked(ctx context.Context, key, value string) error {
 		return b.permissionHint(err)
 	}
 	b.stored[key] = value
+	b.own.written(key, value, resp.Header.Revision)
+	return nil
+}
+
+// writing records that value is being written to key: the watch may see
+// it before the write returns.
+func (o *ownRecords) writing(key, value string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.recs[key]
+	if r.value != value {
+		o.recs[key] = ownRecord{value: value, lost: r.lost}
+	}
+}
+
+// written records a write of value to key at revision rev.
+func (o *ownRecords) written(key, value string, rev int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.recs[key] = ownRecord{value: value, rev: rev}
+}
+
+// setLease records the lease every record is written on.
+func (o *ownRecords) setLease(lease clientv3.LeaseID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.lease = lease
+}
+
+func (o *ownRecords) forget(keys ...string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, k := range keys {
+		delete(o.recs, k)
+	}
+}
+
+func (o *ownRecords) isLost(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.recs[key].lost
+}
+
+// check compares what etcd holds of key at revision rev (kv, nil when
+// nothing) with what this backend wrote, and reports whether it found the
+// record newly lost.
+func (o *ownRecords) check(key string, kv *mvccpb.KeyValue, rev int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r, ok := o.recs[key]
+	if !ok || r.lost || rev < r.rev {
+		// Not written by this backend, known lost, or older than its write.
+		return false
+	}
+	if kv != nil && string(kv.Value) == r.value && clientv3.LeaseID(kv.Lease) == o.lease {
+		return false
+	}
+	if kv == nil && r.rev == 0 {
+		// A write is under way, and will tell.
+		return false
+	}
+	r.lost = true
+	o.recs[key] = r
+	return true
+}
+
+// observeOwn implements ownObserver.
+func (b *Backend) observeOwn(key string, kv *mvccpb.KeyValue, rev int64) {
+	if b.own.check(key, kv, rev) {
+		b.lost(key)
+	}
+}
+
+// observeOwnFull implements ownObserver.
+func (b *Backend) observeOwnFull(held map[string]*mvccpb.KeyValue, rev int64) {
+	b.own.mu.Lock()
+	keys := make([]string, 0, len(b.own.recs))
+	for k := range b.own.recs {
+		keys = append(keys, k)
+	}
+	b.own.mu.Unlock()
+	for _, k := range keys {
+		kv := held[k]
+		r := rev
+		if kv != nil {
+			r = kv.ModRevision
+		}
+		if b.own.check(k, kv, r) {
+			b.lost(k)
+		}
+	}
+}
+
+// lost logs a record this backend wrote that etcd no longer holds so. The
+// export controller writes an export or endpoints record again when the
+// View shows it gone; the alive record, which no controller writes, is
+// written again here.
+func (b *Backend) lost(key string) {
+	b.log.Info("own record deleted or changed by someone else; writing it again", "key", key)
+	if key != b.keys.alive(b.opts.Identity.Cluster) {
+		return
+	}
+	select {
+	case b.repair <- struct{}{}:
+	default:
+	}
+}
+
+// repairLoop writes the alive record again when it is lost, until Close.
+func (b *Backend) repairLoop() {
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.repair:
+		}
+		delay := retryMin
+		for b.ctx.Err() == nil {
+			err := b.repairAlive()
+			if err == nil {
+				break
+			}
+			b.log.Error(err, "cannot write the alive record again, retrying", "retryIn", delay)
+			if !sleep(b.ctx, delay) {
+				return
+			}
+			delay = b.nextDelay(delay)
+		}
+		// At most one repair a second: should two writers of one cluster
+		// ever take turns at the alive record (two controllers of the
+		// cluster, which leader election prevents), they do so slowly.
+		if !sleep(b.ctx, repairSpacing) {
+			return
+		}
+	}
+}
+
+// repairSpacing is the least time between two repairs of the alive record.
+const repairSpacing = time.Second
+
+func (b *Backend) repairAlive() error {
+	ctx, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
+	defer cancel()
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	key := b.keys.alive(b.opts.Identity.Cluster)
+	if err := b.putLocked(ctx, key, b.stored[key]); err != nil {
+		return fmt.Errorf("write alive record: %w", err)
+	}
+	return nil
+}
+
+// checkSize refuses a value that readers would refuse as too large.
+func checkSize(value []byte) error {
+	if len(value) > registry.MaxRecordBytes {
+		return &registry.RejectedError{Reason: registry.RejectTooLarge,
+			Err: fmt.Errorf("%d bytes, more than %d", len(value), registry.MaxRecordBytes)}
+	}
 	return nil
 }
 

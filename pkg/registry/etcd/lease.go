@@ -108,8 +108,18 @@ func (b *Backend) start(ctx context.Context) error {
 	for _, k := range writes {
 		ops = append(ops, clientv3.OpPut(k, b.stored[k], clientv3.WithLease(b.lease)))
 	}
-	if err := b.commit(ctx, ops); err != nil {
+	rev, err := b.commit(ctx, ops)
+	if err != nil {
 		return fmt.Errorf("attach records to lease: %w", err)
+	}
+	b.own.setLease(b.lease)
+	for _, kv := range resp.Kvs {
+		if v, ok := b.stored[string(kv.Key)]; ok && v == string(kv.Value) {
+			b.own.written(string(kv.Key), v, kv.ModRevision)
+		}
+	}
+	for _, k := range writes {
+		b.own.written(k, b.stored[k], rev)
 	}
 	return nil
 }
@@ -244,22 +254,34 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	for _, k := range keys {
 		ops = append(ops, clientv3.OpPut(k, b.stored[k], clientv3.WithLease(grant.ID)))
 	}
-	if err := b.commit(ctx, ops); err != nil {
+	b.own.setLease(grant.ID)
+	rev, err := b.commit(ctx, ops)
+	if err != nil {
 		return fmt.Errorf("write records again: %w", err)
+	}
+	for _, k := range keys {
+		b.own.written(k, b.stored[k], rev)
 	}
 	b.log.Info("lease lost, records written again", "oldLease", leaseString(b.lease), "lease", leaseString(grant.ID), "records", len(ops))
 	b.lease = grant.ID
 	return nil
 }
 
-// commit writes ops in transactions of at most maxTxnOps.
-func (b *Backend) commit(ctx context.Context, ops []clientv3.Op) error {
+// commit writes ops in transactions of at most maxTxnOps, and returns the
+// revision of the first (0 when there was nothing to write): every write
+// is at that revision or later.
+func (b *Backend) commit(ctx context.Context, ops []clientv3.Op) (int64, error) {
+	var first int64
 	for chunk := range slices.Chunk(ops, maxTxnOps) {
-		if _, err := b.cli.Txn(ctx).Then(chunk...).Commit(); err != nil {
-			return err
+		resp, err := b.cli.Txn(ctx).Then(chunk...).Commit()
+		if err != nil {
+			return 0, err
+		}
+		if first == 0 {
+			first = resp.Header.Revision
 		}
 	}
-	return nil
+	return first, nil
 }
 
 func leaseString(id clientv3.LeaseID) string { return fmt.Sprintf("%x", int64(id)) }

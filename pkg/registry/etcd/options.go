@@ -43,12 +43,12 @@ type Options struct {
 
 	// DialTimeout bounds connecting to etcd. Default 5s.
 	DialTimeout time.Duration
-	// RequestTimeout bounds each request the backend makes: the start,
-	// lease renewals and repairs, the watch's reads and health checks, and
-	// (within their context) the publisher calls' writes. A read or write
-	// that gets no answer is tried once per endpoint, each try with an
-	// equal share of RequestTimeout, at least a second (see eachMember).
-	// Default 10s.
+	// RequestTimeout bounds each request the backend makes on its own: the
+	// start, lease renewals and repairs, the watch's reads and health
+	// checks. Publisher calls are bounded by their context. A read or write
+	// that gets no answer is tried once per endpoint, every try but the
+	// last with an equal share of RequestTimeout, at least a second (see
+	// eachMember). Default 10s.
 	RequestTimeout time.Duration
 	// TTL is how long the cluster's records outlive its controller: the
 	// lease TTL, rounded up to whole seconds. Watchers see a dead cluster's

@@ -32,7 +32,8 @@ func TestUnanswered(t *testing.T) {
 }
 
 // Each member's turn: a request that gets no answer is tried once per
-// endpoint, each try within its share of RequestTimeout; an answer ends it.
+// endpoint, every try but the last within its share of RequestTimeout, the
+// last within the caller's context; an answer ends it.
 func TestEachMember(t *testing.T) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, DialTimeout: time.Millisecond})
 	if err != nil {
@@ -44,8 +45,9 @@ func TestEachMember(t *testing.T) {
 	try := func(results ...error) (int, error) {
 		n := 0
 		err := c.eachMember(context.Background(), func(ctx context.Context) error {
-			d, _ := ctx.Deadline()
-			deadlines = append(deadlines, time.Until(d))
+			if d, ok := ctx.Deadline(); ok {
+				deadlines = append(deadlines, time.Until(d))
+			}
 			n++
 			return results[n-1]
 		})
@@ -54,13 +56,20 @@ func TestEachMember(t *testing.T) {
 	if n, err := try(rpctypes.ErrTimeout, nil); n != 2 || err != nil {
 		t.Errorf("timeout then success: %d tries, %v", n, err)
 	}
+	if len(deadlines) != 2 {
+		t.Errorf("%d tries had a deadline, want both (neither was the last)", len(deadlines))
+	}
 	for _, d := range deadlines {
 		if d > 2*time.Second {
 			t.Errorf("a try had %s, want at most a third of RequestTimeout", d)
 		}
 	}
+	deadlines = nil
 	if n, err := try(rpctypes.ErrNoLeader, rpctypes.ErrNoLeader, rpctypes.ErrNoLeader); n != 3 || !errors.Is(err, rpctypes.ErrNoLeader) {
 		t.Errorf("no leader thrice: %d tries, %v", n, err)
+	}
+	if len(deadlines) != 2 {
+		t.Errorf("%d tries had a deadline, want all but the last", len(deadlines))
 	}
 	if n, err := try(rpctypes.ErrPermissionDenied); n != 1 || !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("permission denied: %d tries, %v", n, err)

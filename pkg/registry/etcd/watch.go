@@ -21,11 +21,23 @@ var errResync = errors.New("watch ended")
 
 // Watch delivers the clusterset's records to h until ctx is done or the
 // backend is closed. It logs to the logger of ctx, or else of New's ctx.
+// The watch also tells the backend what etcd holds of the cluster's own
+// records, so that a put writes again what someone else deleted or changed.
 func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
-	return b.watch(ctx, h)
+	return b.watch(ctx, h, b)
 }
 
-func (c *conn) watch(ctx context.Context, h registry.Handler) error {
+// ownObserver hears what a watch reads of its cluster's own records, before
+// the handler does.
+type ownObserver interface {
+	// observeOwn: key holds kv (nil: it was deleted at revision rev).
+	observeOwn(key string, kv *mvccpb.KeyValue, rev int64)
+	// observeOwnFull: at revision rev, the cluster's records are held,
+	// key to value.
+	observeOwnFull(held map[string]*mvccpb.KeyValue, rev int64)
+}
+
+func (c *conn) watch(ctx context.Context, h registry.Handler, own ownObserver) error {
 	ctx, release, err := lifetime.Bind(ctx, c.ctx)
 	if err != nil {
 		return err
@@ -36,7 +48,7 @@ func (c *conn) watch(ctx context.Context, h registry.Handler) error {
 	if l, err := logr.FromContext(ctx); err == nil {
 		log = l.WithValues(logValues(c.opts.Identity)...)
 	}
-	w := &watch{c: c, h: h, log: log}
+	w := &watch{c: c, h: h, log: log, own: own}
 	w.run(ctx)
 	if c.ctx.Err() != nil {
 		return registry.ErrClosed
@@ -51,6 +63,36 @@ type watch struct {
 	log logr.Logger
 	// connected is nil until the first read succeeds or fails.
 	connected *bool
+	// own hears of the own cluster's records; nil for a read-only Watcher.
+	own ownObserver
+	// members holds the live clusters: those with an alive record on a
+	// lease; records count only on their cluster's lease.
+	members map[string]member
+	// records holds the last value of every export and endpoints key, and
+	// whether it was delivered, so that a change of membership can deliver
+	// or withdraw them.
+	records map[string]*record
+	// byCluster indexes records by cluster.
+	byCluster map[string]map[string]bool
+}
+
+// member is a live cluster as its alive record says.
+type member struct {
+	lease clientv3.LeaseID
+	// prev is the lease of the alive record before it moved to lease, as
+	// a restarted controller moves its records to a new lease: records
+	// still on it count until they are moved (or expire with it).
+	prev clientv3.LeaseID
+}
+
+// record is the last value of an export or endpoints key.
+type record struct {
+	kind    keyKind
+	cluster string
+	svc     registry.ServiceKey
+	kv      *mvccpb.KeyValue
+	// delivered: the record was last delivered as a put, not refused.
+	delivered bool
 }
 
 // run reads everything, follows changes, and starts again after any
@@ -102,9 +144,32 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read clusterset: %w", err)
 	}
+	w.members = map[string]member{}
+	w.records = map[string]*record{}
+	w.byCluster = map[string]map[string]bool{}
 	u := registry.Update{Full: true}
+	var held map[string]*mvccpb.KeyValue
+	if w.own != nil {
+		held = map[string]*mvccpb.KeyValue{}
+	}
+	// Alive records first: membership decides whether the others count.
 	for _, kv := range resp.Kvs {
-		w.addPut(&u, kv)
+		if kind, cluster, _ := w.c.keys.parse(string(kv.Key)); kind == kindAlive {
+			w.putAlive(&u, cluster, kv)
+		}
+	}
+	for _, kv := range resp.Kvs {
+		kind, cluster, svc := w.c.keys.parse(string(kv.Key))
+		if held != nil && cluster == w.c.opts.Identity.Cluster && kind != kindUnknown {
+			held[string(kv.Key)] = kv
+		}
+		if kind == kindExport || kind == kindEndpoints {
+			rec := w.putRecord(kind, cluster, svc, kv)
+			w.evaluate(&u, rec, true)
+		}
+	}
+	if w.own != nil {
+		w.own.observeOwnFull(held, resp.Header.Revision)
 	}
 	w.h.OnUpdate(u)
 	return resp.Header.Revision, nil
@@ -191,9 +256,11 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 	}
 }
 
-// read reads the clusterset's keys (linearizable), trying each member's
-// turn (eachMember).
+// read reads the clusterset's keys (linearizable) within RequestTimeout,
+// trying each member's turn (eachMember).
 func (w *watch) read(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
+	defer cancel()
 	var resp *clientv3.GetResponse
 	err := w.c.eachMember(ctx, func(ctx context.Context) error {
 		var err error
@@ -204,64 +271,191 @@ func (w *watch) read(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.
 }
 
 // changes turns watch events into an Update. A key changed more than once
-// in the batch counts with its last change only.
+// in the batch counts with its last change only. A change of a cluster's
+// alive record delivers or withdraws the cluster's records that it makes
+// count or not.
 func (w *watch) changes(events []*clientv3.Event) registry.Update {
 	last := make(map[string]int, len(events))
 	for i, ev := range events {
 		last[string(ev.Kv.Key)] = i
 	}
-	var u registry.Update
+	var (
+		u           registry.Update
+		affected    = map[string]bool{} // clusters whose membership changed
+		evaluated   = map[*record]bool{}
+		ownCluster  = w.c.opts.Identity.Cluster
+		recordsPuts []*record
+	)
 	for i, ev := range events {
-		if last[string(ev.Kv.Key)] != i {
+		key := string(ev.Kv.Key)
+		if last[key] != i {
 			continue
 		}
-		if ev.Type == mvccpb.DELETE {
-			w.addDelete(&u, ev.Kv)
-		} else {
-			w.addPut(&u, ev.Kv)
+		kind, cluster, svc := w.c.keys.parse(key)
+		if w.own != nil && cluster == ownCluster && kind != kindUnknown {
+			if ev.Type == mvccpb.DELETE {
+				w.own.observeOwn(key, nil, ev.Kv.ModRevision)
+			} else {
+				w.own.observeOwn(key, ev.Kv, ev.Kv.ModRevision)
+			}
+		}
+		switch {
+		case kind == kindAlive && ev.Type == mvccpb.DELETE:
+			if _, ok := w.members[cluster]; ok {
+				delete(w.members, cluster)
+				affected[cluster] = true
+			}
+			u.DeletedClusters = append(u.DeletedClusters, cluster)
+		case kind == kindAlive:
+			before, was := w.members[cluster]
+			w.putAlive(&u, cluster, ev.Kv)
+			if after, is := w.members[cluster]; was != is || before.lease != after.lease {
+				affected[cluster] = true
+			}
+		case (kind == kindExport || kind == kindEndpoints) && ev.Type == mvccpb.DELETE:
+			w.deleteRecord(key)
+			id := registry.RecordID{Cluster: cluster, Service: svc}
+			if kind == kindExport {
+				u.DeletedExports = append(u.DeletedExports, id)
+			} else {
+				u.DeletedEndpoints = append(u.DeletedEndpoints, id)
+			}
+		case kind == kindExport || kind == kindEndpoints:
+			recordsPuts = append(recordsPuts, w.putRecord(kind, cluster, svc, ev.Kv))
+		default:
+			w.log.V(1).Info("ignoring unknown key", "key", key)
+		}
+	}
+	// Membership first, so that the records put in the batch are judged
+	// by the batch's membership.
+	written := make(map[*record]bool, len(recordsPuts))
+	for _, rec := range recordsPuts {
+		written[rec] = true
+	}
+	for cluster := range affected {
+		for key := range w.byCluster[cluster] {
+			rec := w.records[key]
+			evaluated[rec] = true
+			w.evaluate(&u, rec, written[rec])
+		}
+	}
+	for _, rec := range recordsPuts {
+		if !evaluated[rec] {
+			w.evaluate(&u, rec, true)
 		}
 	}
 	return u
 }
 
-func (w *watch) addPut(u *registry.Update, kv *mvccpb.KeyValue) {
-	kind, cluster, svc := w.c.keys.parse(string(kv.Key))
-	switch kind {
-	case kindAlive:
-		c := registry.Cluster{ID: cluster}
-		var v aliveValue
-		if err := json.Unmarshal(kv.Value, &v); err == nil {
-			c.Since = v.Since
-			c.TTL = time.Duration(v.TTLSeconds) * time.Second
+// putAlive takes in an alive record: its cluster is a member while the
+// record is on a lease.
+func (w *watch) putAlive(u *registry.Update, cluster string, kv *mvccpb.KeyValue) {
+	lease := clientv3.LeaseID(kv.Lease)
+	if lease == clientv3.NoLease {
+		if _, ok := w.members[cluster]; ok {
+			delete(w.members, cluster)
+			u.DeletedClusters = append(u.DeletedClusters, cluster)
 		}
-		u.Clusters = append(u.Clusters, c)
-	case kindExport:
-		var v exportValue
-		if err := json.Unmarshal(kv.Value, &v); err != nil {
-			w.log.Error(err, "ignoring unreadable record", "key", string(kv.Key))
-			return
+		w.log.V(1).Info("ignoring alive record without a lease", "key", string(kv.Key))
+		return
+	}
+	m := member{lease: lease}
+	if old, ok := w.members[cluster]; ok {
+		m.prev = old.prev
+		if old.lease != lease {
+			m.prev = old.lease
 		}
-		u.Exports = append(u.Exports, registry.Export{Cluster: cluster, Service: svc, Spec: v.Spec, Order: kv.CreateRevision})
-	case kindEndpoints:
-		var v endpointsValue
-		if err := json.Unmarshal(kv.Value, &v); err != nil {
-			w.log.Error(err, "ignoring unreadable record", "key", string(kv.Key))
-			return
+	}
+	w.members[cluster] = m
+	c := registry.Cluster{ID: cluster}
+	var v aliveValue
+	if err := json.Unmarshal(kv.Value, &v); err == nil {
+		c.Since = v.Since
+		c.TTL = time.Duration(v.TTLSeconds) * time.Second
+	}
+	u.Clusters = append(u.Clusters, c)
+}
+
+// putRecord stores the last value of an export or endpoints key.
+func (w *watch) putRecord(kind keyKind, cluster string, svc registry.ServiceKey, kv *mvccpb.KeyValue) *record {
+	key := string(kv.Key)
+	rec := w.records[key]
+	if rec == nil {
+		rec = &record{kind: kind, cluster: cluster, svc: svc}
+		w.records[key] = rec
+		if w.byCluster[cluster] == nil {
+			w.byCluster[cluster] = map[string]bool{}
 		}
-		u.Endpoints = append(u.Endpoints, registry.Endpoints{Cluster: cluster, Service: svc, Groups: v.Groups, Updated: v.Updated})
-	default:
-		w.log.V(1).Info("ignoring unknown key", "key", string(kv.Key))
+		w.byCluster[cluster][key] = true
+	}
+	rec.kv = kv
+	return rec
+}
+
+func (w *watch) deleteRecord(key string) {
+	rec := w.records[key]
+	if rec == nil {
+		return
+	}
+	delete(w.records, key)
+	delete(w.byCluster[rec.cluster], key)
+	if len(w.byCluster[rec.cluster]) == 0 {
+		delete(w.byCluster, rec.cluster)
 	}
 }
 
-func (w *watch) addDelete(u *registry.Update, kv *mvccpb.KeyValue) {
-	kind, cluster, svc := w.c.keys.parse(string(kv.Key))
-	switch kind {
-	case kindAlive:
-		u.DeletedClusters = append(u.DeletedClusters, cluster)
-	case kindExport:
-		u.DeletedExports = append(u.DeletedExports, registry.RecordID{Cluster: cluster, Service: svc})
-	case kindEndpoints:
-		u.DeletedEndpoints = append(u.DeletedEndpoints, registry.RecordID{Cluster: cluster, Service: svc})
+// evaluate adds rec to u as a put, or as refused. Unless written (the record
+// itself was put), it adds rec only when its standing changed: a change of
+// its cluster's membership either makes it count or not.
+func (w *watch) evaluate(u *registry.Update, rec *record, written bool) {
+	m, ok := w.members[rec.cluster]
+	lease := clientv3.LeaseID(rec.kv.Lease)
+	member := ok && (lease == m.lease || (m.prev != clientv3.NoLease && lease == m.prev))
+	if !written && member == rec.delivered {
+		return
 	}
+	id := registry.RecordID{Cluster: rec.cluster, Service: rec.svc}
+	rk := registry.KindExport
+	if rec.kind == kindEndpoints {
+		rk = registry.KindEndpoints
+	}
+	if !member {
+		msg := "no live cluster " + rec.cluster + " in the registry (no alive record on a lease)"
+		if ok {
+			msg = "the record is not on the lease of cluster " + rec.cluster + "'s alive record"
+		}
+		rec.delivered = false
+		u.Rejected = append(u.Rejected, registry.Rejection{Kind: rk, Record: id, Reason: registry.RejectNotMember, Message: msg})
+		return
+	}
+	if err := w.decode(u, rec, id); err != nil {
+		rec.delivered = false
+		u.Rejected = append(u.Rejected, registry.Reject(rk, id, err))
+		return
+	}
+	rec.delivered = true
+}
+
+// decode adds rec's value to u, or returns why it cannot be read.
+func (w *watch) decode(u *registry.Update, rec *record, id registry.RecordID) error {
+	value := rec.kv.Value
+	if len(value) > registry.MaxRecordBytes {
+		return &registry.RejectedError{Reason: registry.RejectTooLarge,
+			Err: fmt.Errorf("%d bytes, more than %d", len(value), registry.MaxRecordBytes)}
+	}
+	switch rec.kind {
+	case kindExport:
+		var v exportValue
+		if err := json.Unmarshal(value, &v); err != nil {
+			return &registry.RejectedError{Reason: registry.RejectUnreadable, Err: err}
+		}
+		u.Exports = append(u.Exports, registry.Export{Cluster: id.Cluster, Service: id.Service, Spec: v.Spec, Order: rec.kv.CreateRevision})
+	case kindEndpoints:
+		var v endpointsValue
+		if err := json.Unmarshal(value, &v); err != nil {
+			return &registry.RejectedError{Reason: registry.RejectUnreadable, Err: err}
+		}
+		u.Endpoints = append(u.Endpoints, registry.Endpoints{Cluster: id.Cluster, Service: id.Service, Groups: v.Groups, Updated: v.Updated})
+	}
+	return nil
 }

@@ -65,7 +65,7 @@ func newWatcher(ctx context.Context, cli *clientv3.Client, opts Options) *Watche
 // Watch delivers the clusterset's records to h until ctx is done or the
 // watcher is closed, as Backend.Watch does.
 func (w *Watcher) Watch(ctx context.Context, h registry.Handler) error {
-	return w.watch(ctx, h)
+	return w.watch(ctx, h, nil)
 }
 
 // Leases looks up the lease of every live cluster: one read of the

@@ -1,0 +1,119 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// TestRefusedExport: an export whose records every importer would refuse
+// is not written (what was exported is withdrawn), Ready=False says why
+// with a Warning event, once; once the cause goes, it is exported again.
+func TestRefusedExport(t *testing.T) {
+	tests := []struct {
+		name   string
+		objs   func() []client.Object
+		reason mcsv1beta1.ServiceExportConditionReason
+		want   string
+	}{
+		{
+			name: "more endpoints than the limit",
+			objs: func() []client.Object {
+				// Slices of 1,000, as the EndpointSlice controller makes them.
+				var out []client.Object
+				for s := range registry.MaxEndpoints/1000 + 1 {
+					eps := make([]discoveryv1.Endpoint, 1000)
+					for i := range eps {
+						eps[i] = ep(fmt.Sprintf("10.%d.%d.%d", s, i/200, i%200+1), nil)
+					}
+					out = append(out, newSlice(fmt.Sprintf("web-%d", s), svcName, discoveryv1.AddressTypeIPv4, httpPort(), eps...))
+				}
+				return out
+			},
+			reason: ReasonTooManyEndpoints,
+			want:   "6001 endpoints, more than 5000",
+		},
+		{
+			name: "an exported label key importers refuse",
+			objs: func() []client.Object {
+				return []client.Object{newServiceExport(func(se *mcsv1beta1.ServiceExport) {
+					se.Spec.ExportedLabels = map[string]string{"not a key": "x"}
+				})}
+			},
+			reason: ReasonInvalidRecord,
+			want:   "exported label",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := tt.objs()
+			good := newSlice("web-good", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.9.0.1", nil))
+			// Exported first, as it was before the cause appeared.
+			e := newEnv(t, newServiceExport(), newService(), good)
+			e.mustReconcile()
+			e.syncView()
+			if _, ok := e.reg.export(webKey); !ok {
+				t.Fatal("not exported to begin with")
+			}
+			for _, o := range objs {
+				if se, ok := o.(*mcsv1beta1.ServiceExport); ok {
+					cur := e.serviceExport()
+					cur.Spec = se.Spec
+					if err := e.c.Update(context.Background(), cur); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if err := e.c.Create(context.Background(), o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.mustReconcile()
+			se := e.serviceExport()
+			c := assertCondition(t, se, readyType, metav1.ConditionFalse, string(tt.reason))
+			if !strings.Contains(c.Message, tt.want) {
+				t.Errorf("Ready message %q does not say %q", c.Message, tt.want)
+			}
+			assertCondition(t, se, validType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonValid))
+			if _, ok := e.reg.export(webKey); ok {
+				t.Error("export still in the registry")
+			}
+			if ev := e.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventReasonRefused) {
+				t.Errorf("events = %q, want one %s warning", ev, EventReasonRefused)
+			}
+			e.syncView()
+			e.mustReconcile()
+			if ev := e.events(); len(ev) != 0 {
+				t.Errorf("events without a change: %q", ev)
+			}
+
+			// The cause goes: exported again.
+			for _, o := range objs {
+				if _, ok := o.(*mcsv1beta1.ServiceExport); ok {
+					cur := e.serviceExport()
+					cur.Spec = mcsv1beta1.ServiceExportSpec{}
+					if err := e.c.Update(context.Background(), cur); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if err := e.c.Delete(context.Background(), o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.mustReconcile()
+			assertCondition(t, e.serviceExport(), readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
+			if _, ok := e.reg.export(webKey); !ok {
+				t.Error("not exported again")
+			}
+		})
+	}
+}

@@ -1,0 +1,157 @@
+package cloudmap
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// ownWatch compares what the backend's watch reads of the cluster's own
+// records with what the backend last wrote. A record deleted or changed by
+// someone else (by hand, or another tool) is marked lost: the next put of its
+// Service registers every instance again, even those the backend believes
+// written. The export controller makes that put when its View no longer
+// shows what it exported.
+type ownWatch struct {
+	mu sync.Mutex
+	// written is, by Service, what a watcher reads of the instances the
+	// backend last wrote (decoded as the watch decodes them).
+	written map[registry.ServiceKey]*serviceRecords
+	// inflight counts the writes under way, by Service: what the watch
+	// reads meanwhile proves nothing.
+	inflight map[registry.ServiceKey]int
+	lost     map[registry.ServiceKey]bool
+	// delivered is what the watch last delivered of the own records.
+	delivered map[registry.ServiceKey]*serviceRecords
+}
+
+func newOwnWatch() ownWatch {
+	return ownWatch{
+		written:   map[registry.ServiceKey]*serviceRecords{},
+		inflight:  map[registry.ServiceKey]int{},
+		lost:      map[registry.ServiceKey]bool{},
+		delivered: map[registry.ServiceKey]*serviceRecords{},
+	}
+}
+
+// begin records a write of key under way, and reports whether key's records
+// were lost (and must all be written again).
+func (o *ownWatch) begin(key registry.ServiceKey) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.inflight[key]++
+	return o.lost[key]
+}
+
+// end records the end of a write of key; on success, desired is what the
+// cluster now has in Cloud Map.
+func (o *ownWatch) end(id registry.Identity, key registry.ServiceKey, desired map[string]instance, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.inflight[key]--; o.inflight[key] <= 0 {
+		delete(o.inflight, key)
+	}
+	if !ok {
+		return
+	}
+	delete(o.lost, key)
+	recs := decodeService(id.ClusterSet, key, slices.Collect(maps.Values(desired)))[id.Cluster]
+	if recs == nil {
+		delete(o.written, key)
+		return
+	}
+	o.written[key] = recs
+}
+
+// check takes in what u delivers of the own cluster's records, and returns
+// the Services whose records, as delivered, newly differ from what was
+// written. A Service whose records are delivered as written again is no
+// longer lost (a read from before a write of the backend's own).
+func (o *ownWatch) check(cluster string, u registry.Update) []registry.ServiceKey {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	touched := map[registry.ServiceKey]bool{}
+	if u.Full {
+		o.delivered = map[registry.ServiceKey]*serviceRecords{}
+		for key := range o.written {
+			touched[key] = true
+		}
+	}
+	get := func(key registry.ServiceKey) *serviceRecords {
+		touched[key] = true
+		if o.delivered[key] == nil {
+			o.delivered[key] = &serviceRecords{}
+		}
+		return o.delivered[key]
+	}
+	for _, e := range u.Exports {
+		if e.Cluster == cluster {
+			get(e.Service).Export = &e
+		}
+	}
+	for _, e := range u.Endpoints {
+		if e.Cluster == cluster {
+			get(e.Service).Endpoints = &e
+		}
+	}
+	for _, id := range u.DeletedExports {
+		if id.Cluster == cluster {
+			get(id.Service).Export = nil
+		}
+	}
+	for _, id := range u.DeletedEndpoints {
+		if id.Cluster == cluster {
+			get(id.Service).Endpoints = nil
+		}
+	}
+	var lost []registry.ServiceKey
+	for key := range touched {
+		w := o.written[key]
+		if w == nil || o.inflight[key] > 0 {
+			continue
+		}
+		if sameRecords(w, o.delivered[key]) {
+			delete(o.lost, key)
+			continue
+		}
+		if !o.lost[key] {
+			o.lost[key] = true
+			lost = append(lost, key)
+		}
+	}
+	return lost
+}
+
+// sameRecords reports whether a watcher reads the same export spec and
+// endpoint groups from a as from b (nil: none).
+func sameRecords(a, b *serviceRecords) bool {
+	if b == nil {
+		b = &serviceRecords{}
+	}
+	if (a.Export == nil) != (b.Export == nil) || (a.Endpoints == nil) != (b.Endpoints == nil) {
+		return false
+	}
+	if a.Export != nil && !reflect.DeepEqual(a.Export.Spec, b.Export.Spec) {
+		return false
+	}
+	return a.Endpoints == nil || reflect.DeepEqual(a.Endpoints.Groups, b.Endpoints.Groups)
+}
+
+// guard passes a Watch's calls on to h, checking first what they carry of
+// the own cluster's records.
+type guard struct {
+	h registry.Handler
+	b *Backend
+}
+
+func (g *guard) OnUpdate(u registry.Update) {
+	for _, key := range g.b.ownWatch.check(g.b.opts.Identity.Cluster, u) {
+		g.b.log.Info("own records deleted or changed by someone else; the next put writes them again", "service", key.String())
+	}
+	g.h.OnUpdate(u)
+}
+
+func (g *guard) OnConnection(connected bool, err error) { g.h.OnConnection(connected, err) }

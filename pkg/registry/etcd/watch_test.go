@@ -1,0 +1,86 @@
+package etcd
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+func newTestWatch() *watch {
+	return &watch{
+		c:       &conn{keys: newKeys("/p", "set"), opts: Options{Identity: registry.Identity{ClusterSet: "set"}}},
+		log:     logr.Discard(),
+		members: map[string]member{}, records: map[string]*record{}, byCluster: map[string]map[string]bool{},
+	}
+}
+
+// summary lists what u delivers: "+export/c" for a put, "-export/c" for a
+// deletion, "!export/c:reason" for a refusal, in order.
+func summary(u registry.Update) string {
+	var out []string
+	for _, e := range u.Exports {
+		out = append(out, "+export/"+e.Cluster+":"+string(e.Spec.Type))
+	}
+	for _, e := range u.Endpoints {
+		out = append(out, "+endpoints/"+e.Cluster)
+	}
+	for _, id := range u.DeletedExports {
+		out = append(out, "-export/"+id.Cluster)
+	}
+	for _, id := range u.DeletedEndpoints {
+		out = append(out, "-endpoints/"+id.Cluster)
+	}
+	for _, r := range u.Rejected {
+		out = append(out, "!"+string(r.Kind)+"/"+r.Record.Cluster+":"+string(r.Reason))
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
+}
+
+// TestWatchMembership: the membership rules of the watch, event by event.
+func TestWatchMembership(t *testing.T) {
+	headless, _ := json.Marshal(exportValue{Spec: registry.ServiceSpec{Type: registry.Headless}})
+	setIP, _ := json.Marshal(exportValue{Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}})
+	root := "/p/set/clusters/"
+	ev := func(key string, value []byte, lease int64) *clientv3.Event {
+		return &clientv3.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(root + key), Value: value, Lease: lease, CreateRevision: 1}}
+	}
+	del := func(key string) *clientv3.Event {
+		return &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(root + key)}}
+	}
+	steps := []struct {
+		name   string
+		events []*clientv3.Event
+		want   string
+	}{
+		{"records before their cluster is alive", []*clientv3.Event{ev("a/exports/ns/web", setIP, 1)}, "!export/a:notMember"},
+		{"alive on the records' lease delivers them", []*clientv3.Event{ev("a/alive", []byte(`{}`), 1)}, "+export/a:ClusterSetIP"},
+		{"alive again on the same lease changes nothing", []*clientv3.Event{ev("a/alive", []byte(`{"ttlSeconds":5}`), 1)}, ""},
+		{"alive moves lease while a record changes: the change is delivered", []*clientv3.Event{
+			ev("a/alive", []byte(`{}`), 2), ev("a/exports/ns/web", headless, 2),
+		}, "+export/a:Headless"},
+		{"a record still on the previous lease counts", []*clientv3.Event{ev("a/endpoints/ns/web", []byte(`{}`), 1)}, "+endpoints/a"},
+		{"a record on another lease does not", []*clientv3.Event{ev("a/endpoints/ns/web", []byte(`{}`), 9)}, "!endpoints/a:notMember"},
+		{"a record on no lease does not", []*clientv3.Event{ev("a/endpoints/ns/web", []byte(`{}`), 0)}, "!endpoints/a:notMember"},
+		{"back on the lease", []*clientv3.Event{ev("a/endpoints/ns/web", []byte(`{}`), 2)}, "+endpoints/a"},
+		{"unreadable", []*clientv3.Event{ev("a/endpoints/ns/web", []byte(`{`), 2)}, "!endpoints/a:unreadable"},
+		{"mended", []*clientv3.Event{ev("a/endpoints/ns/web", []byte(`{}`), 2)}, "+endpoints/a"},
+		{"alive deleted: the records stop counting", []*clientv3.Event{del("a/alive")}, "!endpoints/a:notMember !export/a:notMember"},
+		{"alive back without a lease: still not a member", []*clientv3.Event{ev("a/alive", []byte(`{}`), 0)}, ""},
+		{"alive back on the lease", []*clientv3.Event{ev("a/alive", []byte(`{}`), 2)}, "+endpoints/a +export/a:Headless"},
+		{"records deleted", []*clientv3.Event{del("a/exports/ns/web"), del("a/endpoints/ns/web")}, "-endpoints/a -export/a"},
+	}
+	w := newTestWatch()
+	for _, s := range steps {
+		if got := summary(w.changes(s.events)); got != s.want {
+			t.Errorf("%s: delivered %q, want %q", s.name, got, s.want)
+		}
+	}
+}
