@@ -16,6 +16,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
 )
 
 var (
@@ -224,29 +225,8 @@ func TestInstanceIDs(t *testing.T) {
 // awsControllerInstance is an instance as the AWS Cloud Map MCS controller
 // registers it.
 func awsControllerInstance(cluster, clusterSet, ip string, port int, ready bool, created string) instance {
-	id := "tcp-" + strings.NewReplacer(".", "_", ":", "_").Replace(ip) + "-" + itoa(port)
-	ipAttr := attrIPv4
-	if strings.Contains(ip, ":") {
-		ipAttr = attrIPv6
-	}
-	return instance{ID: id, Attrs: map[string]string{
-		ipAttr:                ip,
-		attrPort:              itoa(port),
-		attrEndpointPortName:  "http",
-		attrEndpointProtocol:  "TCP",
-		attrServicePortName:   "http",
-		attrServicePort:       "80",
-		attrServiceTargetPort: itoa(port),
-		attrServiceProtocol:   "TCP",
-		attrServiceType:       "ClusterSetIP",
-		attrClusterID:         cluster,
-		attrClusterSetID:      clusterSet,
-		attrCreation:          created,
-		attrReady:             map[bool]string{true: "true", false: "false"}[ready],
-		attrHostname:          "",
-		attrNodeName:          "ip-10-10-77-143.ap-southeast-2.compute.internal",
-		attrController:        "aws-cloud-map-mcs-controller-for-k8s d07e680 (d07e680)",
-	}}
+	id, attrs := mototest.AWSControllerInstance(cluster, clusterSet, ip, port, ready, created)
+	return instance{ID: id, Attrs: attrs}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -20,10 +20,13 @@ const (
 	PhaseRestart   = "restart"
 	PhaseBurst     = "burst"
 	PhaseFloor     = "floor"
+	// PhaseInterop (Cloud Map only): an AWS-controller-shaped writer's
+	// exports and endpoint changes, timed into every mcsd cluster.
+	PhaseInterop = "interop"
 )
 
 // AllPhases lists every phase in run order.
-var AllPhases = []string{PhaseColdStart, PhaseExport, PhaseChurn, PhaseDNS, PhaseSteady, PhaseRestart, PhaseBurst, PhaseFloor}
+var AllPhases = []string{PhaseColdStart, PhaseExport, PhaseChurn, PhaseInterop, PhaseDNS, PhaseSteady, PhaseRestart, PhaseBurst, PhaseFloor}
 
 // Registry backends.
 const (
@@ -49,7 +52,11 @@ type Options struct {
 	// 6 API writes in every cluster, and the rate stays well below what the
 	// testbed sustains, so that the phase times propagation, not a queue.
 	ExportSamples int
-	ExportRate    float64
+	// InteropSamples is how many Services the interop phase's
+	// AWS-controller-shaped writer exports, with two endpoints each.
+	// Default 15.
+	InteropSamples int
+	ExportRate     float64
 	// Churn is the rate of endpoint readiness changes in the churn phase,
 	// for ChurnFor. Default 5/s for 30s.
 	Churn    float64
@@ -65,7 +72,7 @@ type Options struct {
 	// (those below Services) and Services.
 	Bursts []int
 	// Phases to run, a subset of AllPhases (run in that order). Default all
-	// (etcd); export, churn, steady (cloudmap).
+	// but interop (etcd); export, churn, interop, steady, burst (cloudmap).
 	Phases []string
 	// ControllerQPS and ControllerBurst are each controller's client rate
 	// limit towards its API server. Default 1000 and 2000, so that the
@@ -109,6 +116,7 @@ func (o *Options) Default() {
 	def(&o.Services, 1000)
 	def(&o.Endpoints, 10)
 	def(&o.ExportSamples, 100)
+	def(&o.InteropSamples, 15)
 	def(&o.DNSSamples, 30)
 	def(&o.ControllerBurst, 2000)
 	def(&o.Workers, 16)
@@ -140,9 +148,9 @@ func (o *Options) Default() {
 		o.Bursts = append(o.Bursts, o.Services)
 	}
 	if len(o.Phases) == 0 {
-		o.Phases = AllPhases
+		o.Phases = slices.DeleteFunc(slices.Clone(AllPhases), func(p string) bool { return p == PhaseInterop })
 		if o.Registry == RegistryCloudMap {
-			o.Phases = []string{PhaseExport, PhaseChurn, PhaseSteady, PhaseBurst}
+			o.Phases = []string{PhaseExport, PhaseChurn, PhaseInterop, PhaseSteady, PhaseBurst}
 		}
 	}
 	// Services only a phase that does not run would export are not made.
@@ -187,7 +195,7 @@ func (o *Options) Validate() error {
 	if o.Endpoints < 1 || o.Endpoints > 1000 {
 		errs = append(errs, fmt.Errorf("endpoints %d: want 1 to 1000", o.Endpoints))
 	}
-	if o.ExportSamples < 0 || o.DNSSamples < 0 {
+	if o.ExportSamples < 0 || o.DNSSamples < 0 || o.InteropSamples < 0 {
 		errs = append(errs, errors.New("sample counts must not be negative"))
 	}
 	if o.ExportRate <= 0 || o.Churn <= 0 {
@@ -202,6 +210,9 @@ func (o *Options) Validate() error {
 		if !slices.Contains(AllPhases, p) {
 			errs = append(errs, fmt.Errorf("phase %q: want one of %s", p, strings.Join(AllPhases, ", ")))
 		}
+	}
+	if o.has(PhaseInterop) && o.Registry != RegistryCloudMap {
+		errs = append(errs, fmt.Errorf("phase %s: Cloud Map only", PhaseInterop))
 	}
 	if o.Out == "" {
 		errs = append(errs, errors.New("the results folder (Out) is required"))

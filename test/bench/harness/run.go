@@ -187,6 +187,7 @@ func (r *run) run(ctx context.Context) error {
 		{PhaseColdStart, start},
 		{PhaseExport, r.exportPhase},
 		{PhaseChurn, r.churnPhase},
+		{PhaseInterop, r.interopPhase},
 		{PhaseDNS, r.dnsPhase},
 		{PhaseSteady, r.steadyPhase},
 		{PhaseRestart, r.restartPhase},

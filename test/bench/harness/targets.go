@@ -124,6 +124,12 @@ func cloudMapFigures(r *report.Results) []report.TargetCheck {
 		d := ph.Latency["endpoints"]
 		add("endpoint change → other clusters, p50 / p99", report.MS(d.P50)+" / "+report.MS(d.P99))
 	}
+	if ph := r.PhaseByName(PhaseInterop); ph != nil {
+		for _, what := range []string{"AWS-controller export → import", "AWS-controller endpoint change → import"} {
+			d := ph.Latency[what]
+			add(what+" in every mcsd cluster, p50 / p99", report.MS(d.P50)+" / "+report.MS(d.P99))
+		}
+	}
 	if ph := r.PhaseByName(PhaseChurn); ph != nil && ph.Changes > 0 {
 		var total float64
 		for k, v := range ph.RegistryServer {

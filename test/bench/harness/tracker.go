@@ -110,6 +110,8 @@ type tracker struct {
 	all     []*expectation                     // every one, in order
 	state   map[string]map[string]*importState // cluster -> service
 	pending map[string]int                     // service -> clusters not done
+	// addrs are the waits for a ready endpoint address, by service.
+	addrs map[string][]*addrWait
 	// changed is closed, and replaced, whenever a Service converges.
 	changed chan struct{}
 }
@@ -120,6 +122,7 @@ func newTracker(clusters []string) *tracker {
 		want:     map[string]*expectation{},
 		state:    map[string]map[string]*importState{},
 		pending:  map[string]int{},
+		addrs:    map[string][]*addrWait{},
 		changed:  make(chan struct{}),
 	}
 	for _, c := range clusters {
@@ -220,6 +223,9 @@ func (t *tracker) onSlice(cluster string, s *discoveryv1.EndpointSlice, deleted 
 	switch l[discoveryv1.LabelManagedBy] {
 	case wellknown.ManagedBy:
 		svc := l[mcsv1beta1.LabelServiceName]
+		if !deleted {
+			t.seeAddresses(cluster, svc, s, now)
+		}
 		st := t.stateOf(cluster, svc)
 		if deleted {
 			delete(st.slices, s.Name)
@@ -264,6 +270,50 @@ func (t *tracker) onExport(cluster string, se *mcsv1beta1.ServiceExport, deleted
 		e.startOn == startUnexport && (deleted || se.DeletionTimestamp != nil):
 		e.start = now
 	}
+}
+
+// addrWait is a wait for a ready endpoint address of a Service to appear
+// in the imports of every cluster.
+type addrWait struct {
+	addr string
+	// done is when each cluster's watches first saw it.
+	done map[string]time.Time
+	// all is closed once every cluster has.
+	all chan struct{}
+}
+
+// awaitAddress starts a wait for a ready endpoint addr in the imports of
+// svc in every cluster.
+func (t *tracker) awaitAddress(svc, addr string) *addrWait {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := &addrWait{addr: addr, done: map[string]time.Time{}, all: make(chan struct{})}
+	t.addrs[svc] = append(t.addrs[svc], w)
+	return w
+}
+
+// seeAddresses completes the waits of svc that the imported slice s of
+// cluster satisfies. t.mu is held.
+func (t *tracker) seeAddresses(cluster, svc string, s *discoveryv1.EndpointSlice, now time.Time) {
+	waits := t.addrs[svc]
+	if len(waits) == 0 {
+		return
+	}
+	for _, ep := range s.Endpoints {
+		if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+			continue
+		}
+		for _, w := range waits {
+			if _, ok := w.done[cluster]; ok || !slices.Contains(ep.Addresses, w.addr) {
+				continue
+			}
+			w.done[cluster] = now
+			if len(w.done) == len(t.clusters) {
+				close(w.all)
+			}
+		}
+	}
+	t.addrs[svc] = slices.DeleteFunc(waits, func(w *addrWait) bool { return len(w.done) == len(t.clusters) })
 }
 
 func countEndpoints(s *discoveryv1.EndpointSlice) (total, ready int) {
