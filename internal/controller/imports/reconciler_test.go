@@ -908,7 +908,7 @@ func TestNewImportWrittenWhole(t *testing.T) {
 	want := append([]string{
 		"create *v1.Service " + derived,
 		"create *v1beta1.ServiceImport web",
-		"update *v1.Service " + derived,
+		"patch *v1.Service " + derived,
 		"patch/status *v1beta1.ServiceImport web",
 	}, sliceNames...)
 	slices.Sort(want)
