@@ -341,7 +341,12 @@ func (r *Reconciler) withdrawn(key registry.ServiceKey) bool {
 		return false
 	}
 	export, endpoints := r.published(key)
-	return export == nil && endpoints == nil
+	if export != nil || endpoints != nil {
+		return false
+	}
+	// Records the View refused (written under older rules, say) are still
+	// in the registry: they are withdrawn too.
+	return !slices.ContainsFunc(r.View.Rejected(key), func(rj registry.Rejection) bool { return rj.Record.Cluster == r.ClusterID })
 }
 
 // registryFailed sets Ready=False Failed, records a Warning event and returns

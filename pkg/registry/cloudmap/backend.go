@@ -280,6 +280,14 @@ func (b *Backend) start(ctx context.Context) error {
 		o := found[key]
 		if alive {
 			b.own[key] = o
+			found := map[string]instance{}
+			for id, attrs := range o.stored {
+				found[id] = instance{ID: id, Attrs: attrs}
+			}
+			if o.record != nil {
+				found[recordID(b.enc.prefix, key)] = instance{ID: recordID(b.enc.prefix, key), Attrs: o.record}
+			}
+			b.ownWatch.seed(b.opts.Identity, key, found)
 			if _, legacy := o.stored[serviceRecordID(b.enc.prefix)]; legacy {
 				// Written by an mcsd that kept its service records beside
 				// the endpoints: move the record to the records service.

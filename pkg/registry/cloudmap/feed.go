@@ -57,13 +57,24 @@ func (w *watcher) primeFeed(ctx context.Context) error {
 func (w *watcher) pollFeed(ctx context.Context) error {
 	b := w.b
 	start := b.now()
+	// The latest operation known before this listing: every operation up
+	// to it is listed now, so the next window may start there. The latest
+	// known at the next poll may be later than what this one lists (the
+	// backend's own writes meanwhile), so it is taken now.
+	latest := b.latestOperation()
 	// Until an operation's UpdateDate tells Cloud Map's time, the local
 	// clock may be ahead of it by up to feedSkew.
 	from := w.feedFrom.Add(-feedSkew)
-	if latest := b.latestOperation(); !latest.IsZero() {
-		from = latest
+	if !w.feedLatest.IsZero() {
+		from = w.feedLatest
 	}
-	ids, err := w.listOperations(ctx, from.Add(-b.opts.FeedOverlap), start.Add(feedSkew))
+	// A local clock behind Cloud Map's: the window reaches past the latest
+	// operation known.
+	to := start
+	if latest.After(to) {
+		to = latest
+	}
+	ids, err := w.listOperations(ctx, from.Add(-b.opts.FeedOverlap), to.Add(feedSkew))
 	if err != nil {
 		return err
 	}
@@ -147,6 +158,7 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 		}
 	}
 	w.feedFrom = start
+	w.feedLatest = latest
 	return nil
 }
 

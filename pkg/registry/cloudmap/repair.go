@@ -58,7 +58,21 @@ func (o *ownWatch) end(id registry.Identity, key registry.ServiceKey, desired ma
 		return
 	}
 	delete(o.lost, key)
-	recs := decodeService(id.ClusterSet, key, slices.Collect(maps.Values(desired)))[id.Cluster]
+	o.setWritten(id, key, desired)
+}
+
+// seed records what a backend that takes over found of the cluster's
+// records of key at start, as written: a later deletion of them is noticed
+// even before the backend writes them itself.
+func (o *ownWatch) seed(id registry.Identity, key registry.ServiceKey, found map[string]instance) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.setWritten(id, key, found)
+}
+
+// setWritten records insts as key's instances as written. o.mu is held.
+func (o *ownWatch) setWritten(id registry.Identity, key registry.ServiceKey, insts map[string]instance) {
+	recs := decodeService(id.ClusterSet, key, slices.Collect(maps.Values(insts)))[id.Cluster]
 	if recs == nil {
 		delete(o.written, key)
 		return
@@ -148,7 +162,15 @@ type guard struct {
 }
 
 func (g *guard) OnUpdate(u registry.Update) {
-	for _, key := range g.b.ownWatch.check(g.b.opts.Identity.Cluster, u) {
+	own := g.b.opts.Identity.Cluster
+	if slices.Contains(u.DeletedClusters, own) || (u.Full && !slices.ContainsFunc(u.Clusters, func(c registry.Cluster) bool { return c.ID == own })) {
+		// The watch does not see this cluster alive (its own heartbeat is
+		// late to it): its records are not delivered, which says nothing
+		// of whether they are still there.
+		g.h.OnUpdate(u)
+		return
+	}
+	for _, key := range g.b.ownWatch.check(own, u) {
 		g.b.log.Info("own records deleted or changed by someone else; the next put writes them again", "service", key.String())
 	}
 	g.h.OnUpdate(u)

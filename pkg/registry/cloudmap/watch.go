@@ -89,9 +89,12 @@ type watcher struct {
 
 	// ops are the operations the change feed listed in its last window,
 	// by id; feedFrom is when its next window starts on the local clock,
-	// zero before the feed is primed.
-	ops      map[string]*feedOp
-	feedFrom time.Time
+	// zero before the feed is primed; feedLatest, once Cloud Map's time is
+	// known, where it starts on Cloud Map's clock: the latest operation
+	// known when the last successful poll listed.
+	ops        map[string]*feedOp
+	feedFrom   time.Time
+	feedLatest time.Time
 	// sweptAt is when the last sweep started, zero before the first.
 	sweptAt time.Time
 	// delivered is what the handler has; nil before the full Update.

@@ -408,7 +408,7 @@ func (b *Backend) putLocked(ctx context.Context, key, value string) error {
 	if v, ok := b.stored[key]; ok && v == value && !b.own.isLost(key) {
 		return nil
 	}
-	b.own.writing(key, value)
+	prev, had := b.own.writing(key, value)
 	var resp *clientv3.PutResponse
 	put := func(ctx context.Context) error {
 		var err error
@@ -419,11 +419,16 @@ func (b *Backend) putLocked(ctx context.Context, key, value string) error {
 	if isLeaseNotFound(err) {
 		// The lease expired under us: repair it, then write.
 		if err := b.renewLeaseLocked(ctx); err != nil {
+			b.own.restore(key, prev, had)
 			return err
 		}
 		err = b.eachMember(ctx, put)
 	}
 	if err != nil {
+		// What the watch compares with stays what was last written (a
+		// deletion of it is still noticed); had the put landed after
+		// all, the watch sees a change, and the next put writes it again.
+		b.own.restore(key, prev, had)
 		return b.permissionHint(err)
 	}
 	b.stored[key] = value
@@ -433,12 +438,24 @@ func (b *Backend) putLocked(ctx context.Context, key, value string) error {
 
 // writing records that value is being written to key: the watch may see
 // it before the write returns.
-func (o *ownRecords) writing(key, value string) {
+func (o *ownRecords) writing(key, value string) (ownRecord, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	r := o.recs[key]
+	r, had := o.recs[key]
 	if r.value != value {
 		o.recs[key] = ownRecord{value: value, lost: r.lost}
+	}
+	return r, had
+}
+
+// restore puts back what writing replaced, after a failed write.
+func (o *ownRecords) restore(key string, prev ownRecord, had bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if had {
+		o.recs[key] = prev
+	} else {
+		delete(o.recs, key)
 	}
 }
 
