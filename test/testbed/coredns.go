@@ -110,7 +110,7 @@ func (c *Cluster) StartCoreDNSWith(ctx context.Context, opts CoreDNSOptions) (*C
 var errCoreDNSExited = errors.New("CoreDNS exited")
 
 func (c *Cluster) startCoreDNS(ctx context.Context, opts CoreDNSOptions) (*CoreDNS, error) {
-	ports, err := freePorts(2)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return nil, err
 	}

@@ -326,7 +326,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		}
 	} else {
 		cfgPath := filepath.Join(c.tb.dir, c.ID+"-kwokctl.yaml")
-		ports, err := freePorts(6)
+		ports, err := FreePorts(6)
 		if err != nil {
 			return err
 		}
@@ -533,8 +533,8 @@ func processAlive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago.
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {

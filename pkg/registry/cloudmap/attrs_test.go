@@ -5,7 +5,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -228,8 +227,6 @@ func awsControllerInstance(cluster, clusterSet, ip string, port int, ready bool,
 	id, attrs := mototest.AWSControllerInstance(cluster, clusterSet, ip, port, ready, created)
 	return instance{ID: id, Attrs: attrs}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 func TestDecodeAWSControllerInstances(t *testing.T) {
 	insts := []instance{

@@ -3,7 +3,6 @@ package etcd_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
-	"github.com/mcsd-io/mcsd/test/testbed"
 	"github.com/mcsd-io/mcsd/test/testbed/etcdcluster"
 )
 
@@ -25,15 +23,7 @@ func TestThreeMembers(t *testing.T) {
 		t.Skip("needs the testbed's etcd binary")
 	}
 	ctx := context.Background()
-	bins, err := testbed.EnsureBinaries(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := etcdcluster.Start(ctx, etcdcluster.Config{Binary: bins.Etcd, Dir: filepath.Join(t.TempDir(), "etcd")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := etcdcluster.StartT(t)
 	endpoints := func(o *etcd.Options) { o.Endpoints = c.ClientURLs() }
 
 	t.Run("conformance", func(t *testing.T) {

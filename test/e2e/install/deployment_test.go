@@ -81,7 +81,7 @@ func deploymentAsRendered(t *testing.T, release string, password bool) {
 		secrets["mcsd-registry-etcd"] = map[string][]byte{"ca.crt": pki.caPEM}
 		secrets["mcsd-registry-etcd-auth"] = map[string][]byte{"username": []byte(user), "password": []byte(pass)}
 	} else {
-		etcdURL = startTLSEtcd(t, filepath.Join(root, "etcd"), pki)
+		etcdURL = startTLSEtcd(t, filepath.Join(root, "etcd"), pki, true)
 		secrets["mcsd-registry-etcd"] = map[string][]byte{"ca.crt": pki.caPEM, "tls.crt": pki.clientCertPEM, "tls.key": pki.clientKeyPEM}
 	}
 	health, metrics := freePort(t), freePort(t)
@@ -466,31 +466,17 @@ func certificate(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.
 // client URL and the user's name and password.
 func startPasswordEtcd(t *testing.T, dir string, p *pki) (string, string, string) {
 	t.Helper()
-	srv, err := embedded.Start(t.Context(), embedded.Config{
-		DataDir:         dir,
-		ListenClientURL: "https://127.0.0.1:0",
-		ListenPeerURL:   "http://127.0.0.1:0",
-		CertFile:        p.serverCertFile,
-		KeyFile:         p.serverKeyFile,
-		UnsafeNoFsync:   true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	url := startTLSEtcd(t, dir, p, false)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(p.caPEM)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL()}, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	users, err := etcdregistry.SetupAuth(ctx, cli, etcdregistry.AuthOptions{
 		ClusterSet: env.TB.ClusterSetID(), Clusters: []string{"c1"}, Passwords: true, EnableAuth: true, RootPassword: "root-secret",
 	})
@@ -499,26 +485,30 @@ func startPasswordEtcd(t *testing.T, dir string, p *pki) (string, string, string
 	}
 	for _, u := range users {
 		if u.Cluster == "c1" {
-			return srv.ClientURL(), u.Name, u.Password
+			return url, u.Name, u.Password
 		}
 	}
 	t.Fatalf("SetupAuth made no user for c1: %+v", users)
 	return "", "", ""
 }
 
-// startTLSEtcd starts an embedded etcd that serves https and requires
-// client certificates signed by the CA; it returns its client URL.
-func startTLSEtcd(t *testing.T, dir string, p *pki) string {
+// startTLSEtcd starts an embedded etcd that serves https, and with
+// clientCerts requires client certificates signed by the CA; it returns its
+// client URL.
+func startTLSEtcd(t *testing.T, dir string, p *pki, clientCerts bool) string {
 	t.Helper()
-	srv, err := embedded.Start(t.Context(), embedded.Config{
+	cfg := embedded.Config{
 		DataDir:         dir,
 		ListenClientURL: "https://127.0.0.1:0",
 		ListenPeerURL:   "http://127.0.0.1:0",
 		CertFile:        p.serverCertFile,
 		KeyFile:         p.serverKeyFile,
-		TrustedCAFile:   p.caFile,
 		UnsafeNoFsync:   true,
-	})
+	}
+	if clientCerts {
+		cfg.TrustedCAFile = p.caFile
+	}
+	srv, err := embedded.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,17 +14,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
 // Config configures a Cluster.
@@ -77,7 +79,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	for i := range cfg.Members {
 		// The proxy listens from now on; the member's own ports are free
 		// until it binds them, a moment later.
-		ports, err := freePorts(2)
+		ports, err := testbed.FreePorts(2)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -418,22 +420,19 @@ func (c *Cluster) Close() {
 	}
 }
 
-// freePorts returns n distinct free TCP ports on the loopback interface.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+// StartT starts a cluster of the testbed's etcd binary (built if need be)
+// in a temporary directory for a test, closed when the test ends.
+func StartT(t testing.TB) *Cluster {
+	t.Helper()
+	ctx := context.Background()
+	bins, err := testbed.EnsureBinaries(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ports, nil
+	c, err := Start(ctx, Config{Binary: bins.Etcd, Dir: filepath.Join(t.TempDir(), "etcd")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
 }

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
 // TestFaults: the cluster elects a new leader when its leader is killed,
@@ -18,15 +16,7 @@ func TestFaults(t *testing.T) {
 		t.Skip("needs the testbed's etcd binary")
 	}
 	ctx := context.Background()
-	bins, err := testbed.EnsureBinaries(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Start(ctx, Config{Binary: bins.Etcd, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := StartT(t)
 	cli, err := c.client(c.ClientURLs())
 	if err != nil {
 		t.Fatal(err)
