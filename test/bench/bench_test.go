@@ -40,6 +40,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range harness.AllPhases {
+		if name == harness.PhaseInterop {
+			continue // Cloud Map only: TestCloudMapSmoke
+		}
 		if name == harness.PhaseBurst {
 			name = "burst-5"
 		}
@@ -92,6 +95,40 @@ func TestSmoke(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(out, p)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: missing or empty (%v)", p, err)
 		}
+	}
+}
+
+// TestCloudMapSmoke runs the Cloud Map benchmark's export and interop
+// phases at a tiny size (2 clusters × 3 services, 2 Services of the
+// AWS-controller-shaped writer): the interop phase times both of its
+// changes into both clusters.
+func TestCloudMapSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a testbed and moto")
+	}
+	out := t.TempDir()
+	_, err := harness.Run(t.Context(), harness.Options{
+		Registry: harness.RegistryCloudMap, Clusters: 2, Services: 3, Endpoints: 2, ExportSamples: 2, InteropSamples: 2,
+		Phases: []string{harness.PhaseExport, harness.PhaseInterop}, Timeout: 2 * time.Minute, Out: out, Log: testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := report.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := res.PhaseByName(harness.PhaseInterop)
+	if ph == nil {
+		t.Fatal("results have no interop phase")
+	}
+	for what, d := range ph.Latency {
+		if d.N != 4 {
+			t.Errorf("%s: %d samples, want 4 (2 Services × 2 clusters)", what, d.N)
+		}
+	}
+	if len(ph.Latency) != 2 {
+		t.Errorf("interop latencies %v, want the export and the endpoint change", ph.Latency)
 	}
 }
 

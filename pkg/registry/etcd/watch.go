@@ -97,11 +97,18 @@ type record struct {
 
 // run reads everything, follows changes, and starts again after any
 // failure, until ctx is done.
+//
+// A registry that was connected is reported lost only when the read after a
+// failure fails too: a leader election leaves etcd unreadable for a second
+// or two, and a report makes every importer write a status condition, then
+// write it again to clear it.
 func (w *watch) run(ctx context.Context) {
 	delay := retryMin
+	failures := 0
 	for ctx.Err() == nil {
 		rev, err := w.sync(ctx)
 		if err == nil {
+			failures = 0
 			w.setConnected(true, nil)
 			started := time.Now()
 			err = w.follow(ctx, rev)
@@ -114,8 +121,10 @@ func (w *watch) run(ctx context.Context) {
 		}
 		if errors.Is(err, errResync) {
 			w.log.Info("watch ended, reading all records again", "reason", err.Error())
-		} else {
+		} else if failures++; failures >= 2 || w.connected == nil || !*w.connected {
 			w.setConnected(false, err)
+		} else {
+			w.log.Info("registry read failed, trying again before reporting it unreachable", "reason", err.Error())
 		}
 		if !sleep(ctx, delay) {
 			return

@@ -21,7 +21,8 @@ func TestMain(m *testing.M) {
 		// can be killed and cut off (etcd_test.go).
 		RegistryMembers: 3,
 		// The backend's defaults (5s, 10s) suit its 30s default TTL; scaled
-		// to a 5s TTL, a registry outage is noticed within about 3s.
+		// to a 5s TTL, a registry outage is reported after about 5s (a
+		// failed read is tried again before the report).
 		RegistryHealthInterval: time.Second,
 		RegistryRequestTimeout: 2 * time.Second,
 	}, func(_ context.Context, e *framework.Env) error {
