@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
@@ -150,13 +151,23 @@ func (s *etcdScenario) converge(t *testing.T, fault string, repaired time.Time, 
 		d := diffWrites(s.writes[id], after[id])
 		writes = append(writes, fmt.Sprintf("%s %v", id, d))
 		// The scale-up is one EndpointSlice update in each cluster; the
-		// fault itself costs no write (no RegistryReachable flapping, no
-		// failed registry write on the ServiceExport).
+		// fault itself costs no write but, should etcd stay unreadable
+		// longer than a retried read (a slow election), one
+		// RegistryReachable report and its clearing on each import: never
+		// a flapping condition, nor a failed registry write on the
+		// ServiceExport.
 		got := churn(d)
 		n := got["endpointslices"]
 		delete(got, "endpointslices")
-		if len(got) > 0 || n < 1 || n > 2 {
-			t.Errorf("%s: %s's controller wrote %v, want 1 or 2 EndpointSlice updates and nothing else", fault, id, churn(d))
+		status := got["serviceimports/status"]
+		delete(got, "serviceimports/status")
+		var sis mcsv1beta1.ServiceImportList
+		if err := clientOf(t, id).List(context.Background(), &sis); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) > 0 || n < 1 || n > 2 || status%2 != 0 || status > 2*len(sis.Items) {
+			t.Errorf("%s: %s's controller wrote %v, want 1 or 2 EndpointSlice updates, at most one report and clearing of each of its %d imports' status, and nothing else",
+				fault, id, churn(d), len(sis.Items))
 		}
 	}
 	t.Logf("%s: a scale-up in c1 reached every cluster in %s during the fault; converged %s after the repair; writes from the start: %s",
