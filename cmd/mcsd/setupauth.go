@@ -38,8 +38,9 @@ missing and turns etcd auth on.
 
 Users authenticate with a client certificate whose common name is the user
 (etcd --client-cert-auth; recommended), or, with --passwords, with the random
-password printed for each user created (mcsd --registry-username, and the
-password in MCSD_REGISTRY_PASSWORD).
+password printed for each user created (for mcsd: the user in
+MCSD_REGISTRY_USERNAME or --registry-username, the password in
+MCSD_REGISTRY_PASSWORD).
 
 It can run again, e.g. to add a cluster: what exists is kept and no password
 changes. Once auth is on, connect as root (--registry-cert with CN root, or

@@ -104,7 +104,7 @@ func TestSmoke(t *testing.T) {
 // changes into both clusters.
 func TestCloudMapSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a testbed and moto")
+		t.Skip("-short (make test-unit) runs nothing that needs the testbed's binaries or moto; make test, which CI runs, runs this")
 	}
 	out := t.TempDir()
 	_, err := harness.Run(t.Context(), harness.Options{

@@ -810,30 +810,37 @@ func boolRank(v bool) int {
 // parallel runs do for 0..n-1 with at most Concurrency at once, calls ok
 // (serially) for each that succeeded, and returns the errors.
 func (b *Backend) parallel(ctx context.Context, n int, do func(context.Context, int) error, ok func(int)) error {
-	type result struct {
-		i   int
-		err error
-	}
-	results := make(chan result)
-	sem := make(chan struct{}, b.opts.Concurrency)
-	go func() {
-		for i := range n {
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem }()
-				results <- result{i: i, err: do(ctx, i)}
-			}()
+	var mu sync.Mutex
+	return b.each(ctx, n, func(ctx context.Context, i int) error {
+		if err := do(ctx, i); err != nil {
+			return err
 		}
-	}()
+		mu.Lock()
+		defer mu.Unlock()
+		ok(i)
+		return nil
+	})
+}
+
+// each runs do for 0 to n-1, Concurrency at a time, and returns their
+// errors joined.
+func (r *reader) each(ctx context.Context, n int, do func(context.Context, int) error) error {
+	var mu sync.Mutex
 	var errs []error
-	for range n {
-		r := <-results
-		if r.err != nil {
-			errs = append(errs, r.err)
-			continue
-		}
-		ok(r.i)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, r.opts.Concurrency)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := do(ctx, i); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -196,33 +196,26 @@ func (w *watcher) feedService(ctx context.Context, id string) (*serviceCache, er
 func (w *watcher) getOperations(ctx context.Context, ids []string) error {
 	b := w.b
 	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, b.opts.Concurrency)
-	for _, id := range ids {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			out, err := b.api.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)})
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case errorCode(err) == "OperationNotFound":
-				w.ops[id] = &feedOp{handled: true}
-			case err != nil:
-				errs = append(errs, fmt.Errorf("get operation %s: %w", id, err))
-			case out.Operation != nil:
-				op := out.Operation
-				b.sawOp(op.UpdateDate)
-				w.ops[id] = &feedOp{target: opTarget{
-					service:  op.Targets[string(types.OperationTargetTypeService)],
-					instance: op.Targets[string(types.OperationTargetTypeInstance)],
-				}}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return b.each(ctx, len(ids), func(ctx context.Context, i int) error {
+		id := ids[i]
+		out, err := b.api.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)})
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case errorCode(err) == "OperationNotFound":
+			w.ops[id] = &feedOp{handled: true}
+		case err != nil:
+			return fmt.Errorf("get operation %s: %w", id, err)
+		case out.Operation != nil:
+			op := out.Operation
+			b.sawOp(op.UpdateDate)
+			w.ops[id] = &feedOp{target: opTarget{
+				service:  op.Targets[string(types.OperationTargetTypeService)],
+				instance: op.Targets[string(types.OperationTargetTypeInstance)],
+			}}
+		}
+		return nil
+	})
 }
 
 // listOperations lists the ids of the successful instance operations whose

@@ -18,6 +18,15 @@ func ParseURL(u *url.URL) (Options, error) {
 		return Options{}, fmt.Errorf("cloudmap registry URL %q: scheme %q, want cloudmap", u.Redacted(), u.Scheme)
 	}
 	q := u.Query()
+	for name := range q {
+		switch name {
+		case "region", "endpoint", "cleanup-empty", "poll-interval", "sweep-interval", "feed-overlap", "rate":
+		case "list-interval":
+			return Options{}, fmt.Errorf("cloudmap registry URL %q: list-interval is gone: the change feed finds new namespaces and services (poll-interval), the sweep (sweep-interval) repairs what it misses", u.Redacted())
+		default:
+			return Options{}, fmt.Errorf("cloudmap registry URL %q: unknown option %q (known: region, endpoint, poll-interval, sweep-interval, feed-overlap, cleanup-empty, rate)", u.Redacted(), name)
+		}
+	}
 	opts := Options{
 		Region:       q.Get("region"),
 		Endpoint:     q.Get("endpoint"),

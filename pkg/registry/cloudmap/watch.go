@@ -3,7 +3,6 @@ package cloudmap
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -264,34 +263,22 @@ func (w *watcher) sweep(ctx context.Context) error {
 // readServices reads the services ids, a few at a time; with checkRevision,
 // only those whose revision moved since they were read.
 func (w *watcher) readServices(ctx context.Context, ids []string, checkRevision bool) error {
-	b := w.b
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, b.opts.Concurrency)
+	var caches []*serviceCache
 	for _, id := range ids {
-		c := w.services[id]
-		if c == nil {
-			continue
+		if c := w.services[id]; c != nil {
+			caches = append(caches, c)
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			err := w.read(ctx, c, checkRevision)
-			if isAccessDenied(err) {
-				// Keep what was read before: an error deletes nothing.
-				w.log.V(1).Info("skipping service the policy does not grant", "namespace", c.svc.NS.Name, "name", c.svc.Name)
-				return
-			}
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return w.b.each(ctx, len(caches), func(ctx context.Context, i int) error {
+		c := caches[i]
+		err := w.read(ctx, c, checkRevision)
+		if isAccessDenied(err) {
+			// Keep what was read before: an error deletes nothing.
+			w.log.V(1).Info("skipping service the policy does not grant", "namespace", c.svc.NS.Name, "name", c.svc.Name)
+			return nil
+		}
+		return err
+	})
 }
 
 // read refreshes c; with checkRevision, only when the service's revision
@@ -364,30 +351,23 @@ func (w *watcher) readRecords(ctx context.Context, ids []string) error {
 	b := w.b
 	svc := b.systemService(recordsService)
 	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, b.opts.Concurrency)
-	for _, id := range ids {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			out, err := b.api.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc.ID), InstanceId: aws.String(id)})
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case isNotFound(err):
-				delete(w.records, id)
-			case err != nil:
-				errs = append(errs, fmt.Errorf("get service record %s: %w", id, err))
-			case out.Instance == nil || out.Instance.Attributes[attrClusterSetID] != b.opts.Identity.ClusterSet:
-				delete(w.records, id)
-			default:
-				w.records[id] = instance{ID: id, Attrs: out.Instance.Attributes}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return b.each(ctx, len(ids), func(ctx context.Context, i int) error {
+		id := ids[i]
+		out, err := b.api.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc.ID), InstanceId: aws.String(id)})
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case isNotFound(err):
+			delete(w.records, id)
+		case err != nil:
+			return fmt.Errorf("get service record %s: %w", id, err)
+		case out.Instance == nil || out.Instance.Attributes[attrClusterSetID] != b.opts.Identity.ClusterSet:
+			delete(w.records, id)
+		default:
+			w.records[id] = instance{ID: id, Attrs: out.Instance.Attributes}
+		}
+		return nil
+	})
 }
 
 // beatsEvery is how often the heartbeats are read: a third of the

@@ -41,7 +41,9 @@ func FuzzDecodeMerge(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, cluster, key1 string, value1 []byte, key2 string, value2 []byte, leases uint8) {
 		if cluster == "good" || strings.HasPrefix(cluster, "good/") {
-			t.Skip("the fuzzed writer stands for another cluster than good")
+			// The fuzzed writer stands for another cluster than good: the
+			// same input, under a name of its own.
+			cluster = "not-" + cluster
 		}
 		w := &watch{
 			c:       &conn{keys: newKeys("/mcsd", "set"), opts: Options{Identity: registry.Identity{ClusterSet: "set", Cluster: "self"}}},
