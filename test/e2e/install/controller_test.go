@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
@@ -62,6 +63,12 @@ type controller struct {
 // API request it makes.
 func startController(t testing.TB, id string, cfg *rest.Config) *controller {
 	t.Helper()
+	return startControllerWith(t, id, cfg, env.OpenRegistry)
+}
+
+// startControllerWith is startController with a registry of its own.
+func startControllerWith(t testing.TB, id string, cfg *rest.Config, open func(context.Context, registry.Identity) (registry.Registry, error)) *controller {
+	t.Helper()
 	port, err := testbed.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +84,7 @@ func startController(t testing.TB, id string, cfg *rest.Config) *controller {
 		defer close(c.done)
 		err := manager.Run(ctx, manager.Options{
 			RESTConfig:              cfg,
-			OpenRegistry:            env.OpenRegistry,
+			OpenRegistry:            open,
 			MetricsAddr:             "0",
 			HealthAddr:              fmt.Sprintf("127.0.0.1:%d", port),
 			LeaderElection:          true,
