@@ -74,6 +74,30 @@ func (s *etcdServer) counters(ctx context.Context) map[string]float64 {
 
 func (s *etcdServer) close() { _ = s.cli.Close() }
 
+// follow tells tr when each cluster's export and endpoints records are
+// written, from a watch of the whole registry, until ctx is done.
+func (s *etcdServer) follow(ctx context.Context, tr *tracker) {
+	for resp := range s.cli.Watch(ctx, "/", clientv3.WithPrefix()) {
+		for _, ev := range resp.Events {
+			if ev.Type != clientv3.EventTypePut {
+				continue
+			}
+			// .../clusters/<cluster>/<exports|endpoints>/<namespace>/<name>
+			parts := strings.Split(string(ev.Kv.Key), "/")
+			if len(parts) < 5 || parts[len(parts)-5] != "clusters" {
+				continue
+			}
+			cluster, kind, name := parts[len(parts)-4], parts[len(parts)-3], parts[len(parts)-1]
+			switch kind {
+			case "exports":
+				tr.onRegistry(cluster, name, stageRegExport)
+			case "endpoints":
+				tr.onRegistry(cluster, name, stageRegEndpoints)
+			}
+		}
+	}
+}
+
 // cloudMapServer is moto behind a reverse proxy that counts the Cloud Map
 // API calls by operation (the X-Amz-Target header of the JSON protocol),
 // those of the backend's sweep apart ("sweep <operation>").

@@ -152,6 +152,9 @@ func (r *run) run(ctx context.Context) error {
 		r.server = s
 	}
 	r.tr = newTracker(r.ids)
+	if s, ok := r.server.(*etcdServer); ok {
+		go s.follow(ctx, r.tr)
+	}
 	for _, c := range r.clusters {
 		if err := r.tr.watch(ctx, c, o.ClientQPS); err != nil {
 			return err
@@ -490,7 +493,7 @@ func (r *run) stages(outs []outcome) map[string]report.Dist {
 		}
 		for c, st := range o.stages {
 			for step, at := range st {
-				if c == o.source && step >= stageCreated {
+				if c == o.source && importerStage(step) {
 					continue // the source's own import
 				}
 				by[step] = append(by[step], max(at.Sub(o.start).Seconds(), 0))

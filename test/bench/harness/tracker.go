@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -65,11 +67,19 @@ type expectation struct {
 // Steps on the way from an export to its imports, as the watches see them.
 const (
 	stageFinalizer = "1 source: ServiceExport has mcsd's finalizer"
-	stageExported  = "2 source: ServiceExport Ready (published to the registry)"
-	stageCreated   = "3 importer: ServiceImport created"
-	stageIP        = "4 importer: ServiceImport has its cluster IP"
-	stageSlices    = "5 importer: EndpointSlices hold every endpoint"
+	// The registry's steps are seen by a watch of the registry (etcd only)
+	// and count as the source's.
+	stageRegExport    = "2 registry: the source's export record written"
+	stageRegEndpoints = "3 registry: the source's endpoints record written"
+	stageExported     = "4 source: ServiceExport Ready (published to the registry)"
+	stageDerived      = "5 importer: derived Service created"
+	stageCreated      = "6 importer: ServiceImport created"
+	stageIP           = "7 importer: ServiceImport has its cluster IP"
+	stageSlices       = "8 importer: EndpointSlices hold every endpoint"
 )
+
+// importerStage reports whether step is one of an importing cluster's.
+func importerStage(step string) bool { return strings.Contains(step, " importer: ") }
 
 // stage records the first time the watches of cluster saw step. t.mu is held.
 func (e *expectation) stage(cluster, step string, at time.Time) {
@@ -171,6 +181,7 @@ func (t *tracker) watch(ctx context.Context, c *testbed.Cluster, qps float32) er
 		{&mcsv1beta1.ServiceImport{}, func(o client.Object, del bool) { t.onImport(c.ID, o.(*mcsv1beta1.ServiceImport), del) }},
 		{&discoveryv1.EndpointSlice{}, func(o client.Object, del bool) { t.onSlice(c.ID, o.(*discoveryv1.EndpointSlice), del) }},
 		{&mcsv1beta1.ServiceExport{}, func(o client.Object, del bool) { t.onExport(c.ID, o.(*mcsv1beta1.ServiceExport), del) }},
+		{&corev1.Service{}, func(o client.Object, del bool) { t.onService(c.ID, o.(*corev1.Service), del) }},
 	} {
 		inf, err := ca.GetInformer(ctx, w.obj)
 		if err != nil {
@@ -213,6 +224,32 @@ func (t *tracker) onImport(cluster string, si *mcsv1beta1.ServiceImport, deleted
 		}
 	}
 	t.evaluate(cluster, si.Name, now)
+}
+
+// onService records when an importing cluster's derived Service of an
+// expected export is first seen.
+func (t *tracker) onService(cluster string, svc *corev1.Service, deleted bool) {
+	si, ok := svc.Annotations[wellknown.AnnotationServiceImport]
+	if deleted || !ok {
+		return
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.want[si]; e != nil && e.exported {
+		e.stage(cluster, stageDerived, now)
+	}
+}
+
+// onRegistry records when the source cluster's export or endpoints record
+// of an expected export is first seen written to the registry.
+func (t *tracker) onRegistry(cluster, service, step string) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.want[service]; e != nil && e.exported && e.source == cluster {
+		e.stage(cluster, step, now)
+	}
 }
 
 func (t *tracker) onSlice(cluster string, s *discoveryv1.EndpointSlice, deleted bool) {
