@@ -51,7 +51,7 @@ func newCollectors() *collectors {
 		}, []string{labelCluster, labelState}),
 		registryOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "mcsd_registry_operations_total",
-			Help: "Registry operations: PutExport, PutEndpoints, DeleteExport, Exported, " +
+			Help: "Registry operations: PutExport, PutEndpoints, Publish, DeleteExport, Exported, " +
 				"and the updates the watch delivered (WatchUpdate; WatchResync for a full state).",
 		}, []string{labelCluster, labelBackend, labelOperation}),
 		registryErrors: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -12,6 +12,7 @@ import (
 const (
 	opPutExport    = "PutExport"
 	opPutEndpoints = "PutEndpoints"
+	opPublish      = "Publish"
 	opDeleteExport = "DeleteExport"
 	opExported     = "Exported"
 	opWatchUpdate  = "WatchUpdate"
@@ -33,7 +34,7 @@ func instrumentRegistry(c *collectors, reg registry.Registry, cluster string) *i
 	backend := reg.Backend()
 	r := &instrumented{reg: reg, m: c, cluster: cluster, backend: backend}
 	// The series exist from the start, at zero.
-	for _, op := range []string{opPutExport, opPutEndpoints, opDeleteExport, opExported} {
+	for _, op := range []string{opPutExport, opPutEndpoints, opPublish, opDeleteExport, opExported} {
 		c.registryOps.WithLabelValues(cluster, backend, op).Add(0)
 		c.registryErrors.WithLabelValues(cluster, backend, op).Add(0)
 	}
@@ -71,6 +72,10 @@ func (r *instrumented) PutExport(ctx context.Context, key registry.ServiceKey, s
 
 func (r *instrumented) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
 	return r.observe(ctx, opPutEndpoints, func() error { return r.reg.PutEndpoints(ctx, key, groups) })
+}
+
+func (r *instrumented) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
+	return r.observe(ctx, opPublish, func() error { return r.reg.Publish(ctx, key, spec, groups) })
 }
 
 func (r *instrumented) DeleteExport(ctx context.Context, key registry.ServiceKey) error {

@@ -26,6 +26,10 @@ func (f *fakeRegistry) PutEndpoints(context.Context, registry.ServiceKey, []regi
 	return f.err
 }
 
+func (f *fakeRegistry) Publish(context.Context, registry.ServiceKey, registry.ServiceSpec, []registry.EndpointGroup) error {
+	return f.err
+}
+
 func (f *fakeRegistry) DeleteExport(context.Context, registry.ServiceKey) error { return f.err }
 
 func (f *fakeRegistry) Exported(context.Context) ([]registry.ServiceKey, error) {
@@ -80,13 +84,15 @@ func TestInstrumentRegistryPublisher(t *testing.T) {
 # TYPE mcsd_registry_operation_errors_total counter
 mcsd_registry_operation_errors_total{backend="fake",cluster="east",operation="DeleteExport"} 1
 mcsd_registry_operation_errors_total{backend="fake",cluster="east",operation="Exported"} 0
+mcsd_registry_operation_errors_total{backend="fake",cluster="east",operation="Publish"} 0
 mcsd_registry_operation_errors_total{backend="fake",cluster="east",operation="PutEndpoints"} 1
 mcsd_registry_operation_errors_total{backend="fake",cluster="east",operation="PutExport"} 0
 mcsd_registry_operation_errors_total{backend="fake",cluster="east",operation="Watch"} 0
-# HELP mcsd_registry_operations_total Registry operations: PutExport, PutEndpoints, DeleteExport, Exported, and the updates the watch delivered (WatchUpdate; WatchResync for a full state).
+# HELP mcsd_registry_operations_total Registry operations: PutExport, PutEndpoints, Publish, DeleteExport, Exported, and the updates the watch delivered (WatchUpdate; WatchResync for a full state).
 # TYPE mcsd_registry_operations_total counter
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="DeleteExport"} 2
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="Exported"} 1
+mcsd_registry_operations_total{backend="fake",cluster="east",operation="Publish"} 0
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="PutEndpoints"} 1
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="PutExport"} 1
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="WatchResync"} 0

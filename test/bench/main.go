@@ -48,7 +48,7 @@ func run() error {
 	fl.StringVar(&bursts, "bursts", "", "services exported at once in the burst phase, comma-separated (default 10,100,1000 capped at -services)")
 	fl.StringVar(&phases, "phases", "", "phases to run, comma-separated: "+strings.Join(harness.AllPhases, ",")+" (default all but interop; cloudmap export,churn,interop,steady,burst)")
 	fl.Float64Var(&qps, "controller-qps", 1000, "each controller's client QPS towards its API server (burst: twice)")
-	fl.DurationVar(&o.APIServerProfile, "apiserver-profile", 30*time.Second, "CPU-profile the first cluster's kube-apiserver for this long from the start of the cold start (0: off)")
+	fl.DurationVar(&o.APIServerProfile, "apiserver-profile", 30*time.Second, "CPU-profile the first cluster's kube-apiserver for this long from the start of the cold start and of the export phase (0: off)")
 	fl.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "bound on each phase's convergence")
 	fl.DurationVar(&poll, "cloudmap-poll", 0, "Cloud Map backend poll interval (default: the backend's)")
 	fl.DurationVar(&sweep, "cloudmap-sweep", 0, "Cloud Map backend sweep interval (default: the backend's)")

@@ -68,6 +68,10 @@ type Reconciler struct {
 	// key has no ServiceExport and withdraws it.
 	writeMu sync.RWMutex
 
+	// written keeps the last status write of each ServiceExport until the
+	// cache shows it.
+	written patch.Written
+
 	// metrics counts the ServiceExports by state; SetupWithManager sets it.
 	metrics *metrics.Exports
 	// slicesIndexed says that Client's cache indexes EndpointSlices by
@@ -77,8 +81,11 @@ type Reconciler struct {
 	// actedMu guards acted: by ServiceExport, the conflict and the registry
 	// failure the last events were about. Events follow it rather than the
 	// cached ServiceExport, which may not show the last status patch yet.
-	actedMu sync.Mutex
-	acted   map[types.NamespacedName]acted
+	// It guards unguarded too: the Services that may have been published
+	// while their ServiceExport had no finalizer yet.
+	actedMu   sync.Mutex
+	acted     map[types.NamespacedName]acted
+	unguarded map[registry.ServiceKey]bool
 }
 
 // acted is what the events of one ServiceExport last reported.
@@ -92,38 +99,52 @@ type acted struct {
 
 // Reconcile publishes or withdraws this cluster's export of the Service named
 // by req and updates the ServiceExport's conditions.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
-	se := &mcsv1beta1.ServiceExport{}
-	if err := r.Client.Get(ctx, req.NamespacedName, se); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("get ServiceExport: %w", err)
-	}
-	key := registry.ServiceKey{Namespace: se.Namespace, Name: se.Name}
-	log := ctrl.LoggerFrom(ctx).WithValues("service", klog.KRef(se.Namespace, se.Name))
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	key := registry.ServiceKey{Namespace: req.Namespace, Name: req.Name}
+	log := ctrl.LoggerFrom(ctx).WithValues("service", klog.KRef(req.Namespace, req.Name))
 	ctx = ctrl.LoggerInto(ctx, log)
 
 	r.writeMu.RLock()
 	defer r.writeMu.RUnlock()
 
+	se := &mcsv1beta1.ServiceExport{}
+	if err := r.Client.Get(ctx, req.NamespacedName, se); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, r.withdrawUnguarded(ctx, key)
+		}
+		return ctrl.Result{}, fmt.Errorf("get ServiceExport: %w", err)
+	}
+
 	if !se.DeletionTimestamp.IsZero() {
 		r.metrics.Forget(req.NamespacedName)
 		return ctrl.Result{}, r.reconcileDelete(ctx, se, key)
 	}
-	if err := r.ensureFinalizer(ctx, se); err != nil {
-		return ctrl.Result{}, err
-	}
 
+	// The finalizer is written while the export is published, not before:
+	// importers need not wait for it. Until it is in place the export is
+	// unguarded, and a ServiceExport deleted meanwhile is withdrawn when
+	// its deletion is seen.
+	var finErr error
+	var wg sync.WaitGroup
+	if !controllerutil.ContainsFinalizer(se, Finalizer) {
+		r.setUnguarded(key, true)
+		fin := se.DeepCopy()
+		wg.Go(func() { finErr = r.addFinalizer(ctx, fin) })
+	}
 	before := se.DeepCopy()
-	defer func() {
-		if err := r.patchStatus(ctx, before, se); err != nil {
-			retErr = errors.Join(retErr, err)
-		}
-		r.metrics.Set(req.NamespacedName, exportState(se.Status.Conditions))
-	}()
-	return ctrl.Result{}, r.reconcileNormal(ctx, se, key)
+	err := r.reconcileNormal(ctx, se, key)
+	wg.Wait()
+	if finErr != nil {
+		// The status waits for the finalizer: the retry writes both.
+		return ctrl.Result{}, errors.Join(err, finErr)
+	}
+	r.setUnguarded(key, false)
+	if perr := r.patchStatus(ctx, before, se); perr != nil {
+		err = errors.Join(err, perr)
+	}
+	r.metrics.Set(req.NamespacedName, exportState(se.Status.Conditions))
+	return ctrl.Result{}, err
 }
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
@@ -210,23 +231,28 @@ func (r *Reconciler) publish(ctx context.Context, se *mcsv1beta1.ServiceExport, 
 		return r.refuse(ctx, se, key, err)
 	}
 
+	// A new or changed export is written with its endpoints, in one write
+	// where the backend can: importers see the export whole, at once.
 	own, ownEndpoints := r.published(key)
-	if own == nil || !equality.Semantic.DeepEqual(own.Spec, spec) {
-		if err := r.Registry.PutExport(ctx, key, spec); err != nil {
-			if _, ok := errors.AsType[*registry.RejectedError](err); ok {
-				return r.refuse(ctx, se, key, err)
-			}
-			return r.registryFailed(se, fmt.Errorf("publish export: %w", err))
-		}
-		log.Info("Published export", "type", spec.Type, "ports", len(spec.Ports))
+	exportStale := own == nil || !equality.Semantic.DeepEqual(own.Spec, spec)
+	endpointsStale := ownEndpoints == nil || !equality.Semantic.DeepEqual(ownEndpoints.Groups, groups)
+	var err error
+	switch {
+	case exportStale:
+		err = r.Registry.Publish(ctx, key, spec, groups)
+	case endpointsStale:
+		err = r.Registry.PutEndpoints(ctx, key, groups)
 	}
-	if ownEndpoints == nil || !equality.Semantic.DeepEqual(ownEndpoints.Groups, groups) {
-		if err := r.Registry.PutEndpoints(ctx, key, groups); err != nil {
-			if _, ok := errors.AsType[*registry.RejectedError](err); ok {
-				return r.refuse(ctx, se, key, err)
-			}
-			return r.registryFailed(se, fmt.Errorf("publish endpoints: %w", err))
+	if err != nil {
+		if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+			return r.refuse(ctx, se, key, err)
 		}
+		return r.registryFailed(se, fmt.Errorf("publish: %w", err))
+	}
+	switch {
+	case exportStale:
+		log.Info("Published export", "type", spec.Type, "ports", len(spec.Ports), "groups", len(groups))
+	case endpointsStale:
 		log.V(1).Info("Published endpoints", "groups", len(groups))
 	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
@@ -369,7 +395,9 @@ func (r *Reconciler) registrySucceeded(se *mcsv1beta1.ServiceExport) {
 
 func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
 	if !controllerutil.ContainsFinalizer(se, Finalizer) {
-		return nil
+		// Deleted (another party's finalizer keeps it) before mcsd's
+		// finalizer was added, perhaps after it was published.
+		return r.withdrawUnguarded(ctx, key)
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {
 		err = fmt.Errorf("withdraw export: %w", err)
@@ -388,10 +416,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 	return nil
 }
 
-func (r *Reconciler) ensureFinalizer(ctx context.Context, se *mcsv1beta1.ServiceExport) error {
-	if controllerutil.ContainsFinalizer(se, Finalizer) {
-		return nil
-	}
+// addFinalizer adds mcsd's finalizer to se, which it modifies.
+func (r *Reconciler) addFinalizer(ctx context.Context, se *mcsv1beta1.ServiceExport) error {
 	base := se.DeepCopy()
 	controllerutil.AddFinalizer(se, Finalizer)
 	if err := r.Client.Patch(ctx, se, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -402,7 +428,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, se *mcsv1beta1.Service
 
 // patchStatus writes se's status if it differs from before's.
 func (r *Reconciler) patchStatus(ctx context.Context, before, se *mcsv1beta1.ServiceExport) error {
-	_, err := patch.Status(ctx, r.Client, before, se, func(se *mcsv1beta1.ServiceExport) any { return se.Status })
+	_, err := patch.StatusOnce(ctx, r.Client, &r.written, before, se, func(se *mcsv1beta1.ServiceExport) any { return se.Status })
 	return client.IgnoreNotFound(err)
 }
 
@@ -457,6 +483,40 @@ func actedFromStatus(se *mcsv1beta1.ServiceExport) acted {
 		}
 	}
 	return a
+}
+
+// setUnguarded records whether key may be published while its
+// ServiceExport has no finalizer yet.
+func (r *Reconciler) setUnguarded(key registry.ServiceKey, unguarded bool) {
+	r.actedMu.Lock()
+	defer r.actedMu.Unlock()
+	if !unguarded {
+		delete(r.unguarded, key)
+		return
+	}
+	if r.unguarded == nil {
+		r.unguarded = map[registry.ServiceKey]bool{}
+	}
+	r.unguarded[key] = true
+}
+
+// withdrawUnguarded withdraws the records of key, whose ServiceExport was
+// deleted without mcsd's finalizer, when they may have been published while
+// the finalizer was being added. Records this process never published are
+// left to the startup cleanup (withdrawOrphans).
+func (r *Reconciler) withdrawUnguarded(ctx context.Context, key registry.ServiceKey) error {
+	r.actedMu.Lock()
+	unguarded := r.unguarded[key]
+	r.actedMu.Unlock()
+	if !unguarded {
+		return nil
+	}
+	if err := r.Registry.DeleteExport(ctx, key); err != nil {
+		return fmt.Errorf("withdraw export of a ServiceExport deleted before its finalizer was added: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Withdrew export of a ServiceExport deleted before its finalizer was added")
+	r.setUnguarded(key, false)
+	return nil
 }
 
 // forget drops what the controller keeps about a ServiceExport that is gone.

@@ -97,6 +97,13 @@ func (f *testRegistry) PutEndpoints(ctx context.Context, key registry.ServiceKey
 	return f.Registry.PutEndpoints(ctx, key, groups)
 }
 
+func (f *testRegistry) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
+	if err := f.failure(); err != nil {
+		return err
+	}
+	return f.Registry.Publish(ctx, key, spec, groups)
+}
+
 func (f *testRegistry) DeleteExport(ctx context.Context, key registry.ServiceKey) error {
 	if err := f.failure(); err != nil {
 		return err
@@ -163,6 +170,9 @@ type env struct {
 	rec    *record.FakeRecorder
 	r      *Reconciler
 	writes atomic.Int64 // API writes of any kind
+	// beforePatch, when set, runs before every patch (not of a status);
+	// an error it returns is the patch's.
+	beforePatch func(client.Object) error
 }
 
 func newEnv(t *testing.T, objs ...client.Object) *env {
@@ -191,6 +201,11 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 			},
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 				count()
+				if e.beforePatch != nil {
+					if err := e.beforePatch(obj); err != nil {
+						return err
+					}
+				}
 				return c.Patch(ctx, obj, patch, opts...)
 			},
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
@@ -567,6 +582,59 @@ func TestDeletingServiceExportWithdraws(t *testing.T) {
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("ServiceExport still there after its finalizer ran: %v", err)
 	}
+}
+
+// TestDeletedBeforeFinalizerWithdraws: the finalizer is added while the
+// export is published, so a ServiceExport deleted before the finalizer
+// lands has been published; its records are withdrawn once the deletion is
+// seen, whether the object is gone or another party's finalizer keeps it.
+func TestDeletedBeforeFinalizerWithdraws(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		other []string // finalizers of other parties
+	}{
+		{name: "gone"},
+		{name: "kept by another finalizer", other: []string{"example.com/keep"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, newServiceExport(func(se *mcsv1beta1.ServiceExport) { se.Finalizers = tc.other }), newService(),
+				newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.1.0.1", nil)))
+			e.beforePatch = func(obj client.Object) error {
+				if _, ok := obj.(*mcsv1beta1.ServiceExport); !ok {
+					return nil
+				}
+				// The user deletes the ServiceExport first.
+				if err := e.c.Delete(context.Background(), newServiceExport()); err != nil {
+					return err
+				}
+				return apierrors.NewConflict(mcsv1beta1.Resource("serviceexports"), svcName, errors.New("deleted"))
+			}
+			if err := e.reconcile(); err == nil {
+				t.Fatal("Reconcile succeeded, but the finalizer was not added")
+			}
+			if _, ok := e.reg.export(webKey); !ok {
+				t.Fatal("not published while the finalizer was being added")
+			}
+			e.beforePatch = nil
+			e.mustReconcile() // the deletion, seen
+
+			if _, ok := e.reg.export(webKey); ok {
+				t.Error("export not withdrawn")
+			}
+			if g := e.reg.groups(webKey); g != nil {
+				t.Errorf("endpoints not withdrawn: %v", g)
+			}
+		})
+	}
+}
+
+// TestNotFoundWithoutPublishingCallsNoRegistry: a request for a Service
+// without ServiceExport (an event of an unexported Service) costs the
+// registry nothing.
+func TestNotFoundWithoutPublishingCallsNoRegistry(t *testing.T) {
+	e := newEnv(t, newService())
+	e.reg.setErr(errors.New("no call expected"))
+	e.mustReconcile()
 }
 
 func TestDeletingServiceWithdraws(t *testing.T) {

@@ -60,6 +60,10 @@ type Reconciler struct {
 	// Recorder records events on ServiceImports; nil records none.
 	Recorder record.EventRecorder
 
+	// written keeps the last status write of each ServiceImport until the
+	// cache shows it.
+	written patch.Written
+
 	// metrics counts the ServiceImports by state, and propagation times
 	// EndpointSlices; SetupWithManager sets both.
 	metrics     *metrics.Imports
@@ -409,7 +413,7 @@ func importUpToDate(si, desired *mcsv1beta1.ServiceImport) bool {
 func (r *Reconciler) patchStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, old *mcsv1beta1.ServiceImportStatus) (bool, error) {
 	base := si.DeepCopy()
 	base.Status = *old
-	return patch.Status(ctx, r.Client, base, si, func(si *mcsv1beta1.ServiceImport) any { return si.Status })
+	return patch.StatusOnce(ctx, r.Client, &r.written, base, si, func(si *mcsv1beta1.ServiceImport) any { return si.Status })
 }
 
 // deleteEndpointSlices deletes every EndpointSlice mcsd wrote for key.

@@ -304,16 +304,14 @@ func requestedFamilies(svc *corev1.Service) string {
 }
 
 // serviceUpToDate reports whether the derived Service svc already has
-// everything of desired that mcsd owns: its annotations, its controller
-// reference and its spec other than the IP fields.
+// everything of desired that mcsd owns: its annotations and its spec other
+// than the IP fields. Its controller reference is not compared: adoptService
+// writes it, with a patch that a cache not yet showing it cannot make fail.
 func serviceUpToDate(svc, desired *corev1.Service) bool {
 	for k, v := range desired.Annotations {
 		if got, ok := svc.Annotations[k]; !ok || got != v {
 			return false
 		}
-	}
-	if len(desired.OwnerReferences) > 0 && !hasControllerRef(svc, desired.OwnerReferences[0]) {
-		return false
 	}
 	a, b := svc.Spec, desired.Spec
 	return a.Type == corev1.ServiceTypeClusterIP &&
@@ -333,9 +331,6 @@ func applyService(svc, desired *corev1.Service) {
 		svc.Annotations = map[string]string{}
 	}
 	maps.Copy(svc.Annotations, desired.Annotations)
-	if len(desired.OwnerReferences) > 0 {
-		setControllerRef(svc, desired.OwnerReferences[0])
-	}
 	if svc.Spec.Type != corev1.ServiceTypeClusterIP {
 		// Fields only externally reachable Services may have.
 		svc.Spec.ExternalTrafficPolicy = ""

@@ -509,6 +509,31 @@ func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, gro
 	return nil
 }
 
+// Publish stores this cluster's export of a Service and its endpoints in
+// one pass: the service record and the endpoint instances are registered as
+// PutExport and PutEndpoints would (Cloud Map has no transactions; a
+// watcher may see one before the other, as the feed reads them).
+func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
+	if err := b.validService(key); err != nil {
+		return err
+	}
+	if spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
+		return fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	st := b.current(key)
+	st.Spec = &spec
+	st.HasEndpoints = true
+	st.Groups = groups
+	if err := b.apply(ctx, key, st); err != nil {
+		return fmt.Errorf("publish %s: %w", key, err)
+	}
+	return nil
+}
+
 // DeleteExport withdraws this cluster's export and endpoints of a Service:
 // its endpoint instances first, its service record last.
 func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) error {

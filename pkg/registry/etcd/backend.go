@@ -275,59 +275,129 @@ func (b *Backend) unlock() { b.sem.Unlock() }
 
 // PutExport stores this cluster's export of a Service.
 func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
-	if err := validService(key); err != nil {
-		return err
-	}
-	if spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
-		return fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
-	}
-	value, err := json.Marshal(exportValue{Spec: spec})
+	rec, err := b.exportRecord(key, spec)
 	if err != nil {
-		return fmt.Errorf("export %s: %w", key, err)
-	}
-	if err := checkSize(value); err != nil {
-		return fmt.Errorf("export %s: %w", key, err)
+		return err
 	}
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
-	if err := b.putLocked(ctx, b.keys.export(b.opts.Identity.Cluster, key), string(value)); err != nil {
+	if err := b.putLocked(ctx, rec); err != nil {
 		return fmt.Errorf("put export %s: %w", key, err)
 	}
 	return nil
+}
+
+// Publish stores this cluster's export of a Service and its endpoints in
+// one transaction: watchers see both in one event. Records equal to the
+// stored ones are not written.
+func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
+	export, err := b.exportRecord(key, spec)
+	if err != nil {
+		return err
+	}
+	content, err := endpointsContent(key, groups)
+	if err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	endpoints, changed, err := b.endpointsRecordLocked(key, content)
+	if err != nil {
+		return err
+	}
+	recs := []keyValue{export}
+	if changed {
+		recs = append(recs, endpoints)
+	}
+	if err := b.putLocked(ctx, recs...); err != nil {
+		return fmt.Errorf("publish %s: %w", key, err)
+	}
+	if changed {
+		b.contents[endpoints.key] = content
+	}
+	return nil
+}
+
+// keyValue is a key and the value to write to it.
+type keyValue struct{ key, value string }
+
+// exportRecord is the record of this cluster's export of key.
+func (b *Backend) exportRecord(key registry.ServiceKey, spec registry.ServiceSpec) (keyValue, error) {
+	if err := validService(key); err != nil {
+		return keyValue{}, err
+	}
+	if spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
+		return keyValue{}, fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
+	}
+	value, err := json.Marshal(exportValue{Spec: spec})
+	if err != nil {
+		return keyValue{}, fmt.Errorf("export %s: %w", key, err)
+	}
+	if err := checkSize(value); err != nil {
+		return keyValue{}, fmt.Errorf("export %s: %w", key, err)
+	}
+	return keyValue{key: b.keys.export(b.opts.Identity.Cluster, key), value: string(value)}, nil
+}
+
+// endpointsContent is the stored form of groups without its stamp.
+func endpointsContent(key registry.ServiceKey, groups []registry.EndpointGroup) (string, error) {
+	if err := validService(key); err != nil {
+		return "", err
+	}
+	content, err := json.Marshal(endpointsValue{Groups: groups})
+	if err != nil {
+		return "", fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	return string(content), nil
+}
+
+// endpointsRecordLocked is the record of this cluster's endpoints of key
+// with content, stamped now, and whether it needs writing: groups equal to
+// those stored write nothing and keep the stamp. b is locked.
+func (b *Backend) endpointsRecordLocked(key registry.ServiceKey, content string) (keyValue, bool, error) {
+	k := b.keys.endpoints(b.opts.Identity.Cluster, key)
+	if b.storedContent(k) == content && !b.own.isLost(k) {
+		return keyValue{}, false, nil
+	}
+	var ev endpointsValue
+	if err := json.Unmarshal([]byte(content), &ev); err != nil {
+		return keyValue{}, false, fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	ev.Updated = b.now().UTC().Truncate(time.Millisecond)
+	value, err := json.Marshal(ev)
+	if err != nil {
+		return keyValue{}, false, fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	if err := checkSize(value); err != nil {
+		return keyValue{}, false, fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	return keyValue{key: k, value: string(value)}, true, nil
 }
 
 // PutEndpoints stores this cluster's endpoints of an exported Service. It
 // writes the endpoints key only, stamped with the time of the change; groups
 // equal to those stored write nothing and keep the stamp.
 func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
-	if err := validService(key); err != nil {
-		return err
-	}
-	content, err := json.Marshal(endpointsValue{Groups: groups})
+	content, err := endpointsContent(key, groups)
 	if err != nil {
-		return fmt.Errorf("endpoints %s: %w", key, err)
+		return err
 	}
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
-	k := b.keys.endpoints(b.opts.Identity.Cluster, key)
-	if b.storedContent(k) == string(content) && !b.own.isLost(k) {
-		return nil
+	rec, changed, err := b.endpointsRecordLocked(key, content)
+	if err != nil || !changed {
+		return err
 	}
-	value, err := json.Marshal(endpointsValue{Groups: groups, Updated: b.now().UTC().Truncate(time.Millisecond)})
-	if err != nil {
-		return fmt.Errorf("endpoints %s: %w", key, err)
-	}
-	if err := checkSize(value); err != nil {
-		return fmt.Errorf("endpoints %s: %w", key, err)
-	}
-	if err := b.putLocked(ctx, k, string(value)); err != nil {
+	if err := b.putLocked(ctx, rec); err != nil {
 		return fmt.Errorf("put endpoints %s: %w", key, err)
 	}
-	b.contents[k] = string(content)
+	b.contents[rec.key] = content
 	return nil
 }
 
@@ -401,38 +471,69 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 	return out, nil
 }
 
-// putLocked writes key under the lease unless it holds value already.
-// A record that the watch saw deleted or changed by someone else is
-// written again.
-func (b *Backend) putLocked(ctx context.Context, key, value string) error {
-	if v, ok := b.stored[key]; ok && v == value && !b.own.isLost(key) {
+// putLocked writes recs under the lease, in one transaction, but those
+// whose keys hold their values already. A record that the watch saw deleted
+// or changed by someone else is written again.
+func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r keyValue) bool {
+		v, ok := b.stored[r.key]
+		return ok && v == r.value && !b.own.isLost(r.key)
+	})
+	if len(recs) == 0 {
 		return nil
 	}
-	prev, had := b.own.writing(key, value)
-	var resp *clientv3.PutResponse
-	put := func(ctx context.Context) error {
-		var err error
-		resp, err = b.cli.Put(ctx, key, value, clientv3.WithLease(b.lease))
+	type previous struct {
+		rec ownRecord
+		had bool
+	}
+	prevs := make([]previous, len(recs))
+	for i, r := range recs {
+		prevs[i].rec, prevs[i].had = b.own.writing(r.key, r.value)
+	}
+	var rev int64
+	write := func(ctx context.Context) error {
+		if len(recs) == 1 {
+			resp, err := b.cli.Put(ctx, recs[0].key, recs[0].value, clientv3.WithLease(b.lease))
+			if err == nil {
+				rev = resp.Header.Revision
+			}
+			return err
+		}
+		ops := make([]clientv3.Op, len(recs))
+		for i, r := range recs {
+			ops[i] = clientv3.OpPut(r.key, r.value, clientv3.WithLease(b.lease))
+		}
+		resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+		if err == nil {
+			rev = resp.Header.Revision
+		}
 		return err
 	}
-	err := b.eachMember(ctx, put)
+	// On failure, what the watch compares with stays what was last written
+	// (a deletion of it is still noticed); had the put landed after all,
+	// the watch sees a change, and the next put writes it again.
+	restore := func() {
+		for i, r := range recs {
+			b.own.restore(r.key, prevs[i].rec, prevs[i].had)
+		}
+	}
+	err := b.eachMember(ctx, write)
 	if isLeaseNotFound(err) {
 		// The lease expired under us: repair it, then write.
 		if err := b.renewLeaseLocked(ctx); err != nil {
-			b.own.restore(key, prev, had)
+			restore()
 			return err
 		}
-		err = b.eachMember(ctx, put)
+		err = b.eachMember(ctx, write)
 	}
 	if err != nil {
-		// What the watch compares with stays what was last written (a
-		// deletion of it is still noticed); had the put landed after
-		// all, the watch sees a change, and the next put writes it again.
-		b.own.restore(key, prev, had)
+		restore()
 		return b.permissionHint(err)
 	}
-	b.stored[key] = value
-	b.own.written(key, value, resp.Header.Revision)
+	for _, r := range recs {
+		b.stored[r.key] = r.value
+		b.own.written(r.key, r.value, rev)
+	}
 	return nil
 }
 
@@ -592,7 +693,7 @@ func (b *Backend) repairAlive() error {
 	}
 	defer b.unlock()
 	key := b.keys.alive(b.opts.Identity.Cluster)
-	if err := b.putLocked(ctx, key, b.stored[key]); err != nil {
+	if err := b.putLocked(ctx, keyValue{key: key, value: b.stored[key]}); err != nil {
 		return fmt.Errorf("write alive record: %w", err)
 	}
 	return nil

@@ -50,6 +50,7 @@ func TestConformance(t *testing.T) {
 	registrytest.RunReadOnly(t, factory, func(t *testing.T, id registry.Identity) registry.Watcher {
 		return openWatcher(t, srv.ClientURL(), id)
 	})
+	t.Run("PublishTogether", func(t *testing.T) { registrytest.RunPublishTogether(t, factory) })
 }
 
 // TestWatcherWritesNothing opens a read-only watcher: it grants no lease and

@@ -57,12 +57,35 @@ func (s *Store) Open(opts Options) (*Registry, error) {
 
 // PutExport implements registry.Publisher.
 func (r *Registry) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
-	return r.write(ctx, key, func(cs *clusterSet, id registry.RecordID) { r.s.putExport(cs, id, spec) })
+	return r.write(ctx, key, func(cs *clusterSet, id registry.RecordID) {
+		var u registry.Update
+		if r.s.putExport(cs, id, spec, &u); !u.Empty() {
+			cs.deliver(u)
+		}
+	})
 }
 
 // PutEndpoints implements registry.Publisher.
 func (r *Registry) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
-	return r.write(ctx, key, func(cs *clusterSet, id registry.RecordID) { cs.putEndpoints(id, groups, r.stamp()) })
+	return r.write(ctx, key, func(cs *clusterSet, id registry.RecordID) {
+		var u registry.Update
+		if cs.putEndpoints(id, groups, r.stamp(), &u); !u.Empty() {
+			cs.deliver(u)
+		}
+	})
+}
+
+// Publish implements registry.Publisher: watchers get the export and its
+// endpoints in one update.
+func (r *Registry) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
+	return r.write(ctx, key, func(cs *clusterSet, id registry.RecordID) {
+		var u registry.Update
+		r.s.putExport(cs, id, spec, &u)
+		cs.putEndpoints(id, groups, r.stamp(), &u)
+		if !u.Empty() {
+			cs.deliver(u)
+		}
+	})
 }
 
 // DeleteExport implements registry.Publisher.

@@ -26,6 +26,7 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { _ = w.Close() })
 		return w
 	})
+	t.Run("PublishTogether", func(t *testing.T) { registrytest.RunPublishTogether(t, factory) })
 }
 
 // events is a registry.Handler that passes each call on a channel.

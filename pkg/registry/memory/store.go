@@ -115,8 +115,9 @@ func (cs *clusterSet) expire(cluster string) {
 	cs.deliver(u)
 }
 
-// putExport stores an export unless it is stored already. s.mu is held.
-func (s *Store) putExport(cs *clusterSet, id registry.RecordID, spec registry.ServiceSpec) {
+// putExport stores an export unless it is stored already, and adds it to
+// u for delivery. s.mu is held.
+func (s *Store) putExport(cs *clusterSet, id registry.RecordID, spec registry.ServiceSpec, u *registry.Update) {
 	old, ok := cs.exports[id]
 	if ok && equality.Semantic.DeepEqual(old.Spec, spec) {
 		return
@@ -128,18 +129,18 @@ func (s *Store) putExport(cs *clusterSet, id registry.RecordID, spec registry.Se
 	}
 	e := registry.Export{Cluster: id.Cluster, Service: id.Service, Spec: spec, Order: order}
 	cs.exports[id] = e
-	cs.deliver(registry.Update{Exports: []registry.Export{e}})
+	u.Exports = append(u.Exports, e)
 }
 
 // putEndpoints stores endpoints, stamped at, unless the same groups are
-// stored already. s.mu is held.
-func (cs *clusterSet) putEndpoints(id registry.RecordID, groups []registry.EndpointGroup, at time.Time) {
+// stored already, and adds them to u for delivery. s.mu is held.
+func (cs *clusterSet) putEndpoints(id registry.RecordID, groups []registry.EndpointGroup, at time.Time, u *registry.Update) {
 	if old, ok := cs.endpoints[id]; ok && equality.Semantic.DeepEqual(old.Groups, groups) {
 		return
 	}
 	e := registry.Endpoints{Cluster: id.Cluster, Service: id.Service, Groups: groups, Updated: at}
 	cs.endpoints[id] = e
-	cs.deliver(registry.Update{Endpoints: []registry.Endpoints{e}})
+	u.Endpoints = append(u.Endpoints, e)
 }
 
 // deleteExport deletes a cluster's export and endpoints of a Service. s.mu

@@ -48,6 +48,7 @@ func Run(t *testing.T, f Factory) {
 		{"WatchStartedAfterWrites", testWatchStartedAfterWrites},
 		{"IdenticalPutsAreSkipped", testIdenticalPutsAreSkipped},
 		{"PutEndpointsLeavesExport", testPutEndpointsLeavesExport},
+		{"Publish", testPublish},
 		{"DeleteExport", testDeleteExport},
 		{"ExportedListsOwnServices", testExportedListsOwnServices},
 		{"ClustersDoNotTouchEachOther", testClustersDoNotTouchEachOther},

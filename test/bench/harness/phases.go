@@ -126,6 +126,10 @@ func (r *run) exportPhase(ctx context.Context) error {
 	idx := r.exportSamples()
 	ph, err := r.measure(ctx, PhaseExport, fmt.Sprintf("%d more Services exported one by one at %.0f/s", len(idx), r.opts.ExportRate),
 		func(ph *report.Phase) error {
+			if d := r.opts.APIServerProfile; d > 0 {
+				wait := r.profileAPIServer(ctx, r.clusters[0], d, r.profilePath("cpu", PhaseExport, r.ids[0]+"-apiserver"))
+				defer wait()
+			}
 			if err := r.paced(ctx, idx, r.opts.ExportRate, func(i int) error {
 				r.expectExported(PhaseExport, []int{i}, startExport)
 				return r.wl.export(ctx, i)

@@ -1,0 +1,109 @@
+package patch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// writtenFor is how long Written trusts a remembered write over a cache that
+// does not show it: a cache is behind by milliseconds, so a status still
+// shown as it was before the write after that long was set back by someone
+// else, and is written again.
+const writtenFor = 10 * time.Second
+
+// Written remembers, by object, the status a reconciler last wrote and the
+// status it replaced, until the reconciler's cache shows the write. A
+// reconcile that runs before the cache shows its own last write (the write
+// of another field of the object brought it) then writes nothing, where it
+// would write the same status again. The zero value is ready to use.
+type Written struct {
+	mu     sync.Mutex
+	m      map[types.UID]written
+	pruned time.Time
+	// now is the clock; nil is time.Now.
+	now func() time.Time
+}
+
+// written is one status write, the statuses as the API stores them (JSON:
+// times to the second, as they are stored).
+type written struct {
+	from, to string
+	at       time.Time
+}
+
+// StatusOnce is Status, with w keeping the writes: it writes nothing when
+// base shows the status that w's last write for obj replaced, and obj has
+// the status written then. status must return values that the caller does
+// not modify afterwards.
+func StatusOnce[T client.Object](ctx context.Context, c client.Client, w *Written, base, obj T, status func(T) any) (bool, error) {
+	from, to := stored(status(base)), stored(status(obj))
+	uid := obj.GetUID()
+	if w.pending(uid, from, to) {
+		return false, nil
+	}
+	wrote, err := Status(ctx, c, base, obj, status)
+	if wrote {
+		w.remember(uid, from, to)
+	}
+	return wrote, err
+}
+
+// pending reports whether the write of to over from is one w made, and the
+// cache does not show yet.
+func (w *Written) pending(uid types.UID, from, to string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.m[uid]
+	if !ok {
+		return false
+	}
+	switch {
+	case w.clock().Sub(last.at) > writtenFor, from == last.to:
+		// Long past, or the cache shows the write: forgotten.
+		delete(w.m, uid)
+		return false
+	}
+	return from == last.from && to == last.to
+}
+
+func (w *Written) remember(uid types.UID, from, to string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.clock()
+	if w.m == nil {
+		w.m = map[types.UID]written{}
+	}
+	// Writes no reconcile came back to (a status change brings none) go
+	// here, at most once a second.
+	if now.Sub(w.pruned) > time.Second {
+		w.pruned = now
+		for k, v := range w.m {
+			if now.Sub(v.at) > writtenFor {
+				delete(w.m, k)
+			}
+		}
+	}
+	w.m[uid] = written{from: from, to: to, at: now}
+}
+
+// stored is status as the API stores it.
+func stored(status any) string {
+	b, err := json.Marshal(status)
+	if err != nil {
+		return fmt.Sprintf("unencodable %T: %v", status, err)
+	}
+	return string(b)
+}
+
+func (w *Written) clock() time.Time {
+	if w.now != nil {
+		return w.now()
+	}
+	return time.Now()
+}

@@ -1,0 +1,92 @@
+package patch
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// TestStatusOnce: a reconcile that reads the object from a cache not yet
+// showing its own last status write does not write it again; anything else
+// is written as Status writes it.
+func TestStatusOnce(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := mcsv1beta1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	at := metav1.NewTime(time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC))
+	cond := func(status metav1.ConditionStatus, lastTransition metav1.Time) []metav1.Condition {
+		return []metav1.Condition{{Type: "Ready", Status: status, Reason: "R", LastTransitionTime: lastTransition}}
+	}
+	obj := func(uid types.UID, conds []metav1.Condition) *mcsv1beta1.ServiceExport {
+		return &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: uid}, Status: mcsv1beta1.ServiceExportStatus{Conditions: conds}}
+	}
+	status := func(se *mcsv1beta1.ServiceExport) any { return se.Status }
+	type step struct {
+		name       string
+		base, want *mcsv1beta1.ServiceExport
+		after      time.Duration // the clock moves before the step
+		wantWrite  bool
+	}
+	stale := obj("a", nil)
+	ready := obj("a", cond(metav1.ConditionTrue, at))
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{name: "the same write over a stale cache is skipped", steps: []step{
+			{name: "first", base: stale, want: ready, wantWrite: true},
+			{name: "cache behind", base: stale, want: ready},
+			{name: "cache behind, a transition time later in the same second", base: stale,
+				want: obj("a", cond(metav1.ConditionTrue, metav1.NewTime(at.Add(300*time.Millisecond))))},
+			{name: "cache shows it", base: ready, want: ready},
+		}},
+		{name: "a different status is written", steps: []step{
+			{name: "first", base: stale, want: ready, wantWrite: true},
+			{name: "cache behind, another status", base: stale, want: obj("a", cond(metav1.ConditionFalse, at)), wantWrite: true},
+		}},
+		{name: "once the cache showed the write, its status set back is written again", steps: []step{
+			{name: "first", base: stale, want: ready, wantWrite: true},
+			{name: "cache shows it", base: ready, want: ready},
+			{name: "set back by someone", base: stale, want: ready, wantWrite: true},
+		}},
+		{name: "a cache behind for long is believed", steps: []step{
+			{name: "first", base: stale, want: ready, wantWrite: true},
+			{name: "still behind", after: writtenFor + time.Second, base: stale, want: ready, wantWrite: true},
+		}},
+		{name: "another object is written", steps: []step{
+			{name: "first", base: stale, want: ready, wantWrite: true},
+			{name: "recreated", base: obj("b", nil), want: obj("b", cond(metav1.ConditionTrue, at)), wantWrite: true},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writes := 0
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj("a", nil)).WithStatusSubresource(&mcsv1beta1.ServiceExport{}).
+				WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+					writes++
+					return nil
+				}}).Build()
+			now := at.Time
+			w := &Written{now: func() time.Time { return now }}
+			for _, s := range tc.steps {
+				now = now.Add(s.after)
+				before := writes
+				wrote, err := StatusOnce(context.Background(), c, w, s.base.DeepCopy(), s.want.DeepCopy(), status)
+				if err != nil {
+					t.Fatalf("%s: %v", s.name, err)
+				}
+				if wrote != s.wantWrite || writes-before != map[bool]int{true: 1}[s.wantWrite] {
+					t.Errorf("%s: wrote %v (%d patches), want %v", s.name, wrote, writes-before, s.wantWrite)
+				}
+			}
+		})
+	}
+}
