@@ -65,6 +65,9 @@ func TestInstrumentRegistryPublisher(t *testing.T) {
 	if err := reg.PutExport(ctx, registryKey, registry.ServiceSpec{}); err != nil {
 		t.Fatal(err)
 	}
+	if err := reg.Publish(ctx, registryKey, registry.ServiceSpec{}, nil); err != nil {
+		t.Fatal(err)
+	}
 	if keys, err := reg.Exported(ctx); err != nil || len(keys) != 1 {
 		t.Fatalf("Exported = %v, %v", keys, err)
 	}
@@ -92,7 +95,7 @@ mcsd_registry_operation_errors_total{backend="fake",cluster="east",operation="Wa
 # TYPE mcsd_registry_operations_total counter
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="DeleteExport"} 2
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="Exported"} 1
-mcsd_registry_operations_total{backend="fake",cluster="east",operation="Publish"} 0
+mcsd_registry_operations_total{backend="fake",cluster="east",operation="Publish"} 1
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="PutEndpoints"} 1
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="PutExport"} 1
 mcsd_registry_operations_total{backend="fake",cluster="east",operation="WatchResync"} 0
@@ -102,8 +105,8 @@ mcsd_registry_operations_total{backend="fake",cluster="east",operation="WatchUpd
 		"mcsd_registry_operations_total", "mcsd_registry_operation_errors_total"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.CollectAndCount(c.registryDuration); n != 4 {
-		t.Errorf("%d latency series, want 4 (one per Publisher operation called)", n)
+	if n := testutil.CollectAndCount(c.registryDuration); n != 5 {
+		t.Errorf("%d latency series, want 5 (one per Publisher operation called)", n)
 	}
 }
 

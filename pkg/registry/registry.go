@@ -34,9 +34,10 @@ type Publisher interface {
 	// PutEndpoints stores this cluster's endpoints of an exported Service.
 	PutEndpoints(ctx context.Context, key ServiceKey, groups []EndpointGroup) error
 	// Publish stores this cluster's export of a Service and its endpoints
-	// together, in one write where the backend can (etcd, memory): a
-	// watcher then sees the export with its endpoints, never the export
-	// alone, and the writer saves a round trip.
+	// together. Where the backend can (etcd, memory) it is one write: a
+	// watcher sees the export with its endpoints, never the export alone,
+	// and the writer saves a round trip. Cloud Map has no transactions: it
+	// registers both in one pass, and a watcher may see one first.
 	Publish(ctx context.Context, key ServiceKey, spec ServiceSpec, groups []EndpointGroup) error
 	// DeleteExport withdraws this cluster's export and endpoints of a Service.
 	// Withdrawing what is not there is not an error.

@@ -15,7 +15,9 @@ import (
 // and not written by its own cluster.
 const (
 	// MaxRecordBytes is the largest encoded record a backend stores or
-	// reads: 1 MiB, under etcd's default request limit of 1.5 MiB.
+	// reads: 1 MiB, under etcd's default request limit of 1.5 MiB. (The
+	// etcd backend writes two records in one request only when they are
+	// no larger together.)
 	MaxRecordBytes = 1 << 20
 	// MaxEndpoints is the most endpoints one cluster may publish for one
 	// Service, across all its groups.

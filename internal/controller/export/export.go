@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -111,7 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, se); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
-			return ctrl.Result{}, r.withdrawUnguarded(ctx, key)
+			return ctrl.Result{}, r.withdrawGone(ctx, key)
 		}
 		return ctrl.Result{}, fmt.Errorf("get ServiceExport: %w", err)
 	}
@@ -135,16 +136,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	before := se.DeepCopy()
 	err := r.reconcileNormal(ctx, se, key)
 	wg.Wait()
-	if finErr != nil {
+	switch {
+	case apierrors.IsNotFound(finErr):
+		// Deleted while it was being published.
+		r.forget(req.NamespacedName)
+		return ctrl.Result{}, r.withdrawGone(ctx, key)
+	case finErr != nil:
 		// The status waits for the finalizer: the retry writes both.
 		return ctrl.Result{}, errors.Join(err, finErr)
 	}
 	r.setUnguarded(key, false)
-	if perr := r.patchStatus(ctx, before, se); perr != nil {
-		err = errors.Join(err, perr)
-	}
+	recheck, perr := r.patchStatus(ctx, before, se)
 	r.metrics.Set(req.NamespacedName, exportState(se.Status.Conditions))
-	return ctrl.Result{}, err
+	return ctrl.Result{RequeueAfter: recheck}, errors.Join(err, perr)
 }
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
@@ -397,7 +401,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 	if !controllerutil.ContainsFinalizer(se, Finalizer) {
 		// Deleted (another party's finalizer keeps it) before mcsd's
 		// finalizer was added, perhaps after it was published.
-		return r.withdrawUnguarded(ctx, key)
+		return r.withdrawGone(ctx, key)
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {
 		err = fmt.Errorf("withdraw export: %w", err)
@@ -426,10 +430,11 @@ func (r *Reconciler) addFinalizer(ctx context.Context, se *mcsv1beta1.ServiceExp
 	return nil
 }
 
-// patchStatus writes se's status if it differs from before's.
-func (r *Reconciler) patchStatus(ctx context.Context, before, se *mcsv1beta1.ServiceExport) error {
-	_, err := patch.StatusOnce(ctx, r.Client, &r.written, before, se, func(se *mcsv1beta1.ServiceExport) any { return se.Status })
-	return client.IgnoreNotFound(err)
+// patchStatus writes se's status if it differs from before's, and returns
+// when to look again at a write it skipped (see patch.StatusOnce).
+func (r *Reconciler) patchStatus(ctx context.Context, before, se *mcsv1beta1.ServiceExport) (time.Duration, error) {
+	_, recheck, err := patch.StatusOnce(ctx, r.Client, &r.written, before, se, func(se *mcsv1beta1.ServiceExport) any { return se.Status })
+	return recheck, client.IgnoreNotFound(err)
 }
 
 // actConflict records reason as the conflict of se ("" for none) and
@@ -500,21 +505,23 @@ func (r *Reconciler) setUnguarded(key registry.ServiceKey, unguarded bool) {
 	r.unguarded[key] = true
 }
 
-// withdrawUnguarded withdraws the records of key, whose ServiceExport was
-// deleted without mcsd's finalizer, when they may have been published while
-// the finalizer was being added. Records this process never published are
-// left to the startup cleanup (withdrawOrphans).
-func (r *Reconciler) withdrawUnguarded(ctx context.Context, key registry.ServiceKey) error {
+// withdrawGone withdraws this cluster's records of key, whose ServiceExport
+// is gone or being deleted without mcsd's finalizer: those published while
+// the finalizer was being added (the view may not show them yet), and those
+// the synced view shows (published by an earlier run whose finalizer never
+// landed). A Service with neither costs the registry nothing.
+func (r *Reconciler) withdrawGone(ctx context.Context, key registry.ServiceKey) error {
 	r.actedMu.Lock()
 	unguarded := r.unguarded[key]
 	r.actedMu.Unlock()
-	if !unguarded {
+	synced := r.View != nil && r.View.HasSynced()
+	if !unguarded && (!synced || r.withdrawn(key)) {
 		return nil
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {
-		return fmt.Errorf("withdraw export of a ServiceExport deleted before its finalizer was added: %w", err)
+		return fmt.Errorf("withdraw export of a ServiceExport deleted without mcsd's finalizer: %w", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Withdrew export of a ServiceExport deleted before its finalizer was added")
+	ctrl.LoggerFrom(ctx).Info("Withdrew export of a ServiceExport deleted without mcsd's finalizer")
 	r.setUnguarded(key, false)
 	return nil
 }

@@ -628,12 +628,29 @@ func TestDeletedBeforeFinalizerWithdraws(t *testing.T) {
 	}
 }
 
+// TestPublishedByAnEarlierRunWithdrawn: records the synced view shows of a
+// Service without ServiceExport (published by an earlier run before its
+// finalizer was added) are withdrawn when a request for it comes.
+func TestPublishedByAnEarlierRunWithdrawn(t *testing.T) {
+	e := newEnv(t, newService())
+	if err := e.reg.Publish(context.Background(), webKey, registry.ServiceSpec{Type: registry.ClusterSetIP}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.syncView()
+	e.mustReconcile()
+	if _, ok := e.reg.export(webKey); ok {
+		t.Error("export without ServiceExport not withdrawn")
+	}
+}
+
 // TestNotFoundWithoutPublishingCallsNoRegistry: a request for a Service
 // without ServiceExport (an event of an unexported Service) costs the
 // registry nothing.
 func TestNotFoundWithoutPublishingCallsNoRegistry(t *testing.T) {
 	e := newEnv(t, newService())
 	e.reg.setErr(errors.New("no call expected"))
+	e.mustReconcile() // the view not read yet
+	e.syncView()
 	e.mustReconcile()
 }
 
@@ -754,9 +771,14 @@ func TestUnchangedReconcileWritesNothing(t *testing.T) {
 func TestWithdrawOrphans(t *testing.T) {
 	kept := registry.ServiceKey{Namespace: ns, Name: svcName}
 	orphan := registry.ServiceKey{Namespace: "other", Name: "gone"}
-	e := newEnv(t, newServiceExport())
+	// Being deleted, held by another party's finalizer, without mcsd's:
+	// its records were published before mcsd's finalizer was added.
+	deleting := registry.ServiceKey{Namespace: "other", Name: "deleting"}
+	now := metav1.Now()
+	e := newEnv(t, newServiceExport(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{
+		Namespace: deleting.Namespace, Name: deleting.Name, DeletionTimestamp: &now, Finalizers: []string{"example.com/keep"}}})
 	ctx := context.Background()
-	for _, k := range []registry.ServiceKey{kept, orphan} {
+	for _, k := range []registry.ServiceKey{kept, orphan, deleting} {
 		if err := e.reg.PutExport(ctx, k, registry.ServiceSpec{Type: registry.ClusterSetIP}); err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -158,8 +159,9 @@ func (r *Reconciler) withdrawOrphansUntilDone(ctx context.Context) {
 }
 
 // withdrawOrphans withdraws this cluster's registry records of every Service
-// that has no ServiceExport: exports deleted while the controller was down
-// and their finalizer did not run.
+// that has no ServiceExport, or one being deleted without mcsd's finalizer:
+// exports deleted while the controller was down and their finalizer did not
+// run, or before it was added.
 func (r *Reconciler) withdrawOrphans(ctx context.Context) error {
 	keys, err := r.Registry.Exported(ctx)
 	if err != nil {
@@ -180,11 +182,13 @@ func (r *Reconciler) withdrawOrphan(ctx context.Context, key registry.ServiceKey
 	// after the withdrawal and publishes again.
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, &mcsv1beta1.ServiceExport{})
-	if err == nil {
+	se := &mcsv1beta1.ServiceExport{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, se)
+	switch {
+	case err == nil && (se.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(se, Finalizer)):
+		// Exported, or its finalizer withdraws it.
 		return nil
-	}
-	if !apierrors.IsNotFound(err) {
+	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("get ServiceExport %s: %w", key, err)
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {

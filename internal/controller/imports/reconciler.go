@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -110,6 +111,9 @@ type scope struct {
 	// slicesInPlace: every EndpointSlice is as desired (none waits for the
 	// cache to show it).
 	slicesInPlace bool
+	// recheck is when to look again at a status write skipped because the
+	// cache did not show it yet (patch.StatusOnce).
+	recheck time.Duration
 }
 
 // Reconcile converges the import of one Service to the registry's state.
@@ -181,8 +185,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			"ServiceImport %s was not created by mcsd (no %s annotation): mcsd will not manage it. Delete it to let mcsd import the Service exported by the clusterset", key, wellknown.AnnotationManaged)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.reconcileNormal(ctx, &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
-		rejected: r.View.Rejected(key), derivedName: DerivedServiceName(key.Name)})
+	s := &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
+		rejected: r.View.Rejected(key), derivedName: DerivedServiceName(key.Name)}
+	err := r.reconcileNormal(ctx, s)
+	return ctrl.Result{RequeueAfter: s.recheck}, err
 }
 
 var errNotManaged = errors.New("ServiceImport not created by mcsd")
@@ -211,11 +217,12 @@ func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.S
 		Reason:  conditions.ReasonRegistryUnreachable,
 		Message: fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", capLen(connErr.Error(), 512)),
 	})
-	if _, err := r.patchStatus(ctx, si, old); err != nil {
+	recheck, err := r.patchStatus(ctx, si, old)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	r.metrics.Set(client.ObjectKeyFromObject(si), metrics.ImportRegistryUnreachable)
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: recheck}, nil
 }
 
 // reconcileDelete removes what mcsd created for a Service that no cluster
@@ -327,7 +334,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 		ref := ownerRef(s.si)
 		wg.Go(func() { adoptErr = r.adoptService(ctx, adopt, ref) })
 	}
-	_, patchErr := r.patchStatus(ctx, s.si, old)
+	recheck, patchErr := r.patchStatus(ctx, s.si, old)
+	s.recheck = recheck
 	wg.Wait()
 	if patchErr == nil {
 		r.metrics.Set(client.ObjectKeyFromObject(s.si), importState(s.si.Status.Conditions))
@@ -408,12 +416,13 @@ func importUpToDate(si, desired *mcsv1beta1.ServiceImport) bool {
 		equality.Semantic.DeepEqual(si.Spec, desired.Spec)
 }
 
-// patchStatus patches si's status from old to its current one, and reports
-// whether it wrote.
-func (r *Reconciler) patchStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, old *mcsv1beta1.ServiceImportStatus) (bool, error) {
+// patchStatus patches si's status from old to its current one, and returns
+// when to look again at a write it skipped (see patch.StatusOnce).
+func (r *Reconciler) patchStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, old *mcsv1beta1.ServiceImportStatus) (time.Duration, error) {
 	base := si.DeepCopy()
 	base.Status = *old
-	return patch.StatusOnce(ctx, r.Client, &r.written, base, si, func(si *mcsv1beta1.ServiceImport) any { return si.Status })
+	_, recheck, err := patch.StatusOnce(ctx, r.Client, &r.written, base, si, func(si *mcsv1beta1.ServiceImport) any { return si.Status })
+	return recheck, err
 }
 
 // deleteEndpointSlices deletes every EndpointSlice mcsd wrote for key.

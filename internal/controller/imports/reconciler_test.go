@@ -762,6 +762,26 @@ func TestRepairsHandEdits(t *testing.T) {
 	e.steady("web")
 }
 
+// TestServiceOwnerRestoredByPatch: a derived Service without its owner (as
+// a cache behind its adoption shows it, or after a hand edit) gets it back
+// by a patch, never by an update, which a stale cache would make fail.
+func TestServiceOwnerRestoredByPatch(t *testing.T) {
+	e := built(t)
+	derived := DerivedServiceName("web")
+	svc := e.service(derived)
+	svc.OwnerReferences = nil
+	if err := e.api.Update(e.ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"patch *v1.Service " + derived}, e.reconcile("web")); d != "" {
+		t.Errorf("writes (-want +got):\n%s", d)
+	}
+	if !metav1.IsControlledBy(e.service(derived), e.serviceImport("web")) {
+		t.Errorf("derived Service owners %+v, want the ServiceImport", e.service(derived).OwnerReferences)
+	}
+	e.steady("web")
+}
+
 // TestUpgradeRelabelsDerivedService: an import an older mcsd wrote names its
 // derived Service in the legacy annotation only. The next reconcile replaces
 // it with the standard one in place: the ServiceImport, the derived Service

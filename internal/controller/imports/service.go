@@ -149,14 +149,16 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 var errServiceConflict = errors.New("derived Service name taken")
 
 // adoptService makes the ServiceImport of ref the controller of svc, a
-// derived Service created before it. svc is not modified. A merge patch of
-// the owner references, not an update: the next reconcile may still see
-// the Service without its owner in the cache, and would fail on a stale
-// resource version where the patch merely writes the same owner again.
+// derived Service created before it (or whose owner was removed). svc is
+// not modified. A strategic merge patch of the owner references, not an
+// update: the next reconcile may still see the Service without its owner
+// in the cache, and would fail on a stale resource version where the patch
+// merely writes the same owner again; owner references merge by uid, so
+// those others added since the cache's copy are kept.
 func (r *Reconciler) adoptService(ctx context.Context, svc *corev1.Service, ref metav1.OwnerReference) error {
 	updated := svc.DeepCopy()
 	setControllerRef(updated, ref)
-	if err := r.Client.Patch(ctx, updated, client.MergeFrom(svc)); err != nil {
+	if err := r.Client.Patch(ctx, updated, client.StrategicMergeFrom(svc)); err != nil {
 		return fmt.Errorf("set the derived Service's owner: %w", err)
 	}
 	return nil

@@ -39,37 +39,43 @@ type written struct {
 
 // StatusOnce is Status, with w keeping the writes: it writes nothing when
 // base shows the status that w's last write for obj replaced, and obj has
-// the status written then. status must return values that the caller does
-// not modify afterwards.
-func StatusOnce[T client.Object](ctx context.Context, c client.Client, w *Written, base, obj T, status func(T) any) (bool, error) {
+// the status written then. It then returns recheck, the time after which
+// the write is believed lost: the caller looks again then (a reconcile
+// requeued after it), since the event that shows the write, or the one that
+// set the status back, may have been the one that brought it. status must
+// return values that the caller does not modify afterwards.
+func StatusOnce[T client.Object](ctx context.Context, c client.Client, w *Written, base, obj T, status func(T) any) (wrote bool, recheck time.Duration, err error) {
 	from, to := stored(status(base)), stored(status(obj))
 	uid := obj.GetUID()
-	if w.pending(uid, from, to) {
-		return false, nil
+	if recheck := w.pending(uid, from, to); recheck > 0 {
+		return false, recheck, nil
 	}
-	wrote, err := Status(ctx, c, base, obj, status)
+	wrote, err = Status(ctx, c, base, obj, status)
 	if wrote {
 		w.remember(uid, from, to)
 	}
-	return wrote, err
+	return wrote, 0, err
 }
 
-// pending reports whether the write of to over from is one w made, and the
-// cache does not show yet.
-func (w *Written) pending(uid types.UID, from, to string) bool {
+// pending returns, when the write of to over from is one w made and the
+// cache does not show yet, how long it is trusted still; 0 otherwise.
+func (w *Written) pending(uid types.UID, from, to string) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	last, ok := w.m[uid]
 	if !ok {
-		return false
+		return 0
 	}
-	switch {
-	case w.clock().Sub(last.at) > writtenFor, from == last.to:
+	left := writtenFor - w.clock().Sub(last.at)
+	if left <= 0 || from == last.to {
 		// Long past, or the cache shows the write: forgotten.
 		delete(w.m, uid)
-		return false
+		return 0
 	}
-	return from == last.from && to == last.to
+	if from != last.from || to != last.to {
+		return 0
+	}
+	return left
 }
 
 func (w *Written) remember(uid types.UID, from, to string) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,12 +80,17 @@ func TestStatusOnce(t *testing.T) {
 			for _, s := range tc.steps {
 				now = now.Add(s.after)
 				before := writes
-				wrote, err := StatusOnce(context.Background(), c, w, s.base.DeepCopy(), s.want.DeepCopy(), status)
+				wrote, recheck, err := StatusOnce(context.Background(), c, w, s.base.DeepCopy(), s.want.DeepCopy(), status)
 				if err != nil {
 					t.Fatalf("%s: %v", s.name, err)
 				}
 				if wrote != s.wantWrite || writes-before != map[bool]int{true: 1}[s.wantWrite] {
 					t.Errorf("%s: wrote %v (%d patches), want %v", s.name, wrote, writes-before, s.wantWrite)
+				}
+				// A skipped write is looked at again once it is no longer
+				// trusted.
+				if skipped := !s.wantWrite && !cmp.Equal(s.base.Status, s.want.Status); skipped != (recheck > 0) || recheck > writtenFor {
+					t.Errorf("%s: recheck after %v, skipped %v", s.name, recheck, skipped)
 				}
 			}
 		})

@@ -291,7 +291,9 @@ func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec r
 
 // Publish stores this cluster's export of a Service and its endpoints in
 // one transaction: watchers see both in one event. Records equal to the
-// stored ones are not written.
+// stored ones are not written. Two records too large for one etcd request
+// together are written one after the other, the endpoints first, so that
+// watchers still never see a new export without them.
 func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
 	export, err := b.exportRecord(key, spec)
 	if err != nil {
@@ -305,19 +307,26 @@ func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec reg
 		return err
 	}
 	defer b.unlock()
-	endpoints, changed, err := b.endpointsRecordLocked(key, content)
+	endpoints, changed, err := b.endpointsRecordLocked(key, groups, content)
 	if err != nil {
 		return err
 	}
-	recs := []keyValue{export}
-	if changed {
-		recs = append(recs, endpoints)
+	var writes [][]keyValue
+	switch {
+	case !changed:
+		writes = [][]keyValue{{export}}
+	case len(export.value)+len(endpoints.value) > registry.MaxRecordBytes:
+		writes = [][]keyValue{{endpoints}, {export}}
+	default:
+		writes = [][]keyValue{{export, endpoints}}
 	}
-	if err := b.putLocked(ctx, recs...); err != nil {
-		return fmt.Errorf("publish %s: %w", key, err)
-	}
-	if changed {
-		b.contents[endpoints.key] = content
+	for _, w := range writes {
+		if err := b.putLocked(ctx, w...); err != nil {
+			return fmt.Errorf("publish %s: %w", key, err)
+		}
+		if changed && slices.Contains(w, endpoints) {
+			b.contents[endpoints.key] = content
+		}
 	}
 	return nil
 }
@@ -355,20 +364,16 @@ func endpointsContent(key registry.ServiceKey, groups []registry.EndpointGroup) 
 	return string(content), nil
 }
 
-// endpointsRecordLocked is the record of this cluster's endpoints of key
-// with content, stamped now, and whether it needs writing: groups equal to
-// those stored write nothing and keep the stamp. b is locked.
-func (b *Backend) endpointsRecordLocked(key registry.ServiceKey, content string) (keyValue, bool, error) {
+// endpointsRecordLocked is the record of this cluster's endpoints of key,
+// groups (content, unstamped), stamped now, and whether it needs writing:
+// groups equal to those stored write nothing and keep the stamp. b is
+// locked.
+func (b *Backend) endpointsRecordLocked(key registry.ServiceKey, groups []registry.EndpointGroup, content string) (keyValue, bool, error) {
 	k := b.keys.endpoints(b.opts.Identity.Cluster, key)
 	if b.storedContent(k) == content && !b.own.isLost(k) {
 		return keyValue{}, false, nil
 	}
-	var ev endpointsValue
-	if err := json.Unmarshal([]byte(content), &ev); err != nil {
-		return keyValue{}, false, fmt.Errorf("endpoints %s: %w", key, err)
-	}
-	ev.Updated = b.now().UTC().Truncate(time.Millisecond)
-	value, err := json.Marshal(ev)
+	value, err := json.Marshal(endpointsValue{Groups: groups, Updated: b.now().UTC().Truncate(time.Millisecond)})
 	if err != nil {
 		return keyValue{}, false, fmt.Errorf("endpoints %s: %w", key, err)
 	}
@@ -390,7 +395,7 @@ func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, gro
 		return err
 	}
 	defer b.unlock()
-	rec, changed, err := b.endpointsRecordLocked(key, content)
+	rec, changed, err := b.endpointsRecordLocked(key, groups, content)
 	if err != nil || !changed {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -504,5 +505,37 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPublishOneTransaction: Publish writes a new export and its endpoints
+// at one revision; two records too large for one request together are
+// written endpoints first, then the export.
+func TestPublishOneTransaction(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	cli := client(t, srv.ClientURL())
+	b := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	exportKey, endpointsKey := "/test/set1/clusters/a/exports/shop/web", "/test/set1/clusters/a/endpoints/shop/web"
+
+	must(t, b.Publish(t.Context(), web, spec, groups))
+	if e, p := modRevision(t, cli, exportKey), modRevision(t, cli, endpointsKey); e != p || e == 0 {
+		t.Errorf("export at revision %d, endpoints at %d: want one transaction", e, p)
+	}
+
+	// Together over etcd's 1.5 MiB request limit, each under MaxRecordBytes.
+	big := spec
+	big.ExportedAnnotations = map[string]string{"example.com/big": strings.Repeat("x", 700<<10)}
+	var many []registry.EndpointGroup
+	for i := range 3000 {
+		many = append(many, registry.EndpointGroup{AddressType: "IPv4", Endpoints: []registry.Endpoint{{
+			Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)},
+			Hostname:  strings.Repeat("h", 200),
+		}}})
+	}
+	must(t, b.Publish(t.Context(), web, big, many))
+	e, p := modRevision(t, cli, exportKey), modRevision(t, cli, endpointsKey)
+	if p == 0 || e != p+1 {
+		t.Errorf("large records: export at revision %d, endpoints at %d; want the endpoints first, then the export", e, p)
 	}
 }

@@ -93,9 +93,13 @@ type Options struct {
 	// the backend's (2s, 15m).
 	PollInterval, SweepInterval time.Duration
 	// APIServerProfile is how long the first cluster's kube-apiserver is
-	// CPU-profiled from the start of the cold start and of the export phase
-	// (0: not at all). The phases last at least that long.
+	// CPU-profiled from the start of the cold start (0: not at all). The
+	// phase lasts at least that long.
 	APIServerProfile time.Duration
+	// APIServerProfileExport is the same for the export phase; off by
+	// default, since profiling loads the API server whose latency the
+	// phase times.
+	APIServerProfileExport time.Duration
 	// Out is the results folder. Required.
 	Out string
 	// Log receives progress lines. Default: discarded.

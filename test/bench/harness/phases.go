@@ -126,7 +126,7 @@ func (r *run) exportPhase(ctx context.Context) error {
 	idx := r.exportSamples()
 	ph, err := r.measure(ctx, PhaseExport, fmt.Sprintf("%d more Services exported one by one at %.0f/s", len(idx), r.opts.ExportRate),
 		func(ph *report.Phase) error {
-			if d := r.opts.APIServerProfile; d > 0 {
+			if d := r.opts.APIServerProfileExport; d > 0 {
 				wait := r.profileAPIServer(ctx, r.clusters[0], d, r.profilePath("cpu", PhaseExport, r.ids[0]+"-apiserver"))
 				defer wait()
 			}

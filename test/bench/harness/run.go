@@ -447,7 +447,7 @@ func perChange(ph *report.Phase, clusters int) map[string]float64 {
 	out["API writes, all clusters"] = writes / n
 	out["API writes per cluster"] = writes / n / float64(clusters)
 	out["controller CPU ms, all clusters"] = cpu * 1000 / n
-	for _, op := range []string{"PutExport", "PutEndpoints", "DeleteExport", "WatchUpdate"} {
+	for _, op := range []string{"Publish", "PutExport", "PutEndpoints", "DeleteExport", "WatchUpdate"} {
 		if v := ph.RegistryOps[op]; v > 0 {
 			out["mcsd registry calls: "+op] = v / n
 		}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -27,7 +26,7 @@ import (
 // watches of every cluster record when the source cluster shows the change
 // and when each cluster's import first matches it. Nothing is polled.
 
-// exportFinalizer is the finalizer mcsd puts on a ServiceExport before it
+// exportFinalizer is the finalizer mcsd puts on a ServiceExport while it
 // publishes it.
 const exportFinalizer = export.Finalizer
 
@@ -72,10 +71,9 @@ const (
 	stageRegExport    = "2 registry: the source's export record written"
 	stageRegEndpoints = "3 registry: the source's endpoints record written"
 	stageExported     = "4 source: ServiceExport Ready (published to the registry)"
-	stageDerived      = "5 importer: derived Service created"
-	stageCreated      = "6 importer: ServiceImport created"
-	stageIP           = "7 importer: ServiceImport has its cluster IP"
-	stageSlices       = "8 importer: EndpointSlices hold every endpoint"
+	stageCreated      = "5 importer: ServiceImport created"
+	stageIP           = "6 importer: ServiceImport has its cluster IP"
+	stageSlices       = "7 importer: EndpointSlices hold every endpoint"
 )
 
 // importerStage reports whether step is one of an importing cluster's.
@@ -181,7 +179,6 @@ func (t *tracker) watch(ctx context.Context, c *testbed.Cluster, qps float32) er
 		{&mcsv1beta1.ServiceImport{}, func(o client.Object, del bool) { t.onImport(c.ID, o.(*mcsv1beta1.ServiceImport), del) }},
 		{&discoveryv1.EndpointSlice{}, func(o client.Object, del bool) { t.onSlice(c.ID, o.(*discoveryv1.EndpointSlice), del) }},
 		{&mcsv1beta1.ServiceExport{}, func(o client.Object, del bool) { t.onExport(c.ID, o.(*mcsv1beta1.ServiceExport), del) }},
-		{&corev1.Service{}, func(o client.Object, del bool) { t.onService(c.ID, o.(*corev1.Service), del) }},
 	} {
 		inf, err := ca.GetInformer(ctx, w.obj)
 		if err != nil {
@@ -224,21 +221,6 @@ func (t *tracker) onImport(cluster string, si *mcsv1beta1.ServiceImport, deleted
 		}
 	}
 	t.evaluate(cluster, si.Name, now)
-}
-
-// onService records when an importing cluster's derived Service of an
-// expected export is first seen.
-func (t *tracker) onService(cluster string, svc *corev1.Service, deleted bool) {
-	si, ok := svc.Annotations[wellknown.AnnotationServiceImport]
-	if deleted || !ok {
-		return
-	}
-	now := time.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e := t.want[si]; e != nil && e.exported {
-		e.stage(cluster, stageDerived, now)
-	}
 }
 
 // onRegistry records when the source cluster's export or endpoints record

@@ -41,9 +41,9 @@ func TestMetrics(t *testing.T) {
 		{"mcsd_service_exports", map[string]string{"cluster": "c1", "condition": "Ready", "state": "exported"}},
 		{"mcsd_service_exports", map[string]string{"cluster": "c1", "condition": "Valid", "state": "valid"}},
 		{"mcsd_service_imports", map[string]string{"cluster": "c2", "state": "ready"}},
-		{"mcsd_registry_operations_total", map[string]string{"cluster": "c1", "backend": "etcd", "operation": "PutExport"}},
-		{"mcsd_registry_operations_total", map[string]string{"cluster": "c1", "backend": "etcd", "operation": "PutEndpoints"}},
-		{"mcsd_registry_operation_duration_seconds", map[string]string{"cluster": "c1", "backend": "etcd", "operation": "PutEndpoints"}},
+		// A new export goes to the registry with its endpoints, in one write.
+		{"mcsd_registry_operations_total", map[string]string{"cluster": "c1", "backend": "etcd", "operation": "Publish"}},
+		{"mcsd_registry_operation_duration_seconds", map[string]string{"cluster": "c1", "backend": "etcd", "operation": "Publish"}},
 		{"mcsd_registry_operations_total", map[string]string{"cluster": "c2", "backend": "etcd", "operation": "WatchUpdate"}},
 		{"mcsd_registry_connected", map[string]string{"cluster": "c2", "backend": "etcd"}},
 		{"mcsd_propagation_seconds", map[string]string{"cluster": "c2", "source_cluster": "c1"}},
