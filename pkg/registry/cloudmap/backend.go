@@ -473,40 +473,12 @@ func (b *Backend) unlock() { b.sem.Unlock() }
 
 // PutExport stores this cluster's export of a Service.
 func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
-	if err := b.validService(key); err != nil {
-		return err
-	}
-	if spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
-		return fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
-	}
-	if err := b.lock(ctx); err != nil {
-		return err
-	}
-	defer b.unlock()
-	st := b.current(key)
-	st.Spec = &spec
-	if err := b.apply(ctx, key, st); err != nil {
-		return fmt.Errorf("put export %s: %w", key, err)
-	}
-	return nil
+	return b.put(ctx, key, &spec, nil, "put export")
 }
 
 // PutEndpoints stores this cluster's endpoints of an exported Service.
 func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
-	if err := b.validService(key); err != nil {
-		return err
-	}
-	if err := b.lock(ctx); err != nil {
-		return err
-	}
-	defer b.unlock()
-	st := b.current(key)
-	st.HasEndpoints = true
-	st.Groups = groups
-	if err := b.apply(ctx, key, st); err != nil {
-		return fmt.Errorf("put endpoints %s: %w", key, err)
-	}
-	return nil
+	return b.put(ctx, key, nil, &groups, "put endpoints")
 }
 
 // Publish stores this cluster's export of a Service and its endpoints in
@@ -514,10 +486,16 @@ func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, gro
 // PutExport and PutEndpoints would (Cloud Map has no transactions; a
 // watcher may see one before the other, as the feed reads them).
 func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
+	return b.put(ctx, key, &spec, &groups, "publish")
+}
+
+// put applies spec and groups, those not nil, to this cluster's records of
+// key.
+func (b *Backend) put(ctx context.Context, key registry.ServiceKey, spec *registry.ServiceSpec, groups *[]registry.EndpointGroup, what string) error {
 	if err := b.validService(key); err != nil {
 		return err
 	}
-	if spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
+	if spec != nil && spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
 		return fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
 	}
 	if err := b.lock(ctx); err != nil {
@@ -525,11 +503,15 @@ func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec reg
 	}
 	defer b.unlock()
 	st := b.current(key)
-	st.Spec = &spec
-	st.HasEndpoints = true
-	st.Groups = groups
+	if spec != nil {
+		st.Spec = spec
+	}
+	if groups != nil {
+		st.HasEndpoints = true
+		st.Groups = *groups
+	}
 	if err := b.apply(ctx, key, st); err != nil {
-		return fmt.Errorf("publish %s: %w", key, err)
+		return fmt.Errorf("%s %s: %w", what, key, err)
 	}
 	return nil
 }
