@@ -53,6 +53,9 @@ func TestSmoke(t *testing.T) {
 	if ph := res.PhaseByName(harness.PhaseExport); ph != nil && ph.Latency["import"].N != 4 {
 		t.Errorf("export phase timed %d imports, want 4 (one other cluster × 4 services)", ph.Latency["import"].N)
 	}
+	if ph := res.PhaseByName(harness.PhaseFloor); ph != nil && ph.Latency[harness.FloorOneAtATime].N != 8 {
+		t.Errorf("floor phase timed %d imports one at a time, want 8 (2 clusters × 4)", ph.Latency[harness.FloorOneAtATime].N)
+	}
 	if ph := res.PhaseByName(harness.PhaseColdStart); ph != nil && (ph.Converged <= 0 || ph.Controllers["c1"].PeakRSS == 0) {
 		t.Errorf("cold start: converged %.3fs, controllers %+v", ph.Converged, ph.Controllers)
 	}

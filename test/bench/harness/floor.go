@@ -46,6 +46,11 @@ func (r *run) floorPhase(ctx context.Context) error {
 		}
 	}
 	n := r.opts.Services
+	// First, on as many Services as the export phase had.
+	one, oneErr := r.floorOneAtATime(ctx, n)
+	if oneErr != nil {
+		return oneErr
+	}
 	var start time.Time
 	var mu sync.Mutex
 	var done []float64
@@ -62,7 +67,7 @@ func (r *run) floorPhase(ctx context.Context) error {
 				wg.Go(func() {
 					cl := r.wl.clients[c.ID]
 					errs[ci] = r.wl.parallel(ctx, 0, n, func(ctx context.Context, i int) error {
-						if err := floorImport(ctx, cl, c.ID, i, r.opts.Endpoints); err != nil {
+						if err := floorImport(ctx, cl, c.ID, i, r.opts.Endpoints, nil); err != nil {
 							return err
 						}
 						writes[c.ID].Add(int64(len(floorWrites)))
@@ -94,11 +99,52 @@ func (r *run) floorPhase(ctx context.Context) error {
 		}
 		ph.APIWrites[id] = byRes
 	}
+	ph.Latency[FloorOneAtATime] = report.Summarize(one)
 	return err
 }
 
-// floorImport makes the writes of one new import, i, in cluster cl.
-func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpoints int) error {
+// FloorOneAtATime names the floor phase's latency floor (see
+// run.floorOneAtATime).
+const FloorOneAtATime = "import, one at a time, in every cluster at once (2 writes in a row)"
+
+// floorOneAtATime is the latency floor of an export: ExportSamples more
+// imports, one at a time at ExportRate (as the export phase exports), each
+// written in every cluster at once, as every cluster imports a new export.
+// A sample is the time one cluster takes for the writes an import waits
+// for, the derived Service then the ServiceImport and EndpointSlice at once,
+// as the harness's client sees them answered. It runs before the
+// throughput floor, on as many Services as the export phase had; its first
+// import is named after the throughput floor's last, first.
+func (r *run) floorOneAtATime(ctx context.Context, first int) ([]float64, error) {
+	var mu sync.Mutex
+	var out []float64
+	idx := make([]int, r.opts.ExportSamples)
+	for k := range idx {
+		idx[k] = first + k
+	}
+	err := r.paced(ctx, idx, r.opts.ExportRate, func(i int) error {
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make([]error, len(r.clusters))
+		for ci, c := range r.clusters {
+			wg.Go(func() {
+				errs[ci] = floorImport(ctx, r.wl.clients[c.ID], c.ID, i, r.opts.Endpoints, func() {
+					mu.Lock()
+					out = append(out, time.Since(start).Seconds())
+					mu.Unlock()
+				})
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
+	return out, err
+}
+
+// floorImport makes the writes of one new import, i, in cluster cl, and
+// calls whole, when not nil, once the import is whole: its ServiceImport,
+// with the Service's IP, and its EndpointSlice written.
+func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpoints int, whole func()) error {
 	name := fmt.Sprintf("floor-%05d", i)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace},
@@ -139,6 +185,9 @@ func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpo
 		func() error { return wrap("create EndpointSlice "+slice.Name, cl.Create(ctx, slice)) },
 	); err != nil {
 		return err
+	}
+	if whole != nil {
+		whole()
 	}
 	svc.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: mcsv1beta1.GroupVersion.String(), Kind: "ServiceImport", Name: name, UID: si.UID,
