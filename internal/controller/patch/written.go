@@ -45,16 +45,29 @@ type written struct {
 // set the status back, may have been the one that brought it. status must
 // return values that the caller does not modify afterwards.
 func StatusOnce[T client.Object](ctx context.Context, c client.Client, w *Written, base, obj T, status func(T) any) (wrote bool, recheck time.Duration, err error) {
-	from, to := stored(status(base)), stored(status(obj))
 	uid := obj.GetUID()
-	if recheck := w.pending(uid, from, to); recheck > 0 {
-		return false, recheck, nil
+	// Encoded only when needed: not on the path of every reconcile.
+	encode := func() (string, string) { return stored(status(base)), stored(status(obj)) }
+	if w.has(uid) {
+		from, to := encode()
+		if recheck := w.pending(uid, from, to); recheck > 0 {
+			return false, recheck, nil
+		}
 	}
 	wrote, err = Status(ctx, c, base, obj, status)
 	if wrote {
+		from, to := encode()
 		w.remember(uid, from, to)
 	}
 	return wrote, 0, err
+}
+
+// has reports whether w remembers a write of uid.
+func (w *Written) has(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.m[uid]
+	return ok
 }
 
 // pending returns, when the write of to over from is one w made and the

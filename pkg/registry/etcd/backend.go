@@ -299,6 +299,13 @@ func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec reg
 	if err != nil {
 		return err
 	}
+	return b.put(ctx, key, &export, groups, "publish")
+}
+
+// put writes export, when not nil, and the endpoints record of groups,
+// unless stored already: in one transaction, or endpoints first when the
+// two are too large for one request together.
+func (b *Backend) put(ctx context.Context, key registry.ServiceKey, export *keyValue, groups []registry.EndpointGroup, what string) error {
 	content, err := endpointsContent(key, groups)
 	if err != nil {
 		return err
@@ -311,18 +318,20 @@ func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec reg
 	if err != nil {
 		return err
 	}
-	var writes [][]keyValue
-	switch {
-	case !changed:
-		writes = [][]keyValue{{export}}
-	case len(export.value)+len(endpoints.value) > registry.MaxRecordBytes:
-		writes = [][]keyValue{{endpoints}, {export}}
-	default:
-		writes = [][]keyValue{{export, endpoints}}
+	var recs []keyValue
+	if export != nil {
+		recs = append(recs, *export)
+	}
+	if changed {
+		recs = append(recs, endpoints)
+	}
+	writes := [][]keyValue{recs}
+	if len(recs) == 2 && len(export.value)+len(endpoints.value) > registry.MaxRecordBytes {
+		writes = [][]keyValue{{endpoints}, {*export}}
 	}
 	for _, w := range writes {
 		if err := b.putLocked(ctx, w...); err != nil {
-			return fmt.Errorf("publish %s: %w", key, err)
+			return fmt.Errorf("%s %s: %w", what, key, err)
 		}
 		if changed && slices.Contains(w, endpoints) {
 			b.contents[endpoints.key] = content
@@ -387,23 +396,7 @@ func (b *Backend) endpointsRecordLocked(key registry.ServiceKey, groups []regist
 // writes the endpoints key only, stamped with the time of the change; groups
 // equal to those stored write nothing and keep the stamp.
 func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
-	content, err := endpointsContent(key, groups)
-	if err != nil {
-		return err
-	}
-	if err := b.lock(ctx); err != nil {
-		return err
-	}
-	defer b.unlock()
-	rec, changed, err := b.endpointsRecordLocked(key, groups, content)
-	if err != nil || !changed {
-		return err
-	}
-	if err := b.putLocked(ctx, rec); err != nil {
-		return fmt.Errorf("put endpoints %s: %w", key, err)
-	}
-	b.contents[rec.key] = content
-	return nil
+	return b.put(ctx, key, nil, groups, "put endpoints")
 }
 
 // storedContent is the stored value of endpoints key k without its stamp,
