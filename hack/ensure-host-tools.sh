@@ -5,8 +5,10 @@
 #   ip (iproute2)        network namespaces, veth links, addresses and routes
 #   unshare (util-linux) a UTS namespace per pod, for its own host name
 #   nft (nftables)       what kube-proxy programs its rules with (nftables mode)
-#   socat, nc (netcat-openbsd), dig (dnsutils), busybox, curl
-#                        programs that pods run and that tests exec in pods
+#   socat, nc (netcat-openbsd), dig and nslookup (dnsutils), busybox, curl,
+#   zsh                  programs that pods run and that tests exec in pods,
+#                        and those that the images the testbed knows start
+#                        (test/testbed/agent/resolve.go: netshoot's is zsh)
 #
 # Creating network namespaces needs root; so does installing. Run as root, or
 # install the packages above yourself.
@@ -14,7 +16,8 @@ set -euo pipefail
 
 declare -A pkg_of=(
   [ip]=iproute2 [unshare]=util-linux [nft]=nftables [socat]=socat
-  [nc]=netcat-openbsd [dig]=dnsutils [busybox]=busybox [curl]=curl
+  [nc]=netcat-openbsd [dig]=dnsutils [nslookup]=dnsutils [busybox]=busybox
+  [curl]=curl [zsh]=zsh [bash]=bash
 )
 missing=()
 for cmd in "${!pkg_of[@]}"; do

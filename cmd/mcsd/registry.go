@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
 )
@@ -44,6 +46,9 @@ it writes a CA, a server certificate and a client certificate per cluster of
 --clusterset (CN mcsd:<clusterset>:<cluster>, which may write only below its
 own cluster's prefix), one for mcsd status (read-only) and one for root
 into the directory, and prints the commands that hand them to each cluster.
+The raft peer listener is secured the same way: https with a peer
+certificate of the same CA, and only peers holding one are answered.
+Without --secure-dir the peer listener is plain http: keep it on 127.0.0.1.
 Started again on the same directories it keeps the CA, the certificates and
 the users.`,
 		Example: `  mcsd registry --data-dir /tmp/mcsd-etcd --listen-client-url http://127.0.0.1:2379
@@ -60,7 +65,7 @@ the users.`,
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.DataDir, "data-dir", "", "directory for the registry's data (required)")
 	fl.StringVar(&cfg.ListenClientURL, "listen-client-url", "http://127.0.0.1:2379", "URL clients connect to (https:// needs --cert-file and --key-file, or --secure-dir)")
-	fl.StringVar(&cfg.ListenPeerURL, "listen-peer-url", "http://127.0.0.1:2380", "raft peer URL (unused by a single node, required by etcd)")
+	fl.StringVar(&cfg.ListenPeerURL, "listen-peer-url", "http://127.0.0.1:2380", "raft peer URL (unused by a single node, required by etcd; https with --secure-dir)")
 	fl.StringVar(&cfg.CertFile, "cert-file", "", "server certificate for an https client URL")
 	fl.StringVar(&cfg.KeyFile, "key-file", "", "server key for an https client URL")
 	fl.StringVar(&cfg.TrustedCAFile, "trusted-ca-file", "", "CA that client certificates must be signed by (enables client certificate auth)")
@@ -122,6 +127,14 @@ func (s *tryOutFlags) prepare(cfg *embedded.Config) error {
 	if s.clusterSet == "" || len(s.clusters) == 0 {
 		return errors.New("--secure-dir needs --clusterset and at least one --cluster")
 	}
+	if err := registry.ValidateClusterSetID(s.clusterSet); err != nil {
+		return fmt.Errorf("--clusterset: %w", err)
+	}
+	for _, c := range s.clusters {
+		if err := registry.ValidateClusterID(c); err != nil {
+			return fmt.Errorf("--cluster: %w", err)
+		}
+	}
 	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.TrustedCAFile != "" {
 		return errors.New("--secure-dir makes its own certificates: drop --cert-file, --key-file and --trusted-ca-file")
 	}
@@ -131,9 +144,19 @@ func (s *tryOutFlags) prepare(cfg *embedded.Config) error {
 	}
 	u.Scheme = "https"
 	cfg.ListenClientURL = u.String()
+	// The peer listener too: TLS with a peer certificate of the same CA,
+	// and only peers holding one may talk to it.
+	p, err := url.Parse(cfg.ListenPeerURL)
+	if err != nil {
+		return fmt.Errorf("--listen-peer-url: %w", err)
+	}
+	p.Scheme = "https"
+	cfg.ListenPeerURL = p.String()
 	hosts := append([]string{"127.0.0.1", "localhost"}, s.certHosts...)
-	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "0.0.0.0" && h != "::" {
-		hosts = append(hosts, h)
+	for _, h := range []string{u.Hostname(), p.Hostname()} {
+		if h != "127.0.0.1" && h != "localhost" && h != "0.0.0.0" && h != "::" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
 	}
 	clients := []embedded.ClientCert{
 		{Name: rootCertName, CommonName: etcd.RootUser},
@@ -148,6 +171,9 @@ func (s *tryOutFlags) prepare(cfg *embedded.Config) error {
 	cfg.CertFile = filepath.Join(s.secureDir, embedded.ServerCertFile)
 	cfg.KeyFile = filepath.Join(s.secureDir, embedded.ServerKeyFile)
 	cfg.TrustedCAFile = filepath.Join(s.secureDir, embedded.CACertFile)
+	cfg.PeerCertFile = filepath.Join(s.secureDir, embedded.PeerCertFile)
+	cfg.PeerKeyFile = filepath.Join(s.secureDir, embedded.PeerKeyFile)
+	cfg.PeerTrustedCAFile = cfg.TrustedCAFile
 	return nil
 }
 

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/api/about/v1beta1"
@@ -19,9 +17,6 @@ var ErrMissing = errors.New("cluster identity missing")
 
 // ErrInvalid is returned when a ClusterProperty holds an unusable value.
 var ErrInvalid = errors.New("cluster identity invalid")
-
-// MaxLength is the longest id KEP-2149 allows.
-const MaxLength = 128
 
 // Read returns the cluster's identity. Errors wrap ErrMissing or ErrInvalid
 // with a message that tells the operator what to create.
@@ -47,20 +42,12 @@ func readOne(ctx context.Context, c client.Reader, name string) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("read ClusterProperty %q: %w", name, err)
 	}
-	if err := Validate(p.Spec.Value); err != nil {
+	validate := registry.ValidateClusterID
+	if name == aboutv1beta1.ClusterSetIDName {
+		validate = registry.ValidateClusterSetID
+	}
+	if err := validate(p.Spec.Value); err != nil {
 		return "", fmt.Errorf("%w: ClusterProperty %q: %w", ErrInvalid, name, err)
 	}
 	return p.Spec.Value, nil
-}
-
-// Validate reports whether v is usable as a cluster or clusterset id: a DNS
-// subdomain of at most 128 characters.
-func Validate(v string) error {
-	if len(v) > MaxLength {
-		return fmt.Errorf("value is %d characters long, at most %d are allowed", len(v), MaxLength)
-	}
-	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-		return fmt.Errorf("value %q is not a DNS subdomain: %s", v, strings.Join(errs, "; "))
-	}
-	return nil
 }

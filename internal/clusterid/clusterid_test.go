@@ -38,8 +38,12 @@ func TestRead(t *testing.T) {
 		{name: "no clusterset id", objs: []client.Object{prop(aboutv1beta1.ClusterIDName, "c1")},
 			wantErr: ErrMissing, msg: `ClusterProperty "clusterset.k8s.io" does not exist`},
 		{name: "invalid", objs: []client.Object{prop(aboutv1beta1.ClusterIDName, "C_1"), prop(aboutv1beta1.ClusterSetIDName, "set")},
-			wantErr: ErrInvalid, msg: "not a DNS subdomain"},
-		{name: "too long", objs: []client.Object{prop(aboutv1beta1.ClusterIDName, strings.Repeat("a.", 64)+"a"), prop(aboutv1beta1.ClusterSetIDName, "set")},
+			wantErr: ErrInvalid, msg: `cluster id "C_1" is invalid`},
+		{name: "cluster id too long for a label value", objs: []client.Object{prop(aboutv1beta1.ClusterIDName, strings.Repeat("a.", 32)+"a"), prop(aboutv1beta1.ClusterSetIDName, "set")},
+			wantErr: ErrInvalid, msg: "at most 63"},
+		{name: "clusterset id of 128", objs: []client.Object{prop(aboutv1beta1.ClusterIDName, "c1"), prop(aboutv1beta1.ClusterSetIDName, strings.Repeat("a.", 63)+"ab")},
+			want: registry.Identity{Cluster: "c1", ClusterSet: strings.Repeat("a.", 63) + "ab"}},
+		{name: "clusterset id too long", objs: []client.Object{prop(aboutv1beta1.ClusterIDName, "c1"), prop(aboutv1beta1.ClusterSetIDName, strings.Repeat("a.", 64)+"a")},
 			wantErr: ErrInvalid, msg: "at most 128"},
 	}
 	for _, tc := range tests {

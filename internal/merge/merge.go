@@ -34,10 +34,11 @@ type Result struct {
 	Clusters []string
 	// Served maps each exporting cluster to the names of the import ports
 	// its endpoints may serve, in Spec.Ports order ("" for an unnamed port).
-	// A cluster serves an import port when its own Service has a port of the
-	// same name and protocol (and, for an unnamed port, the same number):
-	// that is the port its EndpointSlices carry under that name. A cluster
-	// that serves no port maps to nil.
+	// A cluster serves an import port when its own Service defines it as the
+	// import does (same name, protocol and number): that is the port its
+	// EndpointSlices carry under that name. A cluster whose definition lost
+	// a PortConflict does not serve that port. A cluster that serves no
+	// port maps to nil.
 	Served map[string][]string
 	// Conflict applies to every export of the service, not just the ones
 	// whose values lost.

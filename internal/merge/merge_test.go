@@ -476,13 +476,32 @@ func TestMergePorts(t *testing.T) {
 			`ports: cluster "c2" adds "d" TCP/4, which clusters "c1", "c3" lack. ports: cluster "c2" adds "c" TCP/3, which cluster "c1" lacks. ` +
 			`ports: 1 more conflicts`,
 	}, {
-		name: "same name, other number: older wins, newer still serves the name",
+		name: "same name, other number: older wins, newer does not serve it",
 		exports: []registry.Export{
 			export("c1", 1, ports(rp("http", tcp, 80))),
 			export("c2", 2, ports(rp("http", tcp, 8080))),
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
-		wantServed: map[string][]string{"c1": {"http"}, "c2": {"http"}},
+		wantServed: map[string][]string{"c1": {"http"}, "c2": nil},
+		wantNote:   `ports: using "http" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "http" TCP/8080`,
+	}, {
+		name: "the upstream case: same name, other number and targetPort; only the winner serves it",
+		exports: []registry.Export{
+			export("c1", 1, ports(rp("tcp", tcp, 42))),
+			export("c2", 2, ports(rp("tcp", tcp, 4242))),
+			export("c3", 3, ports(rp("tcp", tcp, 42))),
+		},
+		wantPorts:  []mcsv1beta1.ServicePort{sp("tcp", tcp, 42)},
+		wantServed: map[string][]string{"c1": {"tcp"}, "c2": nil, "c3": {"tcp"}},
+		wantNote:   `ports: using "tcp" TCP/42 from cluster "c1" (oldest export with this port); cluster "c2" has "tcp" TCP/4242`,
+	}, {
+		name: "a port lost by number, another served: only the agreeing port",
+		exports: []registry.Export{
+			export("c1", 1, ports(rp("http", tcp, 80), rp("admin", tcp, 90))),
+			export("c2", 2, ports(rp("http", tcp, 8080), rp("admin", tcp, 90))),
+		},
+		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80), sp("admin", tcp, 90)},
+		wantServed: map[string][]string{"c1": {"http", "admin"}, "c2": {"admin"}},
 		wantNote:   `ports: using "http" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "http" TCP/8080`,
 	}, {
 		name: "same name, other protocol: newer does not serve it",
@@ -500,7 +519,7 @@ func TestMergePorts(t *testing.T) {
 			export("c2", 2, ports(rp("a", tcp, 82))),
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("a", tcp, 80), sp("b", tcp, 81)},
-		wantServed: map[string][]string{"c1": {"a", "b"}, "c2": {"a"}},
+		wantServed: map[string][]string{"c1": {"a", "b"}, "c2": nil},
 		wantNote: `ports: using "a" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "a" TCP/82. ` +
 			`ports: cluster "c2" lacks "b" TCP/81 of cluster "c1"`,
 	}, {
@@ -510,7 +529,7 @@ func TestMergePorts(t *testing.T) {
 			export("c2", 2, ports(rp("a", tcp, 81))),
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("a", tcp, 80), sp("b", tcp, 81)},
-		wantServed: map[string][]string{"c1": {"a", "b"}, "c2": {"a"}},
+		wantServed: map[string][]string{"c1": {"a", "b"}, "c2": nil},
 		wantNote: `ports: using "a" TCP/80 from cluster "c1" (oldest export with this port); cluster "c2" has "a" TCP/81. ` +
 			`ports: cluster "c2" lacks "b" TCP/81 of cluster "c1"`,
 	}, {
@@ -549,7 +568,7 @@ func TestMergePorts(t *testing.T) {
 			export("c2", 2, ports(rp("sig", sctp, 3869))),
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("sig", sctp, 3868)},
-		wantServed: map[string][]string{"c1": {"sig"}, "c2": {"sig"}},
+		wantServed: map[string][]string{"c1": {"sig"}, "c2": nil},
 		wantNote:   `ports: using "sig" SCTP/3868 from cluster "c1" (oldest export with this port); cluster "c2" has "sig" SCTP/3869`,
 	}, {
 		name: "one unnamed port everywhere",
@@ -623,7 +642,7 @@ func TestMergePorts(t *testing.T) {
 			export("c5", 5, ports(rp("http", tcp, 84))),
 		},
 		wantPorts:  []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
-		wantServed: map[string][]string{"c1": {"http"}, "c2": {"http"}, "c3": {"http"}, "c4": {"http"}, "c5": {"http"}},
+		wantServed: map[string][]string{"c1": {"http"}, "c2": nil, "c3": nil, "c4": nil, "c5": nil},
 		wantNote: `ports: using "http" TCP/80 from cluster "c1" (oldest export with this port); ` +
 			`cluster "c2" has "http" TCP/81, cluster "c3" has "http" TCP/82, cluster "c4" has "http" TCP/83 and 1 more`,
 	}}
@@ -759,7 +778,7 @@ func TestMergeManyConflicts(t *testing.T) {
 		Clusters: []string{"west", "east", "north"},
 		Served: map[string][]string{
 			"west":  {"http"},
-			"east":  {"http", "metrics"},
+			"east":  {"metrics"}, // its "http" is 8080, not the import's 80
 			"north": {"http"},
 		},
 		Conflict: Conflict{

@@ -142,14 +142,17 @@ func (u portUnion) servicePorts() []mcsv1beta1.ServicePort {
 }
 
 // served returns the names of the import ports e's endpoints may serve: e's
-// Service has a port of the same name and protocol (and, unnamed, the same
-// number). Its EndpointSlices then carry that port under that name.
+// Service defines the port as the import does (same name, protocol and
+// number). Its EndpointSlices then carry that port under that name. A
+// cluster whose port of that name lost a conflict (another number or
+// protocol) does not serve it: a client connecting to the import's port
+// would otherwise reach pods that were never exposed on it.
 func (u portUnion) served(e registry.Export) []string {
 	var names []string
 	for _, ip := range u.ports {
 		for _, rp := range e.Spec.Ports {
 			p := normalizePort(rp)
-			if p.name == ip.name && p.protocol == ip.protocol && (ip.name != "" || p.number == ip.number) {
+			if p.name == ip.name && p.protocol == ip.protocol && p.number == ip.number {
 				names = append(names, ip.name)
 				break
 			}

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"cmp"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,15 +15,13 @@ type Identity struct {
 	Cluster    string
 }
 
-// Validate reports whether both ids are set.
+// Validate reports whether both ids follow the id rule (ValidateClusterSetID,
+// ValidateClusterID).
 func (id Identity) Validate() error {
-	if id.ClusterSet == "" {
-		return fmt.Errorf("clusterset id is empty")
+	if err := ValidateClusterSetID(id.ClusterSet); err != nil {
+		return err
 	}
-	if id.Cluster == "" {
-		return fmt.Errorf("cluster id is empty")
-	}
-	return nil
+	return ValidateClusterID(id.Cluster)
 }
 
 // ServiceKey names an exported Service: namespace sameness makes it the same

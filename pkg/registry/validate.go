@@ -111,15 +111,11 @@ func Reject(kind RecordKind, id RecordID, err error) Rejection {
 }
 
 // ValidateRecordID checks the cluster id and Service of a record: the
-// cluster id must be a DNS subdomain that is also a label value (it becomes
-// the source-cluster label of EndpointSlices), the namespace a DNS label,
-// the name a DNS-1035 label (a Service name).
+// cluster id must follow the id rule (ValidateClusterID), the namespace be a
+// DNS label, the name a DNS-1035 label (a Service name).
 func ValidateRecordID(id RecordID) error {
-	if errs := validation.IsDNS1123Subdomain(id.Cluster); len(errs) > 0 {
-		return reject(RejectInvalid, "cluster id %q: %s", id.Cluster, errs[0])
-	}
-	if errs := validation.IsValidLabelValue(id.Cluster); len(errs) > 0 {
-		return reject(RejectInvalid, "cluster id %q: %s", id.Cluster, errs[0])
+	if err := ValidateClusterID(id.Cluster); err != nil {
+		return reject(RejectInvalid, "%s", err.Error())
 	}
 	if errs := validation.IsDNS1123Label(id.Service.Namespace); len(errs) > 0 {
 		return reject(RejectInvalid, "namespace %q: %s", id.Service.Namespace, errs[0])

@@ -127,8 +127,9 @@ func setSliceOwners(s *scope, replacing bool) {
 // maxEndpointsPerSlice endpoints, split deterministically (endpoints sorted
 // by address). A slice carries only the ports its cluster serves
 // (merge.Result.Served) under the import's port names, with the cluster's
-// own port numbers; a cluster that serves none of the import's ports gets no
-// slices. For each IP family of the import that a cluster has no endpoints
+// own port numbers; the slices of a cluster that serves none of the import's
+// ports list its endpoints without ports, so that kube-proxy sends them no
+// traffic for the import. For each IP family of the import that a cluster has no endpoints
 // of (or no endpoints record yet), it gets one empty slice of that address
 // type, without ports, as Kubernetes' EndpointSlice controller keeps a
 // placeholder.
@@ -138,9 +139,6 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 	families := familyAddressTypes(s.res.Spec.IPFamilies)
 	for _, cluster := range s.res.Clusters {
 		served := s.res.Served[cluster]
-		if len(importPorts) > 0 && len(served) == 0 {
-			continue
-		}
 		// Groups whose served ports are the same share slices.
 		type set struct {
 			addressType discoveryv1.AddressType
@@ -151,9 +149,6 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 		has := map[discoveryv1.AddressType]bool{} // families the cluster has endpoints of
 		for _, g := range endpoints[cluster].Groups {
 			ports := slicePorts(g.Ports, served, importPorts)
-			if len(importPorts) > 0 && len(ports) == 0 {
-				continue
-			}
 			has[g.AddressType] = has[g.AddressType] || len(g.Endpoints) > 0
 			id := string(g.AddressType) + "|" + portsID(ports)
 			st := sets[id]

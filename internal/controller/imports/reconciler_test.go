@@ -68,6 +68,9 @@ func TestClusterSetIPImport(t *testing.T) {
 	if d := cmp.Diff([]mcsv1beta1.ClusterStatus{{Cluster: "east"}, {Cluster: "west"}}, si.Status.Clusters); d != "" {
 		t.Errorf("clusters (-want +got):\n%s", d)
 	}
+	if got := si.Status.EndpointSliceObjects; got != mcsv1beta1.EndpointSliceObjectsPresent {
+		t.Errorf("endpointSliceObjects = %q, want Present", got)
+	}
 	if len(si.Spec.IPs) != 0 {
 		t.Errorf("ips = %v before the Service has any", si.Spec.IPs)
 	}
@@ -167,10 +170,11 @@ func TestEndpointSlicesPerCluster(t *testing.T) {
 	}
 }
 
-func TestClusterServingNoPortGetsNoSlices(t *testing.T) {
+func TestClusterServingNoPortGetsSlicesWithoutPorts(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	// north's port 80 is "web", not "http": it matches the import port by
-	// number, loses the conflict, and serves no import port.
+	// number, loses the conflict, and serves no import port. Its endpoints
+	// are listed without ports: kube-proxy sends them nothing.
 	e.publish([]registry.Export{
 		export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
 		export("north", registry.ClusterSetIP, v4, port("web", corev1.ProtocolTCP, 80)),
@@ -180,8 +184,50 @@ func TestClusterServingNoPortGetsNoSlices(t *testing.T) {
 	)
 	e.reconcile("web")
 	byCluster := e.slices("web")
-	if _, ok := byCluster["north"]; ok || len(byCluster["east"]) != 1 {
+	if len(byCluster["north"]) != 1 || len(byCluster["east"]) != 1 {
 		t.Fatalf("slices by cluster: %v", byCluster)
+	}
+	if p := byCluster["north"][0].Ports; len(p) != 0 {
+		t.Errorf("north's slice has ports %v, want none", portNames(p))
+	}
+	if d := cmp.Diff([]string{"10.3.0.1"}, addresses(byCluster["north"])); d != "" {
+		t.Errorf("north's addresses (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"http:8080"}, portNames(byCluster["east"][0].Ports)); d != "" {
+		t.Errorf("east ports (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
+// TestPortLostByNumberIsNotServed is the strict port rule: a cluster whose
+// port of the import's name has another number lists no entry for it, and
+// gets it back once its definition agrees again.
+func TestPortLostByNumberIsNotServed(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	eastEps := endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("tcp", 42)}, ready("10.1.0.1")))
+	westEps := endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("tcp", 42), epPort("admin", 9000)}, ready("10.2.0.1")))
+	e.publish([]registry.Export{
+		export("east", registry.ClusterSetIP, v4, port("tcp", corev1.ProtocolTCP, 42)),
+		export("west", registry.ClusterSetIP, v4, port("tcp", corev1.ProtocolTCP, 4242), port("admin", corev1.ProtocolTCP, 90)),
+	}, eastEps, westEps)
+	e.reconcile("web")
+	byCluster := e.slices("web")
+	if d := cmp.Diff([]string{"tcp:42"}, portNames(byCluster["east"][0].Ports)); d != "" {
+		t.Errorf("east ports (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"admin:9000"}, portNames(byCluster["west"][0].Ports)); d != "" {
+		t.Errorf("west ports while its tcp port loses (-want +got):\n%s", d)
+	}
+	e.steady("web")
+
+	// The conflict clears: west's tcp port is 42 again.
+	e.publish([]registry.Export{
+		export("east", registry.ClusterSetIP, v4, port("tcp", corev1.ProtocolTCP, 42)),
+		export("west", registry.ClusterSetIP, v4, port("tcp", corev1.ProtocolTCP, 42), port("admin", corev1.ProtocolTCP, 90)),
+	}, eastEps, westEps)
+	e.reconcile("web")
+	if d := cmp.Diff([]string{"tcp:42", "admin:9000"}, portNames(e.slices("web")["west"][0].Ports)); d != "" {
+		t.Errorf("west ports once the conflict cleared (-want +got):\n%s", d)
 	}
 	e.steady("web")
 }
@@ -207,6 +253,9 @@ func TestHeadlessImport(t *testing.T) {
 		t.Errorf("headless import names a derived Service: %v", si.Annotations)
 	}
 	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
+	if got := si.Status.EndpointSliceObjects; got != mcsv1beta1.EndpointSliceObjectsPresent {
+		t.Errorf("headless endpointSliceObjects = %q, want Present", got)
+	}
 	if e.service(DerivedServiceName("web")) != nil {
 		t.Error("headless import has a derived Service")
 	}

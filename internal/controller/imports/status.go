@@ -17,8 +17,9 @@ import (
 )
 
 // setStatus fills in the ServiceImport's status from what the phases found:
-// the exporting clusters, Ready, and no RegistryReachable condition (the
-// registry was read to get here).
+// the exporting clusters, endpointSliceObjects Present (mcsd writes the
+// import's EndpointSlices, headless or not), Ready, and no
+// RegistryReachable condition (the registry was read to get here).
 func (r *Reconciler) setStatus(s *scope) {
 	si := s.si
 	clusters := make([]mcsv1beta1.ClusterStatus, len(s.res.Clusters))
@@ -26,6 +27,7 @@ func (r *Reconciler) setStatus(s *scope) {
 		clusters[i] = mcsv1beta1.ClusterStatus{Cluster: c}
 	}
 	si.Status.Clusters = clusters
+	si.Status.EndpointSliceObjects = mcsv1beta1.EndpointSliceObjectsPresent
 	conditions.Set(&si.Status.Conditions, si.Generation, readyCondition(s))
 	conditions.Remove(&si.Status.Conditions, conditions.RegistryReachable)
 	if c, ok := recordsCondition(s.rejected); ok {

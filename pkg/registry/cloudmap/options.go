@@ -193,8 +193,8 @@ func (o *Options) Validate() error {
 // Identity.Cluster may be empty.
 func (o *Options) ValidateWatcher() error {
 	var errs []error
-	if o.Identity.ClusterSet == "" {
-		errs = append(errs, errors.New("identity: clusterset id is empty"))
+	if err := registry.ValidateClusterSetID(o.Identity.ClusterSet); err != nil {
+		errs = append(errs, fmt.Errorf("identity: %w", err))
 	}
 	return errors.Join(append(errs, o.validateReader())...)
 }

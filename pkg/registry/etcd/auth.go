@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
 // RootUser is etcd's administrator: etcd enables auth only once it exists
@@ -18,7 +20,9 @@ const RootUser = "root"
 
 // ClusterUser is the etcd user (and role) of one cluster of a clusterset:
 // readwrite on the cluster's own prefix, read on the clusterset's. With
-// client certificates it is the certificate's common name.
+// client certificates it is the certificate's common name. Ids that follow
+// the id rule (registry.ValidateClusterID) hold no ':', so no two
+// (clusterset, cluster) pairs share a user, and none is a ReaderUser.
 func ClusterUser(clusterSet, cluster string) string {
 	return "mcsd:" + clusterSet + ":" + cluster
 }
@@ -60,15 +64,15 @@ func (o *AuthOptions) Default() {
 
 // Validate reports whether SetupAuth can run with o.
 func (o *AuthOptions) Validate() error {
-	if !validID(o.ClusterSet) {
-		return fmt.Errorf("clusterset id %q cannot be part of a key", o.ClusterSet)
+	if err := registry.ValidateClusterSetID(o.ClusterSet); err != nil {
+		return err
 	}
 	if len(o.Clusters) == 0 && !o.Reader {
 		return errors.New("no cluster and no reader: nothing to set up")
 	}
 	for _, c := range o.Clusters {
-		if !validID(c) {
-			return fmt.Errorf("cluster id %q cannot be part of a key", c)
+		if err := registry.ValidateClusterID(c); err != nil {
+			return err
 		}
 	}
 	if o.Prefix == "" {

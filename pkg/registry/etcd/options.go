@@ -126,14 +126,13 @@ func (o *Options) validateBackend() error {
 
 // validateReader checks what reading a clusterset needs beyond the client.
 func (o *Options) validateReader() error {
-	if o.Identity.ClusterSet == "" {
-		return errors.New("identity: clusterset id is empty")
+	if err := registry.ValidateClusterSetID(o.Identity.ClusterSet); err != nil {
+		return fmt.Errorf("identity: %w", err)
 	}
-	if !validID(o.Identity.ClusterSet) {
-		return fmt.Errorf("clusterset id %q cannot be part of a key", o.Identity.ClusterSet)
-	}
-	if o.Identity.Cluster != "" && !validID(o.Identity.Cluster) {
-		return fmt.Errorf("cluster id %q cannot be part of a key", o.Identity.Cluster)
+	if o.Identity.Cluster != "" {
+		if err := registry.ValidateClusterID(o.Identity.Cluster); err != nil {
+			return fmt.Errorf("identity: %w", err)
+		}
 	}
 	if o.DialTimeout < 0 || o.RequestTimeout <= 0 || o.HealthInterval <= 0 {
 		return errors.New("timeouts and intervals must be positive")

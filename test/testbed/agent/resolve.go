@@ -2,7 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +28,9 @@ const (
 	ReasonConfigError      = "CreateContainerConfigError"
 )
 
-// imageBase is an image reference without its tag or digest.
+// imageBase is an image reference without its tag or digest, and without the
+// Docker Hub prefixes that name the same repository ("docker.io/",
+// "index.docker.io/", "library/").
 func imageBase(image string) string {
 	if i := strings.Index(image, "@"); i >= 0 {
 		image = image[:i]
@@ -35,14 +39,57 @@ func imageBase(image string) string {
 	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
 		image = image[:i]
 	}
-	return image
+	for _, p := range []string{"docker.io/", "index.docker.io/", "registry-1.docker.io/"} {
+		image = strings.TrimPrefix(image, p)
+	}
+	return strings.TrimPrefix(image, "library/")
+}
+
+// entryPoint is how an image starts a container that has no command of its
+// own, as its image configuration says: Kubernetes runs the image's
+// ENTRYPOINT followed by the container's args, or, with no args, followed by
+// the image's CMD.
+type entryPoint struct {
+	// entrypoint is the image's ENTRYPOINT: a host program name. Empty for
+	// images without one, whose containers run their args (or cmd) as the
+	// command line.
+	entrypoint string
+	// cmd is the image's CMD, used when the container has no args.
+	cmd []string
+	// multiCall runs every command line through this host program (busybox:
+	// every command of the image is one of its applets).
+	multiCall string
+}
+
+// images is the table of images whose entry points the testbed knows, by
+// repository (imageBase). Whatever program a row names must be on the host:
+// hack/ensure-host-tools.sh installs them.
+var images = map[string]entryPoint{
+	// Images with no ENTRYPOINT: the container's args are its command line.
+	"nicolaka/netshoot": {cmd: []string{"zsh"}},
+	"alpine":            {cmd: []string{"/bin/sh"}},
+	"debian":            {cmd: []string{"bash"}},
+	"ubuntu":            {cmd: []string{"bash"}},
+	"busybox":           {cmd: []string{"sh"}, multiCall: "busybox"},
+	"registry.k8s.io/e2e-test-images/busybox": {cmd: []string{"sh"}, multiCall: "busybox"},
+	// Images whose ENTRYPOINT is one program.
+	"curlimages/curl": {entrypoint: "curl"},
+	"alpine/socat":    {entrypoint: "socat"},
+}
+
+// knownImages lists the images the testbed can run without a command, for
+// messages.
+func knownImages() string {
+	names := append([]string{"registry.k8s.io/e2e-test-images/agnhost", "registry.k8s.io/pause"}, slices.Sorted(maps.Keys(images))...)
+	return strings.Join(names, ", ")
 }
 
 // Resolve returns the host command line that runs the container, or the
 // reason and a message why the testbed cannot run it. Images are not pulled:
 // a container with a command runs that host program (found on PATH) with its
-// args; one without runs its image's entry point only for the images in the
-// table below.
+// args; one without runs as Kubernetes would run it from its image's
+// configuration (ENTRYPOINT, then args or CMD), for the images of the table
+// above and agnhost and pause.
 func (p Programs) Resolve(c corev1.Container, env map[string]string) (argv []string, reason, message string) {
 	look := p.LookPath
 	if look == nil {
@@ -50,30 +97,44 @@ func (p Programs) Resolve(c corev1.Container, env map[string]string) (argv []str
 	}
 	command, args := expandAll(c.Command, env), expandAll(c.Args, env)
 	if len(command) > 0 {
-		path, err := look(command[0])
-		if err != nil {
-			return nil, ReasonCommandNotFound, fmt.Sprintf("the testbed runs a container's command as a host program, and %q is not installed on this machine", command[0])
-		}
-		return append([]string{path}, append(command[1:], args...)...), "", ""
+		return p.hostProgram(look, command, args)
 	}
-	switch base := imageBase(c.Image); base {
+	base := imageBase(c.Image)
+	switch base {
 	case "registry.k8s.io/e2e-test-images/agnhost", "k8s.gcr.io/e2e-test-images/agnhost":
 		return append([]string{p.Agnhost}, args...), "", ""
 	case "registry.k8s.io/pause", "k8s.gcr.io/pause":
 		return []string{p.Self, "pause"}, "", ""
-	case "busybox", "docker.io/busybox", "docker.io/library/busybox", "registry.k8s.io/e2e-test-images/busybox":
-		path, err := look("busybox")
-		if err != nil {
-			return nil, ReasonCommandNotFound, "busybox is not installed on this machine (hack/ensure-host-tools.sh installs it)"
-		}
-		if len(args) == 0 {
-			args = []string{"sh"}
-		}
-		return append([]string{path}, args...), "", ""
-	default:
-		return nil, ReasonImageNotRunnable, fmt.Sprintf("the testbed does not pull images and has no entry point for %q "+
-			"(it knows agnhost, pause and busybox); give the container a command", c.Image)
 	}
+	ep, ok := images[base]
+	if !ok {
+		return nil, ReasonImageNotRunnable, fmt.Sprintf("the testbed does not pull images and has no entry point for image %q "+
+			"(it knows %s); give the container a command", c.Image, knownImages())
+	}
+	if len(args) == 0 {
+		args = ep.cmd
+	}
+	line := args
+	if ep.entrypoint != "" {
+		line = append([]string{ep.entrypoint}, args...)
+	}
+	if ep.multiCall != "" {
+		line = append([]string{ep.multiCall}, line...)
+	}
+	if len(line) == 0 {
+		return nil, ReasonImageNotRunnable, fmt.Sprintf("image %q has no entry point and the container no args", c.Image)
+	}
+	return p.hostProgram(look, line[:1], line[1:])
+}
+
+// hostProgram finds command[0] on the host and returns the whole command line.
+func (p Programs) hostProgram(look func(string) (string, error), command, args []string) (argv []string, reason, message string) {
+	path, err := look(command[0])
+	if err != nil {
+		return nil, ReasonCommandNotFound, fmt.Sprintf("the testbed runs a container's command as a host program, and %q is not installed on this machine "+
+			"(hack/ensure-host-tools.sh installs the programs of the images it knows)", command[0])
+	}
+	return append([]string{path}, append(slices.Clone(command[1:]), args...)...), "", ""
 }
 
 func expandAll(in []string, env map[string]string) []string {

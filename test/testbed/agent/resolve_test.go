@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,8 +12,11 @@ import (
 
 func TestResolve(t *testing.T) {
 	look := func(name string) (string, error) {
-		if name == "socat" || name == "busybox" || name == "sh" {
+		switch name {
+		case "socat", "busybox", "sh", "zsh", "bash", "curl", "nslookup":
 			return "/usr/bin/" + name, nil
+		case "/bin/sh":
+			return name, nil
 		}
 		return "", errors.New("not found")
 	}
@@ -31,7 +35,24 @@ func TestResolve(t *testing.T) {
 			[]string{"/cache/agnhost", "netexec", "--http-port=8080"}, ""},
 		{"pause image by digest", corev1.Container{Image: "registry.k8s.io/pause@sha256:abc"}, []string{"/tb/testbed", "pause"}, ""},
 		{"busybox without args is its shell", corev1.Container{Image: "busybox"}, []string{"/usr/bin/busybox", "sh"}, ""},
+		{"busybox runs its args as applets", corev1.Container{Image: "docker.io/library/busybox:1.36", Args: []string{"/bin/sh", "-c", "true"}},
+			[]string{"/usr/bin/busybox", "/bin/sh", "-c", "true"}, ""},
+		{"netshoot runs its args", corev1.Container{Image: "nicolaka/netshoot:v0.15", Args: []string{"/bin/sh", "-ec", "sleep 5"}},
+			[]string{"/bin/sh", "-ec", "sleep 5"}, ""},
+		{"netshoot by digest from docker.io", corev1.Container{Image: "docker.io/nicolaka/netshoot@sha256:0123", Args: []string{"nslookup", "x"}},
+			[]string{"/usr/bin/nslookup", "x"}, ""},
+		{"netshoot without args runs its CMD", corev1.Container{Image: "index.docker.io/nicolaka/netshoot"}, []string{"/usr/bin/zsh"}, ""},
+		{"alpine without args is its shell", corev1.Container{Image: "alpine:3.20"}, []string{"/bin/sh"}, ""},
+		{"debian with args", corev1.Container{Image: "debian:bookworm", Args: []string{"bash", "-c", "echo $(PORT)"}},
+			[]string{"/usr/bin/bash", "-c", "echo 8080"}, ""},
+		{"ubuntu without args", corev1.Container{Image: "docker.io/library/ubuntu:24.04"}, []string{"/usr/bin/bash"}, ""},
+		{"curl image puts its entry point before the args", corev1.Container{Image: "curlimages/curl:8.10.1", Args: []string{"-s", "http://web"}},
+			[]string{"/usr/bin/curl", "-s", "http://web"}, ""},
+		{"socat image", corev1.Container{Image: "docker.io/alpine/socat:1.7.4.4@sha256:ab", Args: []string{"TCP-LISTEN:$(PORT)", "STDOUT"}},
+			[]string{"/usr/bin/socat", "TCP-LISTEN:8080", "STDOUT"}, ""},
+		{"a program the image's args name must be installed", corev1.Container{Image: "alpine", Args: []string{"apk", "add", "x"}}, nil, ReasonCommandNotFound},
 		{"registry port is not a tag", corev1.Container{Image: "localhost:5000/app"}, nil, ReasonImageNotRunnable},
+		{"a look-alike of a known image", corev1.Container{Image: "example.com/alpine:3"}, nil, ReasonImageNotRunnable},
 		{"unknown image", corev1.Container{Image: "nginx:1.27"}, nil, ReasonImageNotRunnable},
 	}
 	for _, tc := range cases {
@@ -42,6 +63,9 @@ func TestResolve(t *testing.T) {
 			}
 			if reason != "" && msg == "" {
 				t.Fatal("a reason without a message")
+			}
+			if reason == ReasonImageNotRunnable && !strings.Contains(msg, tc.c.Image) {
+				t.Fatalf("message %q does not name the image %q", msg, tc.c.Image)
 			}
 		})
 	}

@@ -24,6 +24,8 @@ const (
 	CAKeyFile      = "ca.key"
 	ServerCertFile = "server.crt"
 	ServerKeyFile  = "server.key"
+	PeerCertFile   = "peer.crt"
+	PeerKeyFile    = "peer.key"
 )
 
 // certValidity is how long the certificates WriteCerts makes are valid.
@@ -39,8 +41,10 @@ type ClientCert struct {
 }
 
 // WriteCerts makes, in dir, a CA (ca.crt, ca.key), a server certificate
-// for hosts (IP addresses or DNS names; server.crt, server.key) and the
-// client certificates, all valid for a year. It is for trying mcsd out: a
+// for hosts (IP addresses or DNS names; server.crt, server.key), a peer
+// certificate for the same hosts, for raft's peer listener (peer.crt,
+// peer.key: server and client use) and the client certificates, all valid
+// for a year. It is for trying mcsd out: a
 // CA and certificates already in dir are kept, so that running it again
 // adds only what is missing.
 func WriteCerts(dir string, hosts []string, clients []ClientCert) error {
@@ -51,18 +55,12 @@ func WriteCerts(dir string, hosts []string, clients []ClientCert) error {
 	if err != nil {
 		return err
 	}
-	server := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "mcsd registry"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			server.IPAddresses = append(server.IPAddresses, ip)
-		} else {
-			server.DNSNames = append(server.DNSNames, h)
-		}
-	}
+	server := hostCert("mcsd registry", hosts, x509.ExtKeyUsageServerAuth)
 	if err := writeSigned(dir, ServerCertFile, ServerKeyFile, server, ca, caKey); err != nil {
+		return err
+	}
+	peer := hostCert("mcsd registry peer", hosts, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	if err := writeSigned(dir, PeerCertFile, PeerKeyFile, peer, ca, caKey); err != nil {
 		return err
 	}
 	for _, c := range clients {
@@ -75,6 +73,20 @@ func WriteCerts(dir string, hosts []string, clients []ClientCert) error {
 		}
 	}
 	return nil
+}
+
+// hostCert is the template of a certificate for hosts (IP addresses or DNS
+// names).
+func hostCert(cn string, hosts []string, usage ...x509.ExtKeyUsage) *x509.Certificate {
+	c := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, ExtKeyUsage: usage}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			c.IPAddresses = append(c.IPAddresses, ip)
+		} else {
+			c.DNSNames = append(c.DNSNames, h)
+		}
+	}
+	return c
 }
 
 func loadOrMakeCA(dir string) (*x509.Certificate, crypto.Signer, error) {

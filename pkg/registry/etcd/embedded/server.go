@@ -37,9 +37,17 @@ type Config struct {
 	// "http://127.0.0.1:2379".
 	ListenClientURL string
 	// ListenPeerURL is the raft peer URL, unused by a single node but
-	// required by etcd. Port 0 picks a free port. Default
-	// "http://127.0.0.1:2380".
+	// required by etcd, which trusts whatever reaches it. Port 0 picks a
+	// free port. Default "http://127.0.0.1:2380". With a secured client URL
+	// (TrustedCAFile set), a plain http peer URL must be on a loopback
+	// address; an https one needs PeerCertFile and PeerKeyFile.
 	ListenPeerURL string
+	// PeerCertFile and PeerKeyFile are the peer certificate and key for an
+	// https ListenPeerURL; PeerTrustedCAFile, when set, makes peers present
+	// a certificate signed by it.
+	PeerCertFile      string
+	PeerKeyFile       string
+	PeerTrustedCAFile string
 	// CertFile and KeyFile are the server certificate and key for an https
 	// ListenClientURL.
 	CertFile string
@@ -86,7 +94,8 @@ func (c *Config) Validate() error {
 	if err != nil {
 		return fmt.Errorf("listen client url: %w", err)
 	}
-	if _, err := parseURL(c.ListenPeerURL); err != nil {
+	peer, err := parseURL(c.ListenPeerURL)
+	if err != nil {
 		return fmt.Errorf("listen peer url: %w", err)
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
@@ -98,10 +107,33 @@ func (c *Config) Validate() error {
 	if client.Scheme == "http" && (c.CertFile != "" || c.TrustedCAFile != "") {
 		return errors.New("tls files need an https client url")
 	}
+	if (c.PeerCertFile == "") != (c.PeerKeyFile == "") {
+		return errors.New("peer certificate and key files must be set together")
+	}
+	if peer.Scheme == "https" && c.PeerCertFile == "" {
+		return errors.New("https peer url needs a peer certificate and key")
+	}
+	if peer.Scheme == "http" && (c.PeerCertFile != "" || c.PeerTrustedCAFile != "") {
+		return errors.New("peer tls files need an https peer url")
+	}
+	if c.TrustedCAFile != "" && peer.Scheme == "http" && !isLoopback(peer.Hostname()) {
+		return fmt.Errorf("listen peer url %s: a plain http peer listener on a non-loopback address beside a registry "+
+			"that requires client certificates would let anyone reach etcd as a trusted peer; "+
+			"listen on 127.0.0.1, or use https with a peer certificate", c.ListenPeerURL)
+	}
 	if c.CompactionRetention < 0 {
 		return errors.New("negative compaction retention")
 	}
 	return nil
+}
+
+// isLoopback reports whether host is localhost or a loopback address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func parseURL(s string) (*url.URL, error) {
@@ -132,6 +164,7 @@ func parseURL(s string) (*url.URL, error) {
 type Server struct {
 	etcd      *embed.Etcd
 	clientURL string
+	peerURL   string
 	closeOnce sync.Once
 }
 
@@ -160,6 +193,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		TrustedCAFile:  cfg.TrustedCAFile,
 		ClientCertAuth: cfg.TrustedCAFile != "",
 	}
+	ec.PeerTLSInfo = transport.TLSInfo{
+		CertFile:       cfg.PeerCertFile,
+		KeyFile:        cfg.PeerKeyFile,
+		TrustedCAFile:  cfg.PeerTrustedCAFile,
+		ClientCertAuth: cfg.PeerTrustedCAFile != "",
+	}
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = cfg.CompactionRetention.String()
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
@@ -177,7 +216,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	addr := e.Clients[0].Addr().(*net.TCPAddr)
 	u := advertised(*client)
 	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(addr.Port))
-	s := &Server{etcd: e, clientURL: u.String()}
+	paddr := e.Peers[0].Listener.Addr().(*net.TCPAddr)
+	pu := advertised(*peer)
+	pu.Host = net.JoinHostPort(pu.Hostname(), strconv.Itoa(paddr.Port))
+	s := &Server{etcd: e, clientURL: u.String(), peerURL: pu.String()}
 	logr.FromContextOrDiscard(ctx).Info("embedded etcd started", "clientURL", s.clientURL, "dataDir", cfg.DataDir)
 	return s, nil
 }
@@ -213,6 +255,9 @@ func (s *Server) WaitReady(ctx context.Context) error {
 
 // ClientURL is the URL clients connect to, with the port the server bound.
 func (s *Server) ClientURL() string { return s.clientURL }
+
+// PeerURL is the raft peer URL, with the port the server bound.
+func (s *Server) PeerURL() string { return s.peerURL }
 
 // Close stops the server, letting client requests finish for a few seconds.
 func (s *Server) Close() {

@@ -25,6 +25,15 @@ func TestConfigValidate(t *testing.T) {
 		{name: "https without cert", cfg: Config{DataDir: "/tmp/x", ListenClientURL: "https://127.0.0.1:2379"}, wantErr: "certificate"},
 		{name: "cert without https", cfg: Config{DataDir: "/tmp/x", CertFile: "c", KeyFile: "k"}, wantErr: "https"},
 		{name: "cert without key", cfg: Config{DataDir: "/tmp/x", ListenClientURL: "https://127.0.0.1:2379", CertFile: "c"}, wantErr: "together"},
+		{name: "https peer without cert", cfg: Config{DataDir: "/tmp/x", ListenPeerURL: "https://127.0.0.1:2380"}, wantErr: "peer certificate"},
+		{name: "peer cert without https", cfg: Config{DataDir: "/tmp/x", PeerCertFile: "c", PeerKeyFile: "k"}, wantErr: "https peer url"},
+		{name: "peer cert without key", cfg: Config{DataDir: "/tmp/x", ListenPeerURL: "https://127.0.0.1:2380", PeerCertFile: "c"}, wantErr: "together"},
+		{name: "plain peer on all addresses beside a secured registry", cfg: Config{DataDir: "/tmp/x", ListenClientURL: "https://0.0.0.0:2379",
+			CertFile: "c", KeyFile: "k", TrustedCAFile: "ca", ListenPeerURL: "http://0.0.0.0:2380"}, wantErr: "plain http peer listener"},
+		{name: "plain peer on loopback beside a secured registry", cfg: Config{DataDir: "/tmp/x", ListenClientURL: "https://0.0.0.0:2379",
+			CertFile: "c", KeyFile: "k", TrustedCAFile: "ca", ListenPeerURL: "http://[::1]:2380"}},
+		{name: "secured peer beside a secured registry", cfg: Config{DataDir: "/tmp/x", ListenClientURL: "https://0.0.0.0:2379",
+			CertFile: "c", KeyFile: "k", TrustedCAFile: "ca", ListenPeerURL: "https://0.0.0.0:2380", PeerCertFile: "p", PeerKeyFile: "pk", PeerTrustedCAFile: "ca"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
