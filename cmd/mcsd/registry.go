@@ -14,7 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
@@ -30,9 +32,17 @@ type tryOutFlags struct {
 	certHosts  []string
 }
 
+// auditFlags say how the registry watches its leases.
+type auditFlags struct {
+	metricsAddr string
+	interval    time.Duration
+	grace       time.Duration
+}
+
 func newRegistryCommand() *cobra.Command {
 	cfg := embedded.Config{}
 	sec := &tryOutFlags{}
+	audit := &auditFlags{}
 	cmd := &cobra.Command{
 		Use:   "registry",
 		Short: "Run an embedded single-node etcd as the registry, for trying mcsd out",
@@ -59,7 +69,7 @@ the users.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runRegistry(ctx, cmd.ErrOrStderr(), cfg, sec)
+			return runRegistry(ctx, cmd.ErrOrStderr(), cfg, sec, audit)
 		},
 	}
 	fl := cmd.Flags()
@@ -74,12 +84,18 @@ the users.`,
 	fl.StringVar(&sec.clusterSet, "clusterset", "", "with --secure-dir: the clusterset whose clusters get a user")
 	fl.StringSliceVar(&sec.clusters, "cluster", nil, "with --secure-dir: a cluster of the clusterset (repeatable)")
 	fl.StringSliceVar(&sec.certHosts, "cert-host", nil, "with --secure-dir: another IP address or DNS name the clusters reach the registry at (repeatable)")
+	fl.StringVar(&audit.metricsAddr, "metrics-bind-address", "", "serve the registry's metrics (mcsd_registry_leases, mcsd_registry_idle_leases) at this address, e.g. 127.0.0.1:9479 (default: none)")
+	fl.DurationVar(&audit.interval, "lease-audit-interval", 30*time.Second, "how often to count the leases that hold no mcsd record")
+	fl.DurationVar(&audit.grace, "lease-audit-grace", time.Minute, "how long a lease may hold no mcsd record before it is counted")
 	_ = cmd.MarkFlagRequired("data-dir")
 	cmd.AddCommand(newSetupAuthCommand())
 	return cmd
 }
 
-func runRegistry(ctx context.Context, out io.Writer, cfg embedded.Config, sec *tryOutFlags) error {
+func runRegistry(ctx context.Context, out io.Writer, cfg embedded.Config, sec *tryOutFlags, audit *auditFlags) error {
+	if audit.interval <= 0 || audit.grace < 0 {
+		return errors.New("--lease-audit-interval must be positive and --lease-audit-grace not negative")
+	}
 	if sec.secureDir != "" {
 		if err := sec.prepare(&cfg); err != nil {
 			return err
@@ -99,12 +115,27 @@ func runRegistry(ctx context.Context, out io.Writer, cfg embedded.Config, sec *t
 		return fmt.Errorf("registry: %w", err)
 	}
 	regURL := registryURL(srv.ClientURL())
+	admin, err := sec.adminClient(srv.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
 	if sec.secureDir != "" {
-		if err := sec.setUp(ctx, out, srv.ClientURL(), regURL); err != nil {
+		if err := sec.setUp(ctx, out, admin, regURL); err != nil {
 			return err
 		}
 	} else {
 		fmt.Fprintf(out, "registry ready; point mcsd at it with --registry %s\n", regURL)
+	}
+	metrics := prometheus.NewRegistry()
+	monitor := newLeaseMonitor(admin, etcd.DefaultPrefix, audit.interval, audit.grace, out, metrics)
+	go monitor.run(ctx)
+	if audit.metricsAddr != "" {
+		u, err := serveMetrics(ctx, audit.metricsAddr, metrics)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "registry metrics at %s\n", u)
 	}
 	select {
 	case err := <-srv.Err():
@@ -177,17 +208,23 @@ func (s *tryOutFlags) prepare(cfg *embedded.Config) error {
 	return nil
 }
 
-// setUp creates the users as root and enables auth, then prints how to use
-// them.
-func (s *tryOutFlags) setUp(ctx context.Context, out io.Writer, clientURL, regURL string) error {
+// adminClient connects to the registry as its administrator: root's
+// certificate with --secure-dir, else no identity.
+func (s *tryOutFlags) adminClient(clientURL string) (*clientv3.Client, error) {
+	opts := etcd.Options{Endpoints: []string{clientURL}}
+	if s.secureDir != "" {
+		opts.CAFile = filepath.Join(s.secureDir, embedded.CACertFile)
+		opts.CertFile = filepath.Join(s.secureDir, rootCertName+".crt")
+		opts.KeyFile = filepath.Join(s.secureDir, rootCertName+".key")
+	}
+	return etcd.NewClient(opts)
+}
+
+// setUp creates the users as root (cli) and enables auth, then prints how
+// to use them.
+func (s *tryOutFlags) setUp(ctx context.Context, out io.Writer, cli *clientv3.Client, regURL string) error {
 	cert := func(name, ext string) string { return filepath.Join(s.secureDir, name+ext) }
 	ca := filepath.Join(s.secureDir, embedded.CACertFile)
-	cli, err := etcd.NewClient(etcd.Options{Endpoints: []string{clientURL}, CAFile: ca,
-		CertFile: cert(rootCertName, ".crt"), KeyFile: cert(rootCertName, ".key")})
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if _, err := etcd.SetupAuth(sctx, cli, etcd.AuthOptions{ClusterSet: s.clusterSet, Clusters: s.clusters, Reader: true, EnableAuth: true}); err != nil {

@@ -61,6 +61,8 @@ JSON output (-o json) is one object; fields are only ever added:
               imports[]: namespace, name, type, ready (a condition), clusters[],
                          endpointSlices, endpoints, lastChange, published,
                          differs[] ("withdrawn", "type", "ports", "clusters")
+  leases:     total, idle, unreadable, graceSeconds (etcd only: leases that
+              held no mcsd record at two looks graceSeconds apart)
   warnings[]
   ports[]: name, protocol, port, appProtocol
 Times that are not known are left out; lists are never null.`,

@@ -42,6 +42,9 @@ type Input struct {
 	Snapshot Snapshot
 	// Leases are the clusters' leases, when the backend has them.
 	Leases []registry.Lease
+	// LeaseAudit counts the registry's leases, when any client of it may
+	// grant them; nil otherwise.
+	LeaseAudit *LeaseAudit
 	// Local is nil without a local cluster.
 	Local    *LocalObjects
 	Warnings []string
@@ -56,6 +59,7 @@ func Build(in Input) Report {
 		Clusters:   []Cluster{},
 		Services:   []Service{},
 		Warnings:   append([]string{}, in.Warnings...),
+		Leases:     in.LeaseAudit,
 	}
 	local := ""
 	if in.Local != nil {

@@ -28,7 +28,16 @@ type Options struct {
 	Namespace string
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// LeaseGrace is how long a lease may hold no mcsd record before the
+	// report counts it (a registry whose leases any client may grant, see
+	// registry.LeaseAuditor): leases found idle are looked at again after
+	// it. Default DefaultLeaseGrace.
+	LeaseGrace time.Duration
 }
+
+// DefaultLeaseGrace is Options.LeaseGrace's default: far longer than mcsd
+// takes from granting a lease to writing its alive record on it.
+const DefaultLeaseGrace = 2 * time.Second
 
 // Collect reads the registry and the local cluster and builds their Report.
 // ctx bounds the whole: a registry that cannot be read fails it when ctx
@@ -75,12 +84,50 @@ func Collect(ctx context.Context, opts Options) (Report, error) {
 			in.Warnings = append(in.Warnings, fmt.Sprintf("leases cannot be read: %v", err))
 		}
 	}
+	if la, ok := w.(registry.LeaseAuditor); ok {
+		in.LeaseAudit, err = auditLeases(ctx, la, opts)
+		if err != nil {
+			in.Warnings = append(in.Warnings, fmt.Sprintf("the registry's leases cannot be audited: %v", err))
+		}
+	}
 	if opts.Local != nil {
 		if err := readLocal(ctx, opts.Local, opts.Namespace, in.Local); err != nil {
 			return Report{}, err
 		}
 	}
 	return Build(in), nil
+}
+
+// auditLeases audits the registry's leases; when some hold no mcsd record,
+// it audits again after the grace and counts those idle both times.
+func auditLeases(ctx context.Context, la registry.LeaseAuditor, opts Options) (*LeaseAudit, error) {
+	grace := opts.LeaseGrace
+	if grace <= 0 {
+		grace = DefaultLeaseGrace
+	}
+	t := registry.IdleTracker{Grace: grace}
+	a, err := la.AuditLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.Observe(opts.Now(), a.Idle)
+	if len(a.Idle) > 0 {
+		timer := time.NewTimer(grace)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+		}
+		if a, err = la.AuditLeases(ctx); err != nil {
+			return nil, err
+		}
+		// The timer fired, so at least grace has passed by the clock; an
+		// injected clock may not have moved, so the second look is dated
+		// grace after the first.
+		a.Idle = t.Observe(opts.Now().Add(grace), a.Idle)
+	}
+	return &LeaseAudit{Total: a.Total, Idle: len(a.Idle), Unreadable: a.Unreadable, GraceSeconds: grace.Seconds()}, nil
 }
 
 // ReadSnapshot watches w until its first full update and returns it. It

@@ -3,8 +3,12 @@ package status
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
@@ -52,6 +56,18 @@ func TestCollectFromEtcd(t *testing.T) {
 		}
 	}
 
+	// Any client may grant leases: three that hold nothing.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	for range 3 {
+		if _, err := cli.Grant(t.Context(), 600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	start := time.Now()
 	r, err := Collect(t.Context(), Options{
 		ClusterSet: "prod",
@@ -60,9 +76,22 @@ func TestCollectFromEtcd(t *testing.T) {
 			o.Identity.ClusterSet = cs
 			return etcd.NewWatcher(ctx, o)
 		},
+		LeaseGrace: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := (LeaseAudit{Total: 5, Idle: 3, GraceSeconds: 0.1}); r.Leases == nil || *r.Leases != want {
+		t.Errorf("leases %+v, want %+v", r.Leases, want)
+	}
+	var table strings.Builder
+	if err := WriteTable(&table, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Leases: 5 in the registry, 3 holding no mcsd record.", "warning: 3 leases held no mcsd record for 100ms or more"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
 	}
 	if len(r.Clusters) != 2 {
 		t.Fatalf("clusters %+v, want c1 and c2", r.Clusters)

@@ -38,6 +38,19 @@ func WriteTable(w io.Writer, r Report) error {
 	if r.Local != nil {
 		p.local(r.Local)
 	}
+	if l := r.Leases; l != nil {
+		p.line("")
+		line := fmt.Sprintf("Leases: %d in the registry, %d holding no mcsd record", l.Total, l.Idle)
+		if l.Unreadable > 0 {
+			line += fmt.Sprintf(", %d holding records this identity may not read", l.Unreadable)
+		}
+		p.line("%s.", line)
+		if l.Idle > 0 {
+			p.line("warning: %d leases held no mcsd record for %s or more: some client of the registry grants leases it does not use "+
+				"(etcd lets any authenticated identity grant leases; see the README's \"Securing the registry\")",
+				l.Idle, time.Duration(l.GraceSeconds*float64(time.Second)))
+		}
+	}
 	if len(r.Warnings) > 0 {
 		p.line("")
 		for _, w := range r.Warnings {

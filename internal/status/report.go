@@ -23,8 +23,25 @@ type Report struct {
 	Services []Service `json:"services"`
 	// Local is the local cluster's view; nil without one.
 	Local *Local `json:"local,omitempty"`
+	// Leases counts the registry's leases (etcd); nil for a registry
+	// without leases.
+	Leases *LeaseAudit `json:"leases,omitempty"`
 	// Warnings are what stopped parts of the report from being complete.
 	Warnings []string `json:"warnings"`
+}
+
+// LeaseAudit counts the registry's leases. Any client of an etcd may grant
+// leases (they are outside its RBAC), so leases that hold no mcsd record
+// pile up unseen unless something counts them.
+type LeaseAudit struct {
+	// Total is how many leases the registry holds.
+	Total int `json:"total"`
+	// Idle counts the leases that held no mcsd record at two looks
+	// GraceSeconds apart.
+	Idle int `json:"idle"`
+	// Unreadable counts leases holding records this identity may not read.
+	Unreadable   int     `json:"unreadable"`
+	GraceSeconds float64 `json:"graceSeconds"`
 }
 
 // Liveness kinds of Cluster.Liveness.

@@ -65,6 +65,58 @@ type LeaseInspector interface {
 	Leases(ctx context.Context) ([]Lease, error)
 }
 
+// LeaseAuditor is implemented by read-only watchers of backends whose
+// records live on leases that any client of the registry may grant (etcd:
+// leases are outside its RBAC). AuditLeases counts the registry's leases
+// and names those holding none of mcsd's records; like Leases it is meant
+// for status reports (a request per lease).
+type LeaseAuditor interface {
+	AuditLeases(ctx context.Context) (LeaseAudit, error)
+}
+
+// LeaseAudit is what a LeaseAuditor found.
+type LeaseAudit struct {
+	// Total is how many leases the registry holds.
+	Total int `json:"total"`
+	// Idle are the ids of the leases that hold no record of mcsd's.
+	Idle []string `json:"idle"`
+	// Unreadable counts the leases holding records the caller may not read
+	// (another clusterset's, seen with a reader's identity): not idle, but
+	// not known to be mcsd's either.
+	Unreadable int `json:"unreadable"`
+}
+
+// IdleTracker counts the leases that have been idle (held no record of
+// mcsd's) for at least Grace, from successive audits. It is not safe for
+// concurrent use.
+type IdleTracker struct {
+	// Grace is how long a lease may hold no record before it counts: a
+	// client that grants a lease and writes on it a moment later is never
+	// counted.
+	Grace time.Duration
+	since map[string]time.Time
+}
+
+// Observe records the idle leases of an audit made at now and returns the
+// ids of those idle since at least Grace before now. Leases no longer idle,
+// or gone, are forgotten.
+func (t *IdleTracker) Observe(now time.Time, idle []string) []string {
+	next := make(map[string]time.Time, len(idle))
+	var out []string
+	for _, id := range idle {
+		since, ok := t.since[id]
+		if !ok {
+			since = now
+		}
+		next[id] = since
+		if now.Sub(since) >= t.Grace {
+			out = append(out, id)
+		}
+	}
+	t.since = next
+	return out
+}
+
 // Lease is what a backend's lease says about one live cluster.
 type Lease struct {
 	Cluster string `json:"cluster"`

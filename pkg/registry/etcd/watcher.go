@@ -16,6 +16,7 @@ import (
 var (
 	_ registry.ReadOnlyWatcher = (*Watcher)(nil)
 	_ registry.LeaseInspector  = (*Watcher)(nil)
+	_ registry.LeaseAuditor    = (*Watcher)(nil)
 )
 
 // Watcher reads a clusterset without being a member of it: it grants no
@@ -66,6 +67,15 @@ func newWatcher(ctx context.Context, cli *clientv3.Client, opts Options) *Watche
 // watcher is closed, as Backend.Watch does.
 func (w *Watcher) Watch(ctx context.Context, h registry.Handler) error {
 	return w.watch(ctx, h, nil)
+}
+
+// AuditLeases counts etcd's leases and names those holding none of mcsd's
+// records (AuditLeases of the package, under the watcher's key prefix).
+func (w *Watcher) AuditLeases(ctx context.Context) (registry.LeaseAudit, error) {
+	if w.ctx.Err() != nil {
+		return registry.LeaseAudit{}, registry.ErrClosed
+	}
+	return AuditLeases(ctx, w.cli, w.opts.Prefix)
 }
 
 // Leases looks up the lease of every live cluster: one read of the
