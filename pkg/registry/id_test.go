@@ -52,7 +52,7 @@ func TestIDRule(t *testing.T) {
 						t.Errorf("%s id %q: %q does not say %q", kind, tc.id, err, want)
 					}
 				}
-				if tc.msg != "" && !strings.Contains(err.Error(), tc.msg) && !(kind == "clusterset" && tc.isSet) {
+				if tc.msg != "" && !strings.Contains(err.Error(), tc.msg) && (kind != "clusterset" || !tc.isSet) {
 					t.Errorf("%s id %q: %q does not say %q", kind, tc.id, err, tc.msg)
 				}
 			}

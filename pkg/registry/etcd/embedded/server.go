@@ -216,7 +216,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	addr := e.Clients[0].Addr().(*net.TCPAddr)
 	u := advertised(*client)
 	u.Host = net.JoinHostPort(u.Hostname(), strconv.Itoa(addr.Port))
-	paddr := e.Peers[0].Listener.Addr().(*net.TCPAddr)
+	paddr := e.Peers[0].Addr().(*net.TCPAddr)
 	pu := advertised(*peer)
 	pu.Host = net.JoinHostPort(pu.Hostname(), strconv.Itoa(paddr.Port))
 	s := &Server{etcd: e, clientURL: u.String(), peerURL: pu.String()}
