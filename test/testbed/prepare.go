@@ -144,8 +144,16 @@ func ensureProperty(ctx context.Context, cl client.Client, name, value string) e
 // NodeName returns the name of kwok node n (0-based) of the cluster.
 func (c *Cluster) NodeName(n int) string { return fmt.Sprintf("%s-node-%d", c.ID, n) }
 
-// Zone returns the zone label value of kwok node n of the cluster.
-func (c *Cluster) Zone(n int) string { return fmt.Sprintf("%s-zone-%c", c.ID, 'a'+rune(n%3)) }
+// Zone returns the zone label value of kwok node n of the cluster:
+// zone-a, zone-b, zone-c with Options.SharedZones, else prefixed with the
+// cluster's id.
+func (c *Cluster) Zone(n int) string {
+	z := fmt.Sprintf("zone-%c", 'a'+rune(n%3))
+	if c.tb.opts.SharedZones {
+		return z
+	}
+	return c.ID + "-" + z
+}
 
 func (c *Cluster) ensureNode(ctx context.Context, cl client.Client, n int) error {
 	podCIDRs := NodePodCIDRs(c.Index, n)

@@ -46,6 +46,12 @@ type Options struct {
 	// benchmark uses it). By default pods run and Services route; see
 	// dataplane.go.
 	NoDataPlane bool
+	// SharedZones names the nodes' zones alike in every cluster (node n of
+	// each cluster in zone-a, zone-b, zone-c, n modulo 3), as clusters of
+	// one region have; by default each cluster's zones are its own
+	// (<cluster>-zone-a, ...). A cluster's kube-proxy runs as its node 0, so
+	// topology hints route every pod of the cluster as node 0's zone would.
+	SharedZones bool
 }
 
 func (o *Options) defaults() error {

@@ -157,7 +157,9 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 				sets[id] = st
 			}
 			for _, e := range g.Endpoints {
-				st.endpoints = append(st.endpoints, sliceEndpoint(e, cluster == s.localCluster))
+				ep := sliceEndpoint(e, cluster == s.localCluster)
+				ep.Hints = s.hints.For(cluster, e)
+				st.endpoints = append(st.endpoints, ep)
 			}
 		}
 		for _, at := range families {

@@ -26,6 +26,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
+	"github.com/mcsd-io/mcsd/internal/topology"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -114,6 +115,9 @@ type scope struct {
 	// recheck is when to look again at a status write skipped because the
 	// cache did not show it yet (patch.StatusOnce).
 	recheck time.Duration
+	// hints are the topology hints of the import's endpoints, and the
+	// condition that says so.
+	hints topology.Hints
 }
 
 // Reconcile converges the import of one Service to the registry's state.
@@ -187,6 +191,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	s := &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
 		rejected: r.View.Rejected(key), derivedName: DerivedServiceName(key.Name)}
+	if err := r.planHints(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	err := r.reconcileNormal(ctx, s)
 	return ctrl.Result{RequeueAfter: s.recheck}, err
 }

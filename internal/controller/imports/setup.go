@@ -9,6 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -34,7 +35,8 @@ const MaxConcurrentReconciles = 4
 // SetupWithManager registers the controller with mgr. Requests come from:
 // the View (a Service's records changed; every import when the registry
 // becomes reachable or unreachable), Namespaces (every exported Service of
-// the namespace), and the ServiceImports, derived Services and
+// the namespace), Nodes whose zone changes (the imports that prefer their
+// own cluster, whose hints name its zones), and the ServiceImports, derived Services and
 // EndpointSlices mcsd writes, so that hand edits and deletions are repaired.
 //
 // The View's changes reach the controller's workqueue through its source
@@ -57,6 +59,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToImport)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToImport)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToImports)).
+		WatchesMetadata(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToImports), builder.WithPredicates(zoneChanged)).
 		WatchesRawSource(r.View.Source(r.changeToImports)).
 		Complete(r)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/metrics"
+	"github.com/mcsd-io/mcsd/internal/topology"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -30,6 +31,11 @@ func (r *Reconciler) setStatus(s *scope) {
 	si.Status.EndpointSliceObjects = mcsv1beta1.EndpointSliceObjectsPresent
 	conditions.Set(&si.Status.Conditions, si.Generation, readyCondition(s))
 	conditions.Remove(&si.Status.Conditions, conditions.RegistryReachable)
+	if c := s.hints.Condition; c != nil {
+		conditions.Set(&si.Status.Conditions, si.Generation, *c)
+	} else {
+		conditions.Remove(&si.Status.Conditions, topology.ConditionHints)
+	}
 	if c, ok := recordsCondition(s.rejected); ok {
 		conditions.Set(&si.Status.Conditions, si.Generation, c)
 	} else {

@@ -92,7 +92,7 @@ func TestHeadless(t *testing.T) {
 	// An endpoint turning not ready leaves the answer everywhere.
 	c2 := env.Client(t, "c2")
 	changed := time.Now()
-	setPodReady(t, c2, ns, "db-1", false)
+	fw.SetPodReady(t, c2, ns, "db-1", false)
 	left := ready("c2/db-1")
 	var slowest time.Duration
 	for _, id := range clusterIDs() {
@@ -106,7 +106,7 @@ func TestHeadless(t *testing.T) {
 		expectDNS(t, id, "_http._tcp."+svcName, dns.TypeSRV, func(r reply) bool { return r.rcode == dns.RcodeSuccess && len(r.srvs) == 3 })
 	}
 	changed = time.Now()
-	setPodReady(t, c2, ns, "db-1", true)
+	fw.SetPodReady(t, c2, ns, "db-1", true)
 	for _, id := range clusterIDs() {
 		eventuallyDNS(t, followTimeout, id, svcName, dns.TypeA, answers(all...))
 	}
@@ -115,7 +115,7 @@ func TestHeadless(t *testing.T) {
 	// No ready endpoint anywhere: NXDOMAIN, while the import stays.
 	for _, id := range exporters {
 		for host := range ips[id] {
-			setPodReady(t, env.Client(t, id), ns, host, false)
+			fw.SetPodReady(t, env.Client(t, id), ns, host, false)
 		}
 	}
 	for _, id := range clusterIDs() {
@@ -128,7 +128,7 @@ func TestHeadless(t *testing.T) {
 	}
 	for _, id := range exporters {
 		for host := range ips[id] {
-			setPodReady(t, env.Client(t, id), ns, host, true)
+			fw.SetPodReady(t, env.Client(t, id), ns, host, true)
 		}
 	}
 	for _, id := range clusterIDs() {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
@@ -222,35 +221,4 @@ func podReady(p corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// setPodReady sets a pod's Ready and ContainersReady conditions, as a kubelet
-// would when a readiness probe fails or passes again. kwok leaves a running
-// pod's conditions alone.
-func setPodReady(t *testing.T, cl client.Client, ns, name string, ready bool) {
-	t.Helper()
-	ctx := context.Background()
-	pod := &corev1.Pod{}
-	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
-		t.Fatal(err)
-	}
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	base := pod.DeepCopy()
-	for _, typ := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
-		c := corev1.PodCondition{Type: typ, Status: status, LastTransitionTime: metav1.Now()}
-		if i := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == typ }); i >= 0 {
-			pod.Status.Conditions[i] = c
-		} else {
-			pod.Status.Conditions = append(pod.Status.Conditions, c)
-		}
-	}
-	for i := range pod.Status.ContainerStatuses {
-		pod.Status.ContainerStatuses[i].Ready = ready
-	}
-	if err := cl.Status().Patch(ctx, pod, client.MergeFrom(base)); err != nil {
-		t.Fatalf("set pod %s/%s ready=%v: %v", ns, name, ready, err)
-	}
 }

@@ -54,6 +54,9 @@ type Options struct {
 	// NoDataPlane starts the clusters without the testbed's data plane: kwok
 	// fakes the pods (nothing runs, nothing routes) and no root is needed.
 	NoDataPlane bool
+	// SharedZones names the nodes' zones alike in every cluster
+	// (testbed.Options.SharedZones).
+	SharedZones bool
 }
 
 // Env is a running clusterset: clusters, a registry, controllers.
@@ -89,6 +92,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		Clusters:    opts.Clusters,
 		Ephemeral:   true,
 		NoDataPlane: opts.NoDataPlane,
+		SharedZones: opts.SharedZones,
 		Log:         os.Stderr,
 	})
 	if err != nil {

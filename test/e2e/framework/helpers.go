@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -144,4 +145,49 @@ func CondString(conds []metav1.Condition) string {
 		s += fmt.Sprintf("[%s=%s %s: %s] ", c.Type, c.Status, c.Reason, c.Message)
 	}
 	return s
+}
+
+// Scale sets a Deployment's replicas.
+func Scale(t testing.TB, cl client.Client, ns, name string, replicas int32) {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+		t.Fatalf("get deployment %s/%s: %v", ns, name, err)
+	}
+	base := d.DeepCopy()
+	d.Spec.Replicas = ptr.To(replicas)
+	if err := cl.Patch(context.Background(), d, client.MergeFrom(base)); err != nil {
+		t.Fatalf("scale %s/%s to %d: %v", ns, name, replicas, err)
+	}
+}
+
+// SetPodReady sets a pod's Ready and ContainersReady conditions, as a
+// kubelet would when a readiness probe fails or passes again. Neither kwok
+// nor the testbed's node agent overwrites them while the pod's containers
+// stay as they are.
+func SetPodReady(t testing.TB, cl client.Client, ns, name string, ready bool) {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
+		t.Fatalf("get pod %s/%s: %v", ns, name, err)
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	base := pod.DeepCopy()
+	for _, typ := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		c := corev1.PodCondition{Type: typ, Status: status, LastTransitionTime: metav1.Now()}
+		if i := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == typ }); i >= 0 {
+			pod.Status.Conditions[i] = c
+		} else {
+			pod.Status.Conditions = append(pod.Status.Conditions, c)
+		}
+	}
+	for i := range pod.Status.ContainerStatuses {
+		pod.Status.ContainerStatuses[i].Ready = ready
+	}
+	if err := cl.Status().Patch(context.Background(), pod, client.MergeFrom(base)); err != nil {
+		t.Fatalf("set pod %s/%s ready=%v: %v", ns, name, ready, err)
+	}
 }

@@ -7,12 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
@@ -98,7 +95,7 @@ func TestClusterSetTraffic(t *testing.T) {
 		})
 	})
 	t.Run("c1 scaled to zero leaves c2's pods", func(t *testing.T) {
-		scale(t, "c1", ns, "web", 0)
+		fw.Scale(t, env.Client(t, "c1"), ns, "web", 0)
 		poll.Until(t, timeout, "replies from c2 only", func() (bool, string) {
 			got := origins(replies(t, "c2", ns, client, "", web+"/hostname", 20), byCluster)
 			return got["c2"] == 20, fmt.Sprint(got)
@@ -173,18 +170,4 @@ wait`},
 		out, _ := shell(t, "c2", ns, client, "echo ping | nc -u -w 1 "+host+" 7001")
 		return strings.TrimSpace(out) == "pong from "+pods[0], out
 	})
-}
-
-func scale(t *testing.T, id, ns, name string, replicas int32) {
-	t.Helper()
-	cl := env.Client(t, id)
-	d := &appsv1.Deployment{}
-	if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
-		t.Fatalf("get deployment: %v", err)
-	}
-	base := d.DeepCopy()
-	d.Spec.Replicas = ptr.To(replicas)
-	if err := cl.Patch(context.Background(), d, client.MergeFrom(base)); err != nil {
-		t.Fatalf("scale %s/%s: %v", ns, name, err)
-	}
 }

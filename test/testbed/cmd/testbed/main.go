@@ -33,6 +33,7 @@ func run() error {
 	cluster := fs.String("cluster", "c1", "cluster to start CoreDNS for (coredns)")
 	pidFile := fs.String("pid-file", "", "file to write the CoreDNS process id to (coredns)")
 	noDataPlane := fs.Bool("no-dataplane", false, "up: control planes only; kwok fakes pods, nothing routes (needs no root)")
+	sharedZones := fs.Bool("shared-zones", false, "up: the same zone names (zone-a, zone-b, ...) in every cluster, as clusters of one region")
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: testbed build | up [-n N] [-name NAME] [-nodes K] [-no-dataplane] | down [-name NAME] | kubeconfig [-name NAME] | coredns [-name NAME] [-cluster ID] [-pid-file FILE]")
 		fs.PrintDefaults()
@@ -57,7 +58,8 @@ func run() error {
 		fmt.Println(filepath.Dir(filepath.Dir(b.Kwokctl)))
 		return nil
 	case "up":
-		tb, err := testbed.Start(ctx, testbed.Options{Name: *name, Clusters: *n, NodesPerCluster: *nodes, NoDataPlane: *noDataPlane, Log: os.Stderr})
+		tb, err := testbed.Start(ctx, testbed.Options{Name: *name, Clusters: *n, NodesPerCluster: *nodes, NoDataPlane: *noDataPlane,
+			SharedZones: *sharedZones, Log: os.Stderr})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,93 @@
+package imports
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/mcsd-io/mcsd/internal/topology"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+func node(name, zone string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelTopologyZone: zone}}}
+}
+
+func zoned(addr, zone, nodeName string) registry.Endpoint {
+	e := ready(addr)
+	e.Zone, e.NodeName = zone, nodeName
+	return e
+}
+
+// zoneHints renders the zone hints of every endpoint of the import's
+// slices, by address.
+func zoneHints(byCluster map[string][]discoveryv1.EndpointSlice) map[string][]string {
+	out := map[string][]string{}
+	for _, ss := range byCluster {
+		for _, s := range ss {
+			for _, ep := range s.Endpoints {
+				var zones []string
+				if ep.Hints != nil {
+					for _, z := range ep.Hints.ForZones {
+						zones = append(zones, z.Name)
+					}
+				}
+				out[ep.Addresses[0]] = zones
+			}
+		}
+	}
+	return out
+}
+
+// TestHints checks that the import's slices carry the hints the import's
+// trafficDistribution and traffic preference ask for, with the condition
+// that says so, and none once neither is asked for.
+func TestHints(t *testing.T) {
+	// This reconciler runs in "east", whose nodes are in zones a and b.
+	e := newEnv(t, namespace(testNS), node("n1", "a"), node("n2", "b"))
+	eps := []registry.Endpoints{
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, zoned("10.1.0.1", "a", "n1"))),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, zoned("10.2.0.1", "b", "w1"))),
+	}
+	publish := func(td string, annotations map[string]string) {
+		t.Helper()
+		var exports []registry.Export
+		for _, c := range []string{"east", "west"} {
+			x := export(c, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+			if td != "" {
+				x.Spec.TrafficDistribution = ptr.To(td)
+			}
+			x.Spec.ExportedAnnotations = annotations
+			exports = append(exports, x)
+		}
+		e.publish(exports, eps...)
+		e.reconcile("web")
+	}
+
+	publish(corev1.ServiceTrafficDistributionPreferSameZone, nil)
+	if d := cmp.Diff(map[string][]string{"10.1.0.1": {"a"}, "10.2.0.1": {"b"}}, zoneHints(e.slices("web"))); d != "" {
+		t.Errorf("PreferSameZone hints (-want +got):\n%s", d)
+	}
+	wantCondition(t, e.serviceImport("web"), topology.ConditionHints, metav1.ConditionTrue, topology.ReasonHinted)
+	e.steady("web")
+
+	publish("", map[string]string{topology.AnnotationPreference: topology.PreferSameCluster})
+	if d := cmp.Diff(map[string][]string{"10.1.0.1": {"a", "b"}, "10.2.0.1": {topology.Elsewhere}}, zoneHints(e.slices("web"))); d != "" {
+		t.Errorf("PreferSameCluster hints (-want +got):\n%s", d)
+	}
+	wantCondition(t, e.serviceImport("web"), topology.ConditionHints, metav1.ConditionTrue, topology.ReasonHinted)
+	e.steady("web")
+
+	publish("", nil)
+	if d := cmp.Diff(map[string][]string{"10.1.0.1": nil, "10.2.0.1": nil}, zoneHints(e.slices("web"))); d != "" {
+		t.Errorf("hints with nothing asked (-want +got):\n%s", d)
+	}
+	if c := condition(e.serviceImport("web"), topology.ConditionHints); c != nil {
+		t.Errorf("condition %+v left", c)
+	}
+	e.steady("web")
+}

@@ -1,0 +1,196 @@
+package topology
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+func ep(addr, zone, node string, ready bool) registry.Endpoint {
+	return registry.Endpoint{Addresses: []string{addr}, Zone: zone, NodeName: node, Ready: ready, Serving: ready}
+}
+
+// hintsOf renders the hints of every endpoint as "zones|nodes", by address.
+func hintsOf(h Hints, eps map[string][]registry.Endpoint) map[string]string {
+	out := map[string]string{}
+	for c, list := range eps {
+		for _, e := range list {
+			hh := h.For(c, e)
+			if hh == nil {
+				out[e.Addresses[0]] = "-"
+				continue
+			}
+			var z, n []string
+			for _, f := range hh.ForZones {
+				z = append(z, f.Name)
+			}
+			for _, f := range hh.ForNodes {
+				n = append(n, f.Name)
+			}
+			out[e.Addresses[0]] = strings.Join(z, ",") + "|" + strings.Join(n, ",")
+		}
+	}
+	return out
+}
+
+func TestPlan(t *testing.T) {
+	// c2 imports; zones a and b are shared by every cluster.
+	eps := map[string][]registry.Endpoint{
+		"c1": {ep("10.1.0.1", "a", "n1", true), ep("10.1.0.2", "b", "n2", true)},
+		"c2": {ep("10.2.0.1", "a", "c2-n0", true), ep("10.2.0.2", "b", "c2-n1", true)},
+		"c3": {ep("10.3.0.1", "a", "n1", true), ep("10.3.0.2", "b", "n2", false)},
+	}
+	c2aDown := map[string][]registry.Endpoint{
+		"c1": eps["c1"],
+		"c2": {ep("10.2.0.1", "a", "c2-n0", false), ep("10.2.0.2", "b", "c2-n1", true)},
+	}
+	noZone := map[string][]registry.Endpoint{
+		"c1": {ep("10.1.0.1", "", "n1", true), ep("10.1.0.2", "", "n1", false)},
+		"c2": eps["c2"],
+	}
+	el := Elsewhere
+	tests := []struct {
+		name       string
+		in         Input
+		want       map[string]string // address -> "zones|nodes", "-" for none
+		wantReason string            // "" for no condition
+		wantStatus metav1.ConditionStatus
+		wantMsg    string
+	}{{
+		name: "nothing asked: no hints, no condition",
+		in:   Input{Endpoints: eps},
+		want: map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
+	}, {
+		name: "PreferSameZone: each endpoint its own zone, every cluster",
+		in:   Input{TrafficDistribution: "PreferSameZone", Endpoints: eps},
+		want: map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "in the client's zone",
+	}, {
+		name: "PreferClose is PreferSameZone",
+		in:   Input{TrafficDistribution: "PreferClose", Endpoints: eps},
+		want: map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue,
+	}, {
+		name: "a ready endpoint without a zone: no hints at all, and the condition names it",
+		in:   Input{TrafficDistribution: "PreferSameZone", Endpoints: noZone},
+		want: map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-"},
+		wantReason: ReasonEndpointsWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "cluster c1: 1, e.g. 10.1.0.1",
+	}, {
+		name: "PreferSameNode: node hints for this cluster's endpoints, Elsewhere for the others",
+		in:   Input{TrafficDistribution: "PreferSameNode", LocalCluster: "c2", Endpoints: eps},
+		want: map[string]string{"10.1.0.1": "a|" + el, "10.1.0.2": "b|" + el, "10.2.0.1": "a|c2-n0", "10.2.0.2": "b|c2-n1",
+			"10.3.0.1": "a|" + el, "10.3.0.2": "b|" + el},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "on the client's node",
+	}, {
+		name: "PreferSameCluster: this cluster's endpoints serve its zones, the others none",
+		in:   Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"b", "a", "a"}, Endpoints: eps},
+		want: map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a,b|", "10.2.0.2": "a,b|",
+			"10.3.0.1": el + "|", "10.3.0.2": el + "|"},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "to this cluster's endpoints",
+	}, {
+		name: "PreferSameCluster does not need endpoint zones",
+		in:   Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, Endpoints: noZone},
+		want: map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a,b|", "10.2.0.2": "a,b|"},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue,
+	}, {
+		name: "same cluster and zone: own zone, and a zone without a ready local endpoint spills to the ready ones",
+		in: Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2",
+			LocalZones: []string{"a", "b", "c"}, Endpoints: c2aDown},
+		want:       map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a|", "10.2.0.2": "a,b,c|"},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "to this cluster's endpoints while any is ready, then to endpoints in the client's zone",
+	}, {
+		name:       "PreferSameCluster on nodes without zones: no hints",
+		in:         Input{Preference: PreferSameCluster, LocalCluster: "c2", Endpoints: eps},
+		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
+		wantReason: ReasonNodesWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "nodes have 0 zones",
+	}, {
+		name: "more zones than a hint may name: no same-cluster hints",
+		in: Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"z1", "z2", "z3", "z4", "z5", "z6", "z7", "z8", "z9"},
+			Endpoints: eps},
+		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
+		wantReason: ReasonNodesWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "nodes have 9 zones",
+	}, {
+		name: "unknown preference: said so, zone hints still written",
+		in:   Input{TrafficDistribution: "PreferSameZone", Preference: "Nearest", LocalCluster: "c2", Endpoints: eps},
+		want: map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
+		wantReason: ReasonUnknownPreference, wantStatus: metav1.ConditionFalse, wantMsg: `"Nearest" is not known`,
+	}, {
+		name:       "headless: no hints, said so",
+		in:         Input{Headless: true, TrafficDistribution: "PreferSameZone", Endpoints: eps},
+		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
+		wantReason: ReasonHeadless, wantStatus: metav1.ConditionFalse, wantMsg: "DNS answers",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := Plan(tt.in)
+			if d := cmp.Diff(tt.want, hintsOf(h, tt.in.Endpoints)); d != "" {
+				t.Errorf("hints (-want +got):\n%s", d)
+			}
+			c := h.Condition
+			switch {
+			case tt.wantReason == "" && c != nil:
+				t.Errorf("condition %+v, want none", c)
+			case tt.wantReason != "" && c == nil:
+				t.Errorf("no condition, want %s", tt.wantReason)
+			case c != nil:
+				if c.Type != ConditionHints || c.Reason != tt.wantReason || c.Status != tt.wantStatus || !strings.Contains(c.Message, tt.wantMsg) {
+					t.Errorf("condition %s=%s %s %q, want %s %s containing %q", c.Type, c.Status, c.Reason, c.Message, tt.wantStatus, tt.wantReason, tt.wantMsg)
+				}
+			}
+		})
+	}
+}
+
+// TestEveryReadyEndpointHinted checks, over many inputs, kube-proxy's
+// requirement: either no endpoint has zone hints, or every ready one has.
+func TestEveryReadyEndpointHinted(t *testing.T) {
+	zones := []string{"", "a", "b"}
+	for mask := range 1 << 6 {
+		eps := map[string][]registry.Endpoint{}
+		for i := range 3 {
+			c := []string{"c1", "c2", "c3"}[i]
+			bits := mask >> (2 * i)
+			eps[c] = []registry.Endpoint{ep("10.0.0."+c, zones[bits%3], "n", bits&2 == 0)}
+		}
+		for _, in := range []Input{
+			{TrafficDistribution: "PreferSameZone", Endpoints: eps},
+			{TrafficDistribution: "PreferSameNode", LocalCluster: "c2", Endpoints: eps},
+			{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a"}, Endpoints: eps},
+			{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, Endpoints: eps},
+		} {
+			h := Plan(in)
+			hinted, unhinted := 0, 0
+			for c, list := range eps {
+				for _, e := range list {
+					if hh := h.For(c, e); hh != nil {
+						for _, z := range hh.ForZones {
+							if z.Name == "" {
+								t.Errorf("%+v: an empty zone hint for %v", in, e)
+							}
+						}
+						for _, n := range hh.ForNodes {
+							if n.Name == "" {
+								t.Errorf("%+v: an empty node hint for %v", in, e)
+							}
+						}
+					}
+					if !e.Ready {
+						continue
+					}
+					if hh := h.For(c, e); hh != nil && len(hh.ForZones) > 0 && hh.ForZones[0].Name != "" {
+						hinted++
+					} else {
+						unhinted++
+					}
+				}
+			}
+			if hinted > 0 && unhinted > 0 {
+				t.Errorf("%+v: %d ready endpoints hinted, %d not", in, hinted, unhinted)
+			}
+		}
+	}
+}
