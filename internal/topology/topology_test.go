@@ -65,19 +65,19 @@ func TestPlan(t *testing.T) {
 		in:   Input{Endpoints: eps},
 		want: map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
 	}, {
-		name: "PreferSameZone: each endpoint its own zone, every cluster",
-		in:   Input{TrafficDistribution: "PreferSameZone", Endpoints: eps},
-		want: map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
+		name:       "PreferSameZone: each endpoint its own zone, every cluster",
+		in:         Input{TrafficDistribution: "PreferSameZone", Endpoints: eps},
+		want:       map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
 		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "in the client's zone",
 	}, {
-		name: "PreferClose is PreferSameZone",
-		in:   Input{TrafficDistribution: "PreferClose", Endpoints: eps},
-		want: map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
+		name:       "PreferClose is PreferSameZone",
+		in:         Input{TrafficDistribution: "PreferClose", Endpoints: eps},
+		want:       map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
 		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue,
 	}, {
-		name: "a ready endpoint without a zone: no hints at all, and the condition names it",
-		in:   Input{TrafficDistribution: "PreferSameZone", Endpoints: noZone},
-		want: map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-"},
+		name:       "a ready endpoint without a zone: no hints at all, and the condition names it",
+		in:         Input{TrafficDistribution: "PreferSameZone", Endpoints: noZone},
+		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-"},
 		wantReason: ReasonEndpointsWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "cluster c1: 1, e.g. 10.1.0.1",
 	}, {
 		name: "PreferSameNode: node hints for this cluster's endpoints, Elsewhere for the others",
@@ -92,9 +92,9 @@ func TestPlan(t *testing.T) {
 			"10.3.0.1": el + "|", "10.3.0.2": el + "|"},
 		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "to this cluster's endpoints",
 	}, {
-		name: "PreferSameCluster does not need endpoint zones",
-		in:   Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, Endpoints: noZone},
-		want: map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a,b|", "10.2.0.2": "a,b|"},
+		name:       "PreferSameCluster does not need endpoint zones",
+		in:         Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, Endpoints: noZone},
+		want:       map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a,b|", "10.2.0.2": "a,b|"},
 		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue,
 	}, {
 		name: "same cluster and zone: own zone, and a zone without a ready local endpoint spills to the ready ones",
@@ -114,9 +114,9 @@ func TestPlan(t *testing.T) {
 		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
 		wantReason: ReasonNodesWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "nodes have 9 zones",
 	}, {
-		name: "unknown preference: said so, zone hints still written",
-		in:   Input{TrafficDistribution: "PreferSameZone", Preference: "Nearest", LocalCluster: "c2", Endpoints: eps},
-		want: map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
+		name:       "unknown preference: said so, zone hints still written",
+		in:         Input{TrafficDistribution: "PreferSameZone", Preference: "Nearest", LocalCluster: "c2", Endpoints: eps},
+		want:       map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
 		wantReason: ReasonUnknownPreference, wantStatus: metav1.ConditionFalse, wantMsg: `"Nearest" is not known`,
 	}, {
 		name:       "headless: no hints, said so",

@@ -167,7 +167,9 @@ func TestLocality(t *testing.T) {
 
 	t.Run("PreferSameZone: zone-a's pods of every cluster answer, the others when none is ready", func(t *testing.T) {
 		for _, id := range localityClusters {
-			setService(t, id, ns, func(s *corev1.Service) { s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone) })
+			setService(t, id, ns, func(s *corev1.Service) {
+				s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+			})
 		}
 		waitHints(t, ns, metav1.ConditionTrue, topology.ReasonHinted)
 		switchTo(t, "zone-a's pods only", ns, pod, url, 20, inZoneA)
@@ -206,7 +208,7 @@ func TestLocality(t *testing.T) {
 			si := fw.GetImport(t, env.Client(t, "c2"), ns, "web")
 			c := fw.Condition(si.Status.Conditions, topology.ConditionHints)
 			return si.Spec.TrafficDistribution == nil && si.Annotations[topology.AnnotationPreference] == topology.PreferSameCluster &&
-				c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "this cluster's endpoints") && !strings.Contains(c.Message, "zone"),
+					c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "this cluster's endpoints") && !strings.Contains(c.Message, "zone"),
 				fw.CondString(si.Status.Conditions)
 		})
 		switchTo(t, "c2's pods only", ns, pod, url, 20, fromC2)
@@ -240,7 +242,9 @@ func TestLocality(t *testing.T) {
 
 		// With PreferSameZone too: c2's pod in the client's zone.
 		for _, id := range localityClusters {
-			setService(t, id, ns, func(s *corev1.Service) { s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone) })
+			setService(t, id, ns, func(s *corev1.Service) {
+				s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+			})
 		}
 		switchTo(t, "same cluster and zone: c2's zone-a pod", ns, pod, url, 20, func(k string) bool { return k == "c2/zone-a" })
 	})
