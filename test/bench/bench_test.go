@@ -30,7 +30,7 @@ func TestSmoke(t *testing.T) {
 	_, err := harness.Run(t.Context(), harness.Options{
 		Clusters: 2, Services: 5, Endpoints: 3, ExportSamples: 4, DNSSamples: 2,
 		ChurnFor: 2 * time.Second, Steady: 2 * time.Second, Bursts: []int{2, 5},
-		Timeout: 2 * time.Minute, Out: out, Log: testWriter{t},
+		FailoverTrials: 1, Timeout: 2 * time.Minute, Out: out, Log: testWriter{t},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -20,13 +20,15 @@ const (
 	PhaseRestart   = "restart"
 	PhaseBurst     = "burst"
 	PhaseFloor     = "floor"
+	// PhaseFailover runs on a clusterset of its own with a data plane.
+	PhaseFailover = "failover"
 	// PhaseInterop (Cloud Map only): an AWS-controller-shaped writer's
 	// exports and endpoint changes, timed into every mcsd cluster.
 	PhaseInterop = "interop"
 )
 
 // AllPhases lists every phase in run order.
-var AllPhases = []string{PhaseColdStart, PhaseExport, PhaseChurn, PhaseInterop, PhaseDNS, PhaseSteady, PhaseRestart, PhaseBurst, PhaseFloor}
+var AllPhases = []string{PhaseColdStart, PhaseExport, PhaseChurn, PhaseInterop, PhaseDNS, PhaseSteady, PhaseRestart, PhaseBurst, PhaseFloor, PhaseFailover}
 
 // Registry backends.
 const (
@@ -74,6 +76,10 @@ type Options struct {
 	// Phases to run, a subset of AllPhases (run in that order). Default all
 	// but interop (etcd); export, churn, interop, steady, burst (cloudmap).
 	Phases []string
+	// FailoverTrials is how many times the failover phase moves traffic
+	// away from the client's cluster and back, and its floor the same.
+	// Default 5.
+	FailoverTrials int
 	// ControllerQPS and ControllerBurst are each controller's client rate
 	// limit towards its API server. Default 1000 and 2000, so that the
 	// client is not the brake (mcsd's command defaults to 50 and 100).
@@ -163,6 +169,9 @@ func (o *Options) Default() {
 	}
 	if !o.has(PhaseDNS) {
 		o.DNSSamples = 0
+	}
+	if o.FailoverTrials == 0 {
+		o.FailoverTrials = 5
 	}
 	if o.ControllerQPS == 0 {
 		o.ControllerQPS = 1000

@@ -196,6 +196,7 @@ func (r *run) run(ctx context.Context) error {
 		{PhaseRestart, r.restartPhase},
 		{PhaseBurst, r.burstPhase},
 		{PhaseFloor, r.floorPhase},
+		{PhaseFailover, r.failoverPhase},
 	} {
 		if !o.has(ph.name) && ph.name != PhaseColdStart {
 			continue

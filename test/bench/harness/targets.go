@@ -104,6 +104,29 @@ func targets(r *report.Results) []report.TargetCheck {
 		n, detail := objectWrites(ph)
 		check(what, "0", float64(n), fmt.Sprint(n), n == 0, detail)
 	}
+	return append(out, failoverFigures(r)...)
+}
+
+// failoverFigures states the failover phase's figures beside its floor,
+// kube-proxy's own reaction to an EndpointSlice change in the same run (no
+// target is set for them).
+func failoverFigures(r *report.Results) []report.TargetCheck {
+	ph := r.PhaseByName(PhaseFailover)
+	if ph == nil || ph.Latency[FailoverFloor].N == 0 {
+		return nil
+	}
+	fl := ph.Latency[FailoverFloor]
+	floor := fmt.Sprintf("the same run's floor, kube-proxy alone reacting to an EndpointSlice written directly: p50 %s, p99 %s",
+		report.MS(fl.P50), report.MS(fl.P99))
+	var out []report.TargetCheck
+	for _, f := range []struct{ key, what string }{
+		{FailoverAway, "failover: local endpoint not ready → first request served by another cluster"},
+		{FailoverBack, "failback: local endpoint ready again → first request served by it"},
+	} {
+		d := ph.Latency[f.key]
+		out = append(out, report.TargetCheck{What: f.what + ", p50 / p99", Target: "none (a figure)", Raw: d.P50,
+			Value: report.MS(d.P50) + " / " + report.MS(d.P99), Note: floor})
+	}
 	return out
 }
 

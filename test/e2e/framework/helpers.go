@@ -171,11 +171,20 @@ func SetPodReady(t testing.TB, cl client.Client, ns, name string, ready bool) {
 	if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
 		t.Fatalf("get pod %s/%s: %v", ns, name, err)
 	}
+	base := pod.DeepCopy()
+	SetReadyConditions(pod, ready)
+	if err := cl.Status().Patch(context.Background(), pod, client.MergeFrom(base)); err != nil {
+		t.Fatalf("set pod %s/%s ready=%v: %v", ns, name, ready, err)
+	}
+}
+
+// SetReadyConditions sets, in pod's status, the Ready and ContainersReady
+// conditions and every container's ready flag.
+func SetReadyConditions(pod *corev1.Pod, ready bool) {
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	base := pod.DeepCopy()
 	for _, typ := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
 		c := corev1.PodCondition{Type: typ, Status: status, LastTransitionTime: metav1.Now()}
 		if i := slices.IndexFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == typ }); i >= 0 {
@@ -186,8 +195,5 @@ func SetPodReady(t testing.TB, cl client.Client, ns, name string, ready bool) {
 	}
 	for i := range pod.Status.ContainerStatuses {
 		pod.Status.ContainerStatuses[i].Ready = ready
-	}
-	if err := cl.Status().Patch(context.Background(), pod, client.MergeFrom(base)); err != nil {
-		t.Fatalf("set pod %s/%s ready=%v: %v", ns, name, ready, err)
 	}
 }
