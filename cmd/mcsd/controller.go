@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -96,7 +97,7 @@ func runController(ctx context.Context, f *controllerFlags) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = logr.NewContext(ctx, log)
-	return manager.Run(ctx, manager.Options{
+	err = manager.Run(ctx, manager.Options{
 		RESTConfig:              cfg,
 		OpenRegistry:            backend.Open,
 		MetricsAddr:             f.metricsAddr,
@@ -104,6 +105,12 @@ func runController(ctx context.Context, f *controllerFlags) error {
 		LeaderElection:          f.leaderElect,
 		LeaderElectionNamespace: f.leaderNS,
 	})
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		// Stopped by a signal: a clean exit, said once.
+		log.Info("mcsd stopped")
+		return nil
+	}
+	return err
 }
 
 // registryFlags are the flags that name and reach the registry, shared by

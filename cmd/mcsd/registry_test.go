@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,8 @@ func (s *syncBuffer) String() string {
 
 func execute(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	// No kubeconfig of the machine's: mcsd status would read its cluster.
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
 	var out bytes.Buffer
 	cmd := newRootCommand()
 	cmd.SetArgs(args)
@@ -120,6 +123,29 @@ func TestSecureTryOut(t *testing.T) {
 		"--registry-cert", filepath.Join(certs, "reader.crt"), "--registry-key", filepath.Join(certs, "reader.key"))
 	if err != nil || !strings.Contains(status, "east") || !strings.Contains(status, "shop/web") {
 		t.Errorf("status as the reader: %v\n%s", err, status)
+	}
+	// Misconfigured clients are told at once what to change.
+	ca := filepath.Join(certs, "ca.crt")
+	plainURL := "etcd://" + strings.TrimPrefix(m[1], "etcds://")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"etcd:// to a TLS registry", []string{"--registry", plainURL}, "use etcds://"},
+		{"no CA", []string{"--registry", m[1]}, "--registry-ca"},
+		{"no client certificate", []string{"--registry", m[1], "--registry-ca", ca}, "--registry-cert and --registry-key"},
+		{"a certificate without the grant", []string{"--registry", m[1], "--registry-ca", ca, "--clusterset", "other",
+			"--registry-cert", filepath.Join(certs, "cluster-east.crt"), "--registry-key", filepath.Join(certs, "cluster-east.key")},
+			"needs read on /mcsd/other/clusters/"},
+	} {
+		args := append([]string{"status", "--timeout", "20s"}, tc.args...)
+		if !slices.Contains(args, "--clusterset") {
+			args = append(args, "--clusterset", "prod")
+		}
+		if out, err := execute(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("status, %s: %v, want an error saying %q\n%s", tc.name, err, tc.want, out)
+		}
 	}
 	// The reader may count leases too (etcd does not restrict them).
 	if !strings.Contains(status, "Leases: 1 in the registry, 0 holding no mcsd record.") {

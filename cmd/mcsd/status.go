@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,7 +39,9 @@ Service with the import its exports merge into, each cluster's export (its
 precedence, ports, endpoints and when it last published a change of them),
 and the conflicts between exports with the cluster whose values win.
 
-With --kubeconfig or --context it also shows this cluster's ServiceExports
+With a kubeconfig (--kubeconfig, else $KUBECONFIG, else ~/.kube/config, as
+kubectl finds it; --context picks another context) it also shows this
+cluster's ServiceExports
 (their conditions, and whether the registry has them) and ServiceImports
 (Ready, their EndpointSlices, when mcsd last changed them, when the registry
 last published a change, and whether they match the registry).
@@ -99,19 +102,21 @@ func runStatus(cmd *cobra.Command, f *statusFlags) error {
 	if err != nil {
 		return err
 	}
+	// The local cluster, found as kubectl finds it: --kubeconfig, else
+	// $KUBECONFIG, else ~/.kube/config, and its current context unless
+	// --context names another. Without any, the registry alone.
 	var local client.Reader
-	if f.kubeconfig != "" || f.kubeContext != "" {
-		loading := clientcmd.NewDefaultClientConfigLoadingRules()
-		loading.ExplicitPath = f.kubeconfig
-		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{CurrentContext: f.kubeContext}).ClientConfig()
-		if err != nil {
-			return fmt.Errorf("load kubeconfig: %w", err)
-		}
+	explicit := f.kubeconfig != "" || f.kubeContext != ""
+	cfg, err := kubeconfig(f.kubeconfig, f.kubeContext)
+	switch {
+	case err == nil:
 		if local, err = client.New(cfg, client.Options{Scheme: manager.Scheme}); err != nil {
 			return fmt.Errorf("create client: %w", err)
 		}
-	} else if f.clusterSet == "" {
-		return fmt.Errorf("--clusterset is required without --kubeconfig or --context")
+	case explicit || !clientcmd.IsEmptyConfig(err):
+		return fmt.Errorf("load kubeconfig: %w", err)
+	case f.clusterSet == "":
+		return fmt.Errorf("no kubeconfig found (--kubeconfig, $KUBECONFIG, ~/.kube/config) to read this cluster's clusterset from: give --clusterset")
 	}
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -119,13 +124,22 @@ func runStatus(cmd *cobra.Command, f *statusFlags) error {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	r, err := status.Collect(ctx, status.Options{
-		ClusterSet:  f.clusterSet,
-		OpenWatcher: backend.OpenWatcher,
-		Local:       local,
-		Namespace:   f.namespace,
+		ClusterSet:    f.clusterSet,
+		OpenWatcher:   backend.OpenWatcher,
+		Local:         local,
+		LocalOptional: !explicit,
+		Namespace:     f.namespace,
 	})
 	if err != nil {
 		return err
 	}
 	return write(cmd.OutOrStdout(), r)
+}
+
+// kubeconfig loads the client configuration kubectl would use: path, else
+// $KUBECONFIG, else ~/.kube/config; the context named, else the current one.
+func kubeconfig(path, kubeContext string) (*rest.Config, error) {
+	loading := clientcmd.NewDefaultClientConfigLoadingRules()
+	loading.ExplicitPath = path
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
 }

@@ -93,6 +93,15 @@ const (
 	// ReasonDerivedServiceConflict is the reason of Ready=False when a
 	// Service mcsd did not create holds the derived Service's name.
 	ReasonDerivedServiceConflict = "DerivedServiceConflict"
+	// EndpointsReady says whether every exporting cluster has a ready
+	// endpoint of the Service; when not, the message names those that have
+	// none (its pods not ready, or scaled to zero), whose share of the
+	// traffic then goes to the others.
+	EndpointsReady = "EndpointsReady"
+	// ReasonAllClustersReady is the reason of EndpointsReady=True.
+	ReasonAllClustersReady = "AllClustersReady"
+	// ReasonClustersWithoutEndpoints is the reason of EndpointsReady=False.
+	ReasonClustersWithoutEndpoints = "ClustersWithoutReadyEndpoints"
 )
 
 // ConflictReasons are the mcs-api reasons of Conflict=True, in the order a

@@ -143,7 +143,8 @@ func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration) 
 		if !errors.Is(err, clusterid.ErrMissing) && !errors.Is(err, clusterid.ErrInvalid) {
 			log.Error(err, "read cluster identity")
 		} else if err.Error() != last {
-			log.Error(err, "waiting for cluster identity; exporting and importing nothing until it is set")
+			// An expected state, not a failure: no stack trace.
+			log.Info("Waiting for the cluster identity; exporting and importing nothing until it is set", "reason", err.Error())
 			last = err.Error()
 		}
 		select {
@@ -192,6 +193,7 @@ func runWithLeadership(ctx context.Context, opts Options, id registry.Identity, 
 }
 
 func runControllers(ctx context.Context, opts Options, id registry.Identity, h *health) error {
+	// The backends add the clusterset; the cluster is said once, here.
 	log := logr.FromContextOrDiscard(ctx).WithValues("cluster", id.Cluster)
 	ctx = logr.NewContext(ctx, log)
 	reg, err := opts.OpenRegistry(ctx, id)

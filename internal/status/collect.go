@@ -24,6 +24,10 @@ type Options struct {
 	OpenWatcher func(ctx context.Context, clusterSet string) (registry.ReadOnlyWatcher, error)
 	// Local reads the local cluster; nil for a report of the registry only.
 	Local client.Reader
+	// LocalOptional turns a local cluster that cannot be read into a
+	// warning and a report of the registry only (a kubeconfig found by
+	// default rather than named).
+	LocalOptional bool
 	// Namespace limits the services and local objects; "" for all.
 	Namespace string
 	// Now is the clock. Default time.Now.
@@ -60,6 +64,9 @@ func Collect(ctx context.Context, opts Options) (Report, error) {
 			}
 		case in.ClusterSet == "":
 			return Report{}, fmt.Errorf("no clusterset given and the local cluster's cannot be read: %w", err)
+		case opts.LocalOptional && !errors.Is(err, clusterid.ErrMissing) && !errors.Is(err, clusterid.ErrInvalid):
+			in.Warnings = append(in.Warnings, fmt.Sprintf("the kubeconfig's cluster cannot be read (%v): the registry alone is shown", err))
+			in.Local, opts.Local = nil, nil
 		default:
 			in.Warnings = append(in.Warnings, fmt.Sprintf("the local cluster's id cannot be read: %v", err))
 		}
@@ -155,7 +162,10 @@ func ReadSnapshot(ctx context.Context, w registry.Watcher) (Snapshot, error) {
 		return s, nil
 	default:
 	}
-	if h.lastErr != nil {
+	switch {
+	case errors.Is(h.lastErr, registry.ErrForbidden) || errors.Is(h.lastErr, registry.ErrMisconfigured):
+		err = h.lastErr
+	case h.lastErr != nil:
 		err = fmt.Errorf("%w (last error: %w)", err, h.lastErr)
 	}
 	return Snapshot{}, fmt.Errorf("read registry: %w", err)
@@ -182,6 +192,10 @@ func (h *snapshotHandler) OnUpdate(u registry.Update) {
 func (h *snapshotHandler) OnConnection(connected bool, err error) {
 	if !connected {
 		h.lastErr = err
+		if errors.Is(err, registry.ErrForbidden) || errors.Is(err, registry.ErrMisconfigured) {
+			// Retrying cannot fix it: say so now, not when the time is up.
+			h.cancel()
+		}
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/duration"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -71,7 +70,7 @@ func (p *printer) clusters(clusters []Cluster) {
 			}
 			ttl := "-"
 			if c.TTLSeconds > 0 {
-				ttl = duration.HumanDuration(time.Duration(c.TTLSeconds * float64(time.Second)))
+				ttl = span(time.Duration(c.TTLSeconds * float64(time.Second)))
 			}
 			t.row(id, strconv.Itoa(c.Exports), p.ago(c.LastSeen), p.until(c.Expires), ttl, p.age(c.Since), liveness(c))
 		}
@@ -202,9 +201,9 @@ func (p *printer) ago(t time.Time) string {
 		return "-"
 	}
 	if d := p.now.Sub(t); d < 0 {
-		return "in " + duration.HumanDuration(-d)
+		return "in " + span(-d)
 	}
-	return duration.HumanDuration(p.now.Sub(t)) + " ago"
+	return span(p.now.Sub(t)) + " ago"
 }
 
 // age is how long before now t was, without "ago": "5m".
@@ -212,7 +211,7 @@ func (p *printer) age(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return duration.HumanDuration(max(p.now.Sub(t), 0))
+	return span(max(p.now.Sub(t), 0))
 }
 
 // until is how long after now t is: "4s"; "overdue 1s" when it is past.
@@ -221,9 +220,24 @@ func (p *printer) until(t time.Time) string {
 		return "-"
 	}
 	if d := t.Sub(p.now); d >= 0 {
-		return duration.HumanDuration(d)
+		return span(d)
 	}
-	return "overdue " + duration.HumanDuration(p.now.Sub(t))
+	return "overdue " + span(p.now.Sub(t))
+}
+
+// span writes a duration one way at every size, to the second below an
+// hour: "45s", "2m05s", "1h02m", "3d4h".
+func span(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
 func liveness(c Cluster) string {

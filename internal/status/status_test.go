@@ -374,3 +374,14 @@ func TestCollectErrors(t *testing.T) {
 		}
 	})
 }
+
+func TestSpan(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", 45 * time.Second: "45s", 119 * time.Second: "1m59s", 2 * time.Minute: "2m00s", 125 * time.Second: "2m05s",
+		62 * time.Minute: "1h02m", 76 * time.Hour: "3d4h", 1499 * time.Millisecond: "1s",
+	} {
+		if got := span(d); got != want {
+			t.Errorf("span(%s) = %q, want %q", d, got, want)
+		}
+	}
+}

@@ -166,6 +166,16 @@ func (u Update) Empty() bool {
 		len(u.Clusters) == 0 && len(u.DeletedClusters) == 0 && len(u.Rejected) == 0
 }
 
+// ErrMisconfigured wraps the errors of a backend that cannot reach the
+// registry for a reason retrying cannot fix (a wrong address, TLS on one
+// side only, an untrusted or missing certificate); their messages say what
+// to change.
+var ErrMisconfigured = errors.New("registry misconfigured")
+
+// ErrForbidden wraps the errors of a backend whose identity may not read or
+// write what it needs; their messages say which grant is missing.
+var ErrForbidden = errors.New("registry access denied")
+
 // ErrClosed is returned by a backend that has been closed.
 var ErrClosed = errors.New("registry: closed")
 

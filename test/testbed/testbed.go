@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -623,6 +624,26 @@ func KubeconfigPath(opts Options) (string, error) {
 		return "", err
 	}
 	return filepath.Join(opts.StateRoot, opts.Name, "kubeconfig"), nil
+}
+
+// Ping checks that every cluster's API server answers, within a few
+// seconds.
+func (tb *Testbed) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if len(tb.Clusters) == 0 {
+		return errors.New("it has no clusters")
+	}
+	for _, c := range tb.Clusters {
+		cs, err := kubernetes.NewForConfig(c.Config)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.ID, err)
+		}
+		if _, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+			return fmt.Errorf("%s's API server does not answer: %w", c.ID, err)
+		}
+	}
+	return nil
 }
 
 // Open returns the running testbed named in opts without starting or

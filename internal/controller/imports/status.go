@@ -31,6 +31,7 @@ func (r *Reconciler) setStatus(s *scope) {
 	si.Status.EndpointSliceObjects = mcsv1beta1.EndpointSliceObjectsPresent
 	conditions.Set(&si.Status.Conditions, si.Generation, readyCondition(s))
 	conditions.Remove(&si.Status.Conditions, conditions.RegistryReachable)
+	conditions.Set(&si.Status.Conditions, si.Generation, endpointsCondition(s.res.Clusters, r.View.Endpoints(s.key)))
 	if c := s.hints.Condition; c != nil {
 		conditions.Set(&si.Status.Conditions, si.Generation, *c)
 	} else {
@@ -41,6 +42,36 @@ func (r *Reconciler) setStatus(s *scope) {
 	} else {
 		conditions.Remove(&si.Status.Conditions, conditions.RecordsAccepted)
 	}
+}
+
+// endpointsCondition is EndpointsReady: True when every exporting cluster
+// has a ready endpoint, else False naming those without. Its message
+// changes only when that set does, so endpoint churn writes no status.
+func endpointsCondition(clusters []string, endpoints map[string]registry.Endpoints) metav1.Condition {
+	var without []string
+	for _, c := range clusters {
+		ready := false
+		for _, g := range endpoints[c].Groups {
+			ready = ready || slices.ContainsFunc(g.Endpoints, func(e registry.Endpoint) bool { return e.Ready })
+		}
+		if !ready {
+			without = append(without, c)
+		}
+	}
+	if len(without) == 0 {
+		return metav1.Condition{Type: conditions.EndpointsReady, Status: metav1.ConditionTrue, Reason: conditions.ReasonAllClustersReady,
+			Message: "Every exporting cluster has a ready endpoint"}
+	}
+	if len(without) == len(clusters) {
+		return metav1.Condition{Type: conditions.EndpointsReady, Status: metav1.ConditionFalse, Reason: conditions.ReasonClustersWithoutEndpoints,
+			Message: "No exporting cluster has a ready endpoint (pods not ready, or scaled to zero): requests to the import fail"}
+	}
+	what := "cluster " + without[0] + " has"
+	if len(without) > 1 {
+		what = "clusters " + strings.Join(without, ", ") + " have"
+	}
+	return metav1.Condition{Type: conditions.EndpointsReady, Status: metav1.ConditionFalse, Reason: conditions.ReasonClustersWithoutEndpoints,
+		Message: capLen(fmt.Sprintf("The exporting %s no ready endpoint (pods not ready, or scaled to zero): traffic goes to the other clusters' endpoints", what), 1024)}
 }
 
 // recordsCondition is RecordsAccepted=False naming every refused cluster

@@ -84,11 +84,9 @@ type opTarget struct {
 // newReader makes the reader of opts over api, and the function that
 // cancels its context.
 func newReader(ctx context.Context, api API, opts Options) (*reader, context.CancelFunc) {
-	kv := []any{"clusterSet", opts.Identity.ClusterSet}
-	if opts.Identity.Cluster != "" {
-		kv = append(kv, "cluster", opts.Identity.Cluster)
-	}
-	log := logr.FromContextOrDiscard(ctx).WithValues(kv...)
+	// The clusterset; the cluster is left to the caller's logger (mcsd's
+	// manager names it once).
+	log := logr.FromContextOrDiscard(ctx).WithValues("clusterSet", opts.Identity.ClusterSet)
 	now := opts.now
 	if now == nil {
 		now = time.Now

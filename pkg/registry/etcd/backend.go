@@ -152,14 +152,10 @@ func unanswered(err error) bool {
 	return code == codes.Unavailable || code == codes.DeadlineExceeded
 }
 
-// logValues are the logger's key-value pairs of id; the cluster is left out
-// when there is none (a read-only Watcher).
+// logValues are the logger's key-value pairs of id: the clusterset. The
+// cluster is left to the caller's logger (mcsd's manager names it once).
 func logValues(id registry.Identity) []any {
-	kv := []any{"clusterSet", id.ClusterSet}
-	if id.Cluster != "" {
-		kv = append(kv, "cluster", id.Cluster)
-	}
-	return kv
+	return []any{"clusterSet", id.ClusterSet}
 }
 
 // New connects to etcd and opens the backend for opts.Identity. It takes its
@@ -195,6 +191,11 @@ func NewClient(opts Options) (*clientv3.Client, error) {
 func newClient(opts Options) (*clientv3.Client, error) {
 	tlsConfig, err := opts.tlsConfig()
 	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), 3*probeTimeout)
+	defer cancel()
+	if err := probe(pctx, opts.Endpoints, tlsConfig); err != nil {
 		return nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{

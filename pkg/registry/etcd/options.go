@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -154,6 +156,10 @@ func (o *Options) tlsConfig() (*tls.Config, error) {
 		return o.TLS, nil
 	}
 	if o.CAFile == "" && o.CertFile == "" {
+		if slices.ContainsFunc(o.Endpoints, func(e string) bool { return strings.HasPrefix(e, "https://") }) {
+			// etcds:// without a CA: the system's roots.
+			return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+		}
 		return nil, nil
 	}
 	info := transport.TLSInfo{CertFile: o.CertFile, KeyFile: o.KeyFile, TrustedCAFile: o.CAFile}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -134,6 +135,9 @@ func (w *watch) run(ctx context.Context) {
 }
 
 func (w *watch) setConnected(connected bool, err error) {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		err = fmt.Errorf("%w: %w (this identity needs read on %s; mcsd registry setup-auth grants it)", registry.ErrForbidden, err, w.c.keys.clusters())
+	}
 	if w.connected != nil && *w.connected == connected {
 		return
 	}

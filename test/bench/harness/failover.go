@@ -32,6 +32,12 @@ const (
 	FailoverAway  = "failover: local endpoint not ready → first request served by another cluster"
 	FailoverBack  = "failback: local endpoint ready → first request served by it again"
 	FailoverFloor = "floor: kube-proxy alone, EndpointSlice written → first request served by the new endpoint"
+	// FailoverFloorAfter is the same, the slice written 20 ms after another
+	// Service's slice in the cluster changed, as a local endpoint's
+	// readiness changes the exported Service's own slice just before mcsd
+	// writes the imported one: kube-proxy syncs its rules at most once per
+	// --min-sync-period (1 s by default).
+	FailoverFloorAfter = "floor: kube-proxy alone, EndpointSlice written 20 ms after another local one → first request served by the new endpoint"
 )
 
 // The failover phase's stages, keys of its Stages: from the readiness
@@ -87,7 +93,7 @@ func (r *run) failoverPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var away, back, floor, source, imported []float64
+	var away, back, floor, floorAfter, source, imported []float64
 	failed := 0
 	for i := range r.opts.FailoverTrials {
 		a, b, n, changes, err := f.trial(ctx)
@@ -103,15 +109,21 @@ func (r *run) failoverPhase(ctx context.Context) error {
 				imported = append(imported, d)
 			}
 		}
-		fa, fb, err := f.floorTrial(ctx)
+		fa, fb, err := f.floorTrial(ctx, false)
 		if err != nil {
 			return fmt.Errorf("floor trial %d: %w", i+1, err)
 		}
 		floor = append(floor, fa, fb)
+		fa, fb, err = f.floorTrial(ctx, true)
+		if err != nil {
+			return fmt.Errorf("floor trial %d after another change: %w", i+1, err)
+		}
+		floorAfter = append(floorAfter, fa, fb)
 	}
 	ph.Latency[FailoverAway] = report.Summarize(away)
 	ph.Latency[FailoverBack] = report.Summarize(back)
 	ph.Latency[FailoverFloor] = report.Summarize(floor)
+	ph.Latency[FailoverFloorAfter] = report.Summarize(floorAfter)
 	ph.Stages = map[string]report.Dist{StageSourceSlice: report.Summarize(source), StageImportedSlice: report.Summarize(imported)}
 	ph.Describe += fmt.Sprintf("; %d requests failed over all %d switches", failed, 2*r.opts.FailoverTrials)
 	return nil
@@ -164,7 +176,9 @@ func (f *failover) setUp(ctx context.Context) error {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "client", Image: "registry.k8s.io/pause:3.10"}}}}
 	floor := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: "floor"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
-	for _, o := range []client.Object{clientPod, floor} {
+	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: "other"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	for _, o := range []client.Object{clientPod, floor, other} {
 		if err := f.cl2.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %s: %w", o.GetName(), err)
 		}
@@ -243,8 +257,13 @@ func readyPod(ctx context.Context, cl client.Client, label, name string) (string
 
 // writeFloorSlice makes the floor Service's one EndpointSlice hold ip.
 func (f *failover) writeFloorSlice(ctx context.Context, ip string) error {
-	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: "floor",
-		Labels: map[string]string{discoveryv1.LabelServiceName: "floor", discoveryv1.LabelManagedBy: "bench.mcsd.io"}},
+	return f.writeSlice(ctx, "floor", ip)
+}
+
+// writeSlice makes the EndpointSlice of the Service named service hold ip.
+func (f *failover) writeSlice(ctx context.Context, service, ip string) error {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: service,
+		Labels: map[string]string{discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: "bench.mcsd.io"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
@@ -259,7 +278,7 @@ func (f *failover) writeFloorSlice(ctx context.Context, ip string) error {
 		err = f.cl2.Update(ctx, old)
 	}
 	if err != nil {
-		return fmt.Errorf("write the floor's EndpointSlice: %w", err)
+		return fmt.Errorf("write the EndpointSlice of %s: %w", service, err)
 	}
 	return nil
 }
@@ -423,11 +442,24 @@ func (f *failover) watchSlices(ctx context.Context) (*sliceLog, error) {
 }
 
 // floorTrial moves the floor Service's EndpointSlice from c2's pod to c1's
-// and back, while the client sends requests to it.
-func (f *failover) floorTrial(ctx context.Context) (away, back float64, err error) {
+// and back, while the client sends requests to it; after, each time, 20 ms
+// after the slice of another Service (the "other" one) changed.
+func (f *failover) floorTrial(ctx context.Context, after bool) (away, back float64, err error) {
 	var moved, restored time.Time
+	other := func(ip string) error {
+		if !after {
+			return nil
+		}
+		if err := f.writeSlice(ctx, "other", ip); err != nil {
+			return err
+		}
+		return sleepCtx(ctx, 20*time.Millisecond)
+	}
 	got, err := f.probe(ctx, f.floorIP, probeCount, func(time.Time) error {
 		if err := sleepCtx(ctx, probeSettle); err != nil {
+			return err
+		}
+		if err := other(f.ip1); err != nil {
 			return err
 		}
 		moved = time.Now()
@@ -435,6 +467,9 @@ func (f *failover) floorTrial(ctx context.Context) (away, back float64, err erro
 			return err
 		}
 		if err := sleepCtx(ctx, probeSwitched); err != nil {
+			return err
+		}
+		if err := other(f.ip2); err != nil {
 			return err
 		}
 		restored = time.Now()

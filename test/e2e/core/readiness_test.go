@@ -3,12 +3,16 @@ package core
 import (
 	"fmt"
 	"maps"
+	"os/exec"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
 )
 
@@ -65,8 +69,36 @@ func TestReadinessAndScaling(t *testing.T) {
 		si := fw.GetImport(t, cl, ns, "web")
 		return si != nil && len(si.Spec.IPs) == 1, fmt.Sprintf("import %v", si)
 	})
+	// kubectl get says so, without -o yaml.
+	wantGet(t, "c2", ns, "serviceimport", `c1 +True +False`, "ClustersWithoutReadyEndpoints")
+	wantGet(t, "c1", ns, "serviceexport", `web +True +True +False`, "Exported")
 
 	fw.Scale(t, c1, ns, "web", 2)
 	ips = waitPods(t, c1, ns, "web", 2)
 	expect("endpoints back", allReady(ips))
+	wantGet(t, "c2", ns, "serviceimport", `c1 +True +True`, "AllClustersReady")
+}
+
+// wantGet waits until `kubectl get KIND -o wide` in cluster id shows a line
+// matching row (a regular expression) and holding wide, and that its header
+// has the printer columns of the kind.
+func wantGet(t *testing.T, id, ns, kind, row, wide string) {
+	t.Helper()
+	header := map[string]string{
+		"serviceimport": "NAME +TYPE +IPS +CLUSTERS +READY +ENDPOINTSREADY +ENDPOINTSREADY REASON +AGE",
+		"serviceexport": "NAME +VALID +READY +CONFLICT +READY REASON +CONFLICT REASON +AGE",
+	}[kind]
+	re := regexp.MustCompile(row)
+	poll.Until(t, timeout, "kubectl get "+kind+" in "+id, func() (bool, string) {
+		out, err := exec.CommandContext(t.Context(), env.TB.Binaries().Kubectl, "--kubeconfig", env.TB.Cluster(id).Kubeconfig,
+			"get", kind, "-n", ns, "-o", "wide").CombinedOutput()
+		if err != nil {
+			return false, fmt.Sprintf("%v: %s", err, out)
+		}
+		lines := strings.Split(string(out), "\n")
+		ok := regexp.MustCompile(header).MatchString(lines[0]) && slices.ContainsFunc(lines[1:], func(l string) bool {
+			return re.MatchString(l) && strings.Contains(l, wide)
+		})
+		return ok, string(out)
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -74,11 +75,20 @@ func run() error {
 	case "down":
 		return testbed.Delete(ctx, testbed.Options{Name: *name, Log: os.Stderr})
 	case "kubeconfig":
-		p, err := testbed.KubeconfigPath(testbed.Options{Name: *name})
+		// Only for a testbed that runs: a path to nothing would fail later,
+		// further from the cause.
+		bin, err := testbed.EnsureBinaries(ctx, io.Discard)
 		if err != nil {
 			return err
 		}
-		fmt.Println(p)
+		tb, err := testbed.Open(ctx, testbed.Options{Name: *name, Binaries: &bin})
+		if err != nil {
+			return fmt.Errorf("%w (start it with make testbed-up)", err)
+		}
+		if err := tb.Ping(ctx); err != nil {
+			return fmt.Errorf("testbed %s is not running: %w (start it again with make testbed-up)", *name, err)
+		}
+		fmt.Println(tb.Kubeconfig)
 		return nil
 	case "coredns":
 		return startCoreDNS(ctx, *name, *cluster, *pidFile)
