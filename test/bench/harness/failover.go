@@ -43,8 +43,8 @@ const (
 // The failover phase's stages, keys of its Stages: from the readiness
 // change to each step on the way.
 const (
-	StageSourceSlice   = "c2's own EndpointSlice shows it (Kubernetes' EndpointSlice controller)"
-	StageImportedSlice = "c2's imported EndpointSlice shows it (mcsd: export, registry, import)"
+	StageSourceSlice   = "1 c2's own EndpointSlice shows it (Kubernetes' EndpointSlice controller)"
+	StageImportedSlice = "2 c2's imported EndpointSlice shows it (mcsd: export, registry, import)"
 )
 
 // Failover probing: the client pod sends one request every probeGap, at

@@ -69,9 +69,15 @@ func (r *Results) Markdown() string {
 		if len(ph.Stages) == 0 {
 			continue
 		}
-		p("### Where the time of an export goes (%s phase)\n\n", ph.Name)
-		p("Time from the ServiceExport's creation to each step, as the watches first see it; the importer's steps over every " +
-			"cluster other than the source. The importers start once the export is in the registry, before the source's status patch.\n\n")
+		if ph.Name == "failover" {
+			p("### Where the time of a failover goes (%s phase)\n\n", ph.Name)
+			p("Time from the readiness change of the client cluster's own pod to each step, as a watch of that cluster's " +
+				"EndpointSlices first sees it; kube-proxy's part is the rest of the failover figure.\n\n")
+		} else {
+			p("### Where the time of an export goes (%s phase)\n\n", ph.Name)
+			p("Time from the ServiceExport's creation to each step, as the watches first see it; the importer's steps over every " +
+				"cluster other than the source. The importers start once the export is in the registry, before the source's status patch.\n\n")
+		}
 		p("| Step | n | p50 | p90 | p99 |\n|---|---|---|---|---|\n")
 		for _, step := range slices.Sorted(maps.Keys(ph.Stages)) {
 			d := ph.Stages[step]
