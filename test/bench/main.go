@@ -46,6 +46,7 @@ func run() error {
 	fl.IntVar(&o.DNSSamples, "dns-samples", 30, "services exported one at a time and resolved through CoreDNS")
 	fl.DurationVar(&o.Steady, "steady", 0, "duration of the steady-state phase (default 30s; cloudmap 2m)")
 	fl.StringVar(&bursts, "bursts", "", "services exported at once in the burst phase, comma-separated (default 10,100,1000 capped at -services)")
+	fl.IntVar(&o.FailoverTrials, "failover-trials", 0, "times the failover phase moves traffic away and back (default 5)")
 	fl.StringVar(&phases, "phases", "", "phases to run, comma-separated: "+strings.Join(harness.AllPhases, ",")+" (default all but interop; cloudmap export,churn,interop,steady,burst)")
 	fl.Float64Var(&qps, "controller-qps", 1000, "each controller's client QPS towards its API server (burst: twice)")
 	fl.DurationVar(&o.APIServerProfile, "apiserver-profile", 30*time.Second, "CPU-profile the first cluster's kube-apiserver for this long from the start of the cold start (0: off)")
