@@ -127,11 +127,11 @@ $(HELM):
 ##@ Demo
 
 .PHONY: demo
-demo: ## Start a local clusterset (2 clusters, registry, mcsd), export a sample app from c1 to c2 and resolve it through CoreDNS.
+demo: ## Start a local clusterset (2 clusters, registry, mcsd), deploy a sample app in both, export it from both, resolve and curl it from a pod in c2.
 	@hack/demo.sh up
 
 .PHONY: demo-down
-demo-down: ## Stop the demo and remove its state.
+demo-down: ## Stop the demo and remove its state (its logs stay in .cache/demo/logs until the next make demo).
 	@hack/demo.sh down
 
 ##@ Benchmark

@@ -25,12 +25,14 @@ stop_pids() {
 if [[ "${1:-up}" == "down" ]]; then
   stop_pids
   go run ./test/testbed/cmd/testbed down -name "$name" 2>/dev/null
-  rm -rf "$state"
-  echo "demo removed"
+  # The logs stay until the next make demo.
+  find "$state" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +
+  echo "demo removed; its logs stay in $state/logs/ until the next make demo"
   exit 0
 fi
 
 log "Building the testbed binaries (the first time takes 15 to 20 minutes)"
+rm -rf "$state/logs"
 mkdir -p "$state/logs"
 bin_root=$(hack/build-testbed.sh 2>"$state/logs/build.log") || { tail -20 "$state/logs/build.log"; exit 1; }
 # shellcheck source=testbed-versions.env
@@ -46,7 +48,10 @@ if ! kubeconfig=$(go run ./test/testbed/cmd/testbed up -n 2 -name "$name" 2>>"$s
   exit 1
 fi
 k() { "$kubectl" --kubeconfig "$kubeconfig" "$@"; }
-echo "kubeconfig: $kubeconfig (contexts c1, c2)"
+# Labels each line of a command's output with the cluster it ran against.
+in_cluster() { local c=$1; shift; k --context "$c" "$@" 2>&1 | sed "s/^/[$c] /"; }
+ln -sf "$kubeconfig" "$state/kubeconfig"
+echo "kubeconfig: $state/kubeconfig (contexts c1, c2)"
 
 stop_pids
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -58,6 +63,8 @@ bin/mcsd registry --data-dir "$state/registry" --listen-client-url "http://127.0
   --listen-peer-url "http://127.0.0.1:$peer_port" >"$state/logs/registry.log" 2>&1 &
 echo $! >"$state/registry.pid"
 for _ in $(seq 50); do grep -q "registry ready" "$state/logs/registry.log" && break; sleep 0.2; done
+echo "etcd://127.0.0.1:$reg_port" >"$state/registry-url"
+echo "registry: etcd://127.0.0.1:$reg_port (also in $state/registry-url)"
 
 for c in c1 c2; do
   echo "mcsd for $c (log: $state/logs/mcsd-$c.log)"
@@ -68,13 +75,13 @@ done
 
 log "Deploying the sample app (config/samples) in c1 and c2, and exporting it from both"
 for c in c1 c2; do
-  k --context "$c" apply -f config/samples/app.yaml -f config/samples/serviceexport.yaml
+  in_cluster "$c" apply -f config/samples/app.yaml -f config/samples/serviceexport.yaml
 done
-k --context c2 -n demo run client --image=registry.k8s.io/pause:3.10 --restart=Never
+in_cluster c2 -n demo run client --image=registry.k8s.io/pause:3.10 --restart=Never
 for c in c1 c2; do
-  k --context "$c" -n demo rollout status deployment/web --timeout=120s
+  in_cluster "$c" -n demo rollout status deployment/web --timeout=120s
 done
-k --context c2 -n demo wait --for=condition=Ready pod/client --timeout=120s
+in_cluster c2 -n demo wait --for=condition=Ready pod/client --timeout=120s
 
 log "Waiting for c2 to import web from both clusters"
 for _ in $(seq 150); do
@@ -83,7 +90,8 @@ for _ in $(seq 150); do
   sleep 0.2
 done
 
-log "c2: the ServiceImport, and its EndpointSlices (one set per source cluster)"
+log "c1 and c2: the ServiceExports; c2: the ServiceImport, and its EndpointSlices (one set per source cluster)"
+for c in c1 c2; do in_cluster "$c" -n demo get serviceexport web; done
 k --context c2 -n demo get serviceimport web -o wide
 k --context c2 -n demo get endpointslices -l multicluster.kubernetes.io/service-name=web -L multicluster.kubernetes.io/source-cluster
 log "The pods behind it"
@@ -93,7 +101,7 @@ c1_pods=" $(k --context c1 -n demo get pods -l app=web -o jsonpath='{.items[*].m
 log "c2: the client pod resolves and curls web.demo.svc.clusterset.local"
 echo "\$ kubectl --context c2 -n demo exec client -- dig +short web.demo.svc.clusterset.local"
 k --context c2 -n demo exec client -- dig +short web.demo.svc.clusterset.local
-echo "\$ kubectl --context c2 -n demo exec client -- curl -s web.demo.svc.clusterset.local/hostname   # a few times"
+echo "\$ kubectl --context c2 -n demo exec client -- curl -s -m 2 web.demo.svc.clusterset.local/hostname   # a few times"
 seen=""
 for i in $(seq 20); do
   reply=$(k --context c2 -n demo exec client -- curl -s -m 2 web.demo.svc.clusterset.local/hostname || true)
@@ -111,14 +119,17 @@ fi
 
 cat <<MSG
 
-The clusterset keeps running. Try:
-  export KUBECONFIG=$kubeconfig
-  alias kubectl=$kubectl
-  kubectl --context c2 -n demo exec client -- curl -s web.demo.svc.clusterset.local/hostname
-  kubectl --context c1 -n demo scale deployment web --replicas 0     # then curl again: only c2's pods answer
-  kubectl --context c2 -n demo get serviceimport web -o yaml
-  kubectl --context c1 -n demo get serviceexport web -o yaml         # Valid / Ready / Conflict conditions
-  bin/mcsd status --registry etcd://127.0.0.1:$reg_port --kubeconfig $kubeconfig --context c2
-Logs: $state/logs/ (the testbed's, the registry's, each mcsd's)
+The clusterset keeps running. Try, in this shell:
+  export KUBECONFIG=$state/kubeconfig
+  kubectl() { $kubectl "\$@"; }
+  kubectl --context c2 -n demo exec client -- curl -s -m 2 web.demo.svc.clusterset.local/hostname; echo
+  kubectl --context c2 -n demo get serviceimport web        # TYPE, IPS, CLUSTERS, READY, ENDPOINTSREADY
+  kubectl --context c1 -n demo get serviceexport web        # VALID, READY, CONFLICT
+  kubectl --context c1 -n demo scale deployment web --replicas 0
+      # then curl again: only c2's pods answer. For about a second after the scale, a request can
+      # fail: kube-proxy still sends to c1's pods that are already gone, until the change reaches it.
+      # c2's ServiceImport then says ENDPOINTSREADY False: c1 has no ready endpoint.
+  bin/mcsd status --registry \$(cat $state/registry-url) --context c2
+Logs: $state/logs/ (the testbed's, the registry's, each mcsd's); they stay after make demo-down.
 Stop everything with: make demo-down
 MSG

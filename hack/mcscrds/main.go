@@ -25,7 +25,7 @@ var columns = map[string][]apiextensionsv1.CustomResourceColumnDefinition{
 	"ServiceImport": {
 		{Name: "Type", Type: "string", Description: "The type of this ServiceImport", JSONPath: ".spec.type"},
 		{Name: "IPs", Type: "string", Description: "The cluster-set IPs of this ServiceImport", JSONPath: ".spec.ips"},
-		{Name: "Clusters", Type: "string", Description: "The exporting clusters", JSONPath: ".status.clusters[*].cluster"},
+		{Name: "Clusters", Type: "string", Description: "The exporting clusters (the whole list: a column shows only the first match of a wildcard)", JSONPath: ".status.clusters"},
 		condition("Ready", "Whether the import can be used", 0),
 		condition("EndpointsReady", "Whether every exporting cluster has a ready endpoint (the message names those without)", 0),
 		reason("EndpointsReady", "Why not every exporting cluster has a ready endpoint", 1),

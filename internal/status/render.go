@@ -46,7 +46,7 @@ func WriteTable(w io.Writer, r Report) error {
 		p.line("%s.", line)
 		if l.Idle > 0 {
 			p.line("warning: %d leases held no mcsd record for %s or more: some client of the registry grants leases it does not use "+
-				"(etcd lets any authenticated identity grant leases; see the README's \"Securing the registry\")",
+				"(etcd lets any authenticated identity grant leases; see docs/registries.md, \"Securing the registry\")",
 				l.Idle, time.Duration(l.GraceSeconds*float64(time.Second)))
 		}
 	}

@@ -70,13 +70,13 @@ func TestReadinessAndScaling(t *testing.T) {
 		return si != nil && len(si.Spec.IPs) == 1, fmt.Sprintf("import %v", si)
 	})
 	// kubectl get says so, without -o yaml.
-	wantGet(t, "c2", ns, "serviceimport", `c1 +True +False`, "ClustersWithoutReadyEndpoints")
+	wantGet(t, "c2", ns, "serviceimport", `\[{"cluster":"c1"}\] +True +False`, "ClustersWithoutReadyEndpoints")
 	wantGet(t, "c1", ns, "serviceexport", `web +True +True +False`, "Exported")
 
 	fw.Scale(t, c1, ns, "web", 2)
 	ips = waitPods(t, c1, ns, "web", 2)
 	expect("endpoints back", allReady(ips))
-	wantGet(t, "c2", ns, "serviceimport", `c1 +True +True`, "AllClustersReady")
+	wantGet(t, "c2", ns, "serviceimport", `\[{"cluster":"c1"}\] +True +True`, "AllClustersReady")
 }
 
 // wantGet waits until `kubectl get KIND -o wide` in cluster id shows a line
