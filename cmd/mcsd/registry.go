@@ -237,9 +237,12 @@ func (s *tryOutFlags) setUp(ctx context.Context, out io.Writer, cli *clientv3.Cl
 			ca, cert(clusterCertName(c), ".crt"), cert(clusterCertName(c), ".key"))
 	}
 	fmt.Fprintf(out, "# read-only (etcd user %s):\n", etcd.ReaderUser(s.clusterSet))
-	fmt.Fprintf(out, "mcsd status --registry %s --clusterset %s --registry-ca %s --registry-cert %s --registry-key %s\n",
-		regURL, s.clusterSet, ca, cert(readerCertName, ".crt"), cert(readerCertName, ".key"))
-	fmt.Fprintf(out, "# administrator (etcd user root): --cacert %s --cert %s --key %s\n", ca, cert(rootCertName, ".crt"), cert(rootCertName, ".key"))
+	fmt.Fprintf(out, "%s status --registry %s --clusterset %s --registry-ca %s --registry-cert %s --registry-key %s\n",
+		self(), regURL, s.clusterSet, ca, cert(readerCertName, ".crt"), cert(readerCertName, ".key"))
+	fmt.Fprintf(out, "# administrator (etcd user root), e.g. to add a cluster:\n")
+	fmt.Fprintf(out, "%s registry setup-auth --registry %s --registry-ca %s --registry-cert %s --registry-key %s --clusterset %s --cluster <id>\n",
+		self(), regURL, ca, cert(rootCertName, ".crt"), cert(rootCertName, ".key"), s.clusterSet)
+	fmt.Fprintf(out, "# the same identity for etcdctl: --cacert %s --cert %s --key %s\n", ca, cert(rootCertName, ".crt"), cert(rootCertName, ".key"))
 	return nil
 }
 
@@ -252,4 +255,13 @@ func registryURL(clientURL string) string {
 		return "etcd://" + rest
 	}
 	return clientURL
+}
+
+// self is how this binary was called, for the commands it prints: bin/mcsd
+// when started as bin/mcsd, mcsd when found on PATH.
+func self() string {
+	if len(os.Args) > 0 && os.Args[0] != "" && !strings.Contains(os.Args[0], "go-build") {
+		return os.Args[0]
+	}
+	return "mcsd"
 }

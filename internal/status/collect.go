@@ -102,7 +102,17 @@ func Collect(ctx context.Context, opts Options) (Report, error) {
 			return Report{}, err
 		}
 	}
-	return Build(in), nil
+	r := Build(in)
+	if csl, ok := w.(registry.ClusterSetLister); ok && len(r.Clusters) == 0 {
+		// Asked for a clusterset without clusters: a typo, or another
+		// registry? Name those that exist.
+		sets, err := csl.ClusterSets(ctx)
+		if err != nil {
+			r.Warnings = append(r.Warnings, fmt.Sprintf("the registry's other clustersets cannot be listed: %v", err))
+		}
+		r.ClusterSets = append([]string{}, sets...)
+	}
+	return r, nil
 }
 
 // auditLeases audits the registry's leases; when some hold no mcsd record,

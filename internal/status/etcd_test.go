@@ -84,6 +84,25 @@ func TestCollectFromEtcd(t *testing.T) {
 	if want := (LeaseAudit{Total: 5, Idle: 3, GraceSeconds: 0.1}); r.Leases == nil || *r.Leases != want {
 		t.Errorf("leases %+v, want %+v", r.Leases, want)
 	}
+	// A clusterset without clusters names those that exist.
+	other, err := Collect(t.Context(), Options{
+		ClusterSet: "prd",
+		OpenWatcher: func(ctx context.Context, cs string) (registry.ReadOnlyWatcher, error) {
+			o := opts("")
+			o.Identity.ClusterSet = cs
+			return etcd.NewWatcher(ctx, o)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var otherTable strings.Builder
+	if err := WriteTable(&otherTable, other); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Clustersets with live clusters in this registry: prod (--clusterset picks one)."; !strings.Contains(otherTable.String(), want) {
+		t.Errorf("report on an empty clusterset lacks %q:\n%s", want, otherTable.String())
+	}
 	var table strings.Builder
 	if err := WriteTable(&table, r); err != nil {
 		t.Fatal(err)

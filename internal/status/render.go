@@ -31,6 +31,13 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	p.line("%s, read at %s", title, r.Time.Format(time.RFC3339))
 	p.clusters(r.Clusters)
+	if len(r.Clusters) == 0 && r.ClusterSets != nil {
+		if len(r.ClusterSets) == 0 {
+			p.line("No clusterset of this registry has a live cluster.")
+		} else {
+			p.line("Clustersets with live clusters in this registry: %s (--clusterset picks one).", strings.Join(r.ClusterSets, ", "))
+		}
+	}
 	p.services(r.Services)
 	p.exports(r.Services)
 	p.conflicts(r.Services)

@@ -23,6 +23,9 @@ type Report struct {
 	Services []Service `json:"services"`
 	// Local is the local cluster's view; nil without one.
 	Local *Local `json:"local,omitempty"`
+	// ClusterSets are the clustersets with live clusters in the registry,
+	// listed when the one reported on has none (etcd only).
+	ClusterSets []string `json:"clusterSets,omitempty"`
 	// Leases counts the registry's leases (etcd); nil for a registry
 	// without leases.
 	Leases *LeaseAudit `json:"leases,omitempty"`

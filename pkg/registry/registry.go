@@ -65,6 +65,13 @@ type LeaseInspector interface {
 	Leases(ctx context.Context) ([]Lease, error)
 }
 
+// ClusterSetLister is implemented by read-only watchers of backends that can
+// list the clustersets a registry holds (etcd: its key prefixes), so that a
+// report on a clusterset without clusters can name those that exist.
+type ClusterSetLister interface {
+	ClusterSets(ctx context.Context) ([]string, error)
+}
+
 // LeaseAuditor is implemented by read-only watchers of backends whose
 // records live on leases that any client of the registry may grant (etcd:
 // leases are outside its RBAC). AuditLeases counts the registry's leases

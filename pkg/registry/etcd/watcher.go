@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,9 +16,10 @@ import (
 )
 
 var (
-	_ registry.ReadOnlyWatcher = (*Watcher)(nil)
-	_ registry.LeaseInspector  = (*Watcher)(nil)
-	_ registry.LeaseAuditor    = (*Watcher)(nil)
+	_ registry.ReadOnlyWatcher  = (*Watcher)(nil)
+	_ registry.LeaseInspector   = (*Watcher)(nil)
+	_ registry.LeaseAuditor     = (*Watcher)(nil)
+	_ registry.ClusterSetLister = (*Watcher)(nil)
 )
 
 // Watcher reads a clusterset without being a member of it: it grants no
@@ -67,6 +70,32 @@ func newWatcher(ctx context.Context, cli *clientv3.Client, opts Options) *Watche
 // watcher is closed, as Backend.Watch does.
 func (w *Watcher) Watch(ctx context.Context, h registry.Handler) error {
 	return w.watch(ctx, h, nil)
+}
+
+// ClusterSets lists the clustersets that have a live cluster in the
+// registry (an alive record), read from the keys under the watcher's
+// prefix. It reads every key's name once: meant for a status report that
+// found no cluster in the clusterset it was asked for.
+func (w *Watcher) ClusterSets(ctx context.Context) ([]string, error) {
+	if w.ctx.Err() != nil {
+		return nil, registry.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.opts.RequestTimeout)
+	defer cancel()
+	root := strings.TrimRight(w.opts.Prefix, "/") + "/"
+	resp, err := w.cli.Get(ctx, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("list clustersets: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), root), "/")
+		// <clusterset>/clusters/<cluster>/alive
+		if len(parts) == 4 && parts[1] == clustersDir && parts[3] == aliveName && kv.Lease != 0 {
+			seen[parts[0]] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen)), nil
 }
 
 // AuditLeases counts etcd's leases and names those holding none of mcsd's
