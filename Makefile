@@ -21,8 +21,6 @@ TEST_TIMEOUT ?= 45m
 # How long make test fuzzes the registry's decode and merge path.
 FUZZ_TIME ?= 20s
 
-# The architecture of the linux binary that the image is built from (make image-binary).
-IMAGE_GOARCH ?= $(shell $(GO) env GOARCH)
 
 ##@ General
 
@@ -36,9 +34,14 @@ help: ## Show this help.
 build: ## Build the mcsd binary into bin/.
 	$(GO) build -o bin/mcsd ./cmd/mcsd
 
-.PHONY: image-binary
-image-binary: ## Build the static linux binary that the Dockerfile puts in the image: bin/linux-<IMAGE_GOARCH>/mcsd.
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_GOARCH) $(GO) build -trimpath -ldflags "-s -w" -o bin/linux-$(IMAGE_GOARCH)/mcsd ./cmd/mcsd
+.PHONY: image
+image: ## Build mcsd's image (linux/amd64 and linux/arm64, no Docker needed): _output/image (OCI layout), _output/mcsd-image.oci.tar, _output/mcsd-image-<arch>.docker.tar (mcsd:dev).
+	$(GO) run ./hack/image build -out _output -tag mcsd:dev
+
+.PHONY: image-push
+image-push: ## Push the image that make image built: make image-push IMAGE=registry.example/mcsd:v0.1.0 (credentials from ~/.docker/config.json).
+	@test -n "$(IMAGE)" || { echo "IMAGE is required: make image-push IMAGE=registry.example/mcsd:TAG"; exit 1; }
+	$(GO) run ./hack/image push -out _output -image $(IMAGE)
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code for api/.

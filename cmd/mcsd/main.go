@@ -5,6 +5,10 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	// Go's fallback CA roots: used for HTTPS (the Cloud Map backend, an
+	// etcds:// registry without --registry-ca) where the machine has none,
+	// as in mcsd's image, which holds no certificate files.
+	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 func main() {
