@@ -56,7 +56,7 @@ func startInProcess(t *testing.T, store *memory.Store, cluster string, objs ...c
 	// Every kind the controllers watch gets its informer up front: the fake
 	// informers make them on first use without a lock.
 	informers := &informertest.FakeInformers{Scheme: Scheme, InformersByGVK: map[schema.GroupVersionKind]toolscache.SharedIndexInformer{}}
-	for _, o := range []client.Object{&mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Namespace{}} {
+	for _, o := range []client.Object{&mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Namespace{}, &corev1.Node{}} {
 		gvk, err := gvkOf(o)
 		if err != nil {
 			t.Fatal(err)
@@ -142,6 +142,15 @@ type index struct {
 	extract client.IndexerFunc
 }
 
+// GetInformer serves a metadata-only watch (the Nodes' zones) from the
+// informer of its kind: the fake informers know only typed objects.
+func (c *indexingCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return c.FakeInformers.GetInformerForKind(ctx, m.GroupVersionKind(), opts...)
+	}
+	return c.FakeInformers.GetInformer(ctx, obj, opts...)
+}
+
 func (c *indexingCache) IndexField(_ context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
 	c.indexes = append(c.indexes, index{obj: obj, field: field, extract: extract})
 	return nil
@@ -186,6 +195,7 @@ func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 		m.Add(gvk, meta.RESTScopeNamespace)
 	}
 	m.Add(corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot)
+	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
 	return m, nil
 }
 

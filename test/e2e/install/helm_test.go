@@ -74,8 +74,8 @@ func TestHelmUpgradesAndKeepsCRDs(t *testing.T) {
 	chart := copyChart(t)
 	crdFile := filepath.Join(chart, "files/crds/multicluster.x-k8s.io_serviceimports.yaml")
 	changeFile(t, crdFile, "  labels:\n", "  labels:\n    mcsd.io/upgrade-test: \"v2\"\n")
-	changeFile(t, crdFile, "      additionalPrinterColumns:\n", "      additionalPrinterColumns:\n"+
-		"        - name: Upgraded\n          type: string\n          jsonPath: .metadata.name\n")
+	changeFile(t, crdFile, "  - additionalPrinterColumns:\n", "  - additionalPrinterColumns:\n"+
+		"    - name: Upgraded\n      type: string\n      jsonPath: .metadata.name\n")
 	run(append([]string{"upgrade", release, chart}, values...)...)
 	crd := getCRD(t, cl, "serviceimports.multicluster.x-k8s.io")
 	if crd.Labels["mcsd.io/upgrade-test"] != "v2" {
