@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,23 +21,8 @@ import (
 // counted; leases some client grants and leaves empty are, once the grace
 // has passed, in the metric and in a line of the registry's output.
 func TestRegistryCountsIdleLeases(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(t.Context())
-	out := &syncBuffer{}
-	cmd := newRootCommand()
-	cmd.SetArgs([]string{"registry", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-url", "http://127.0.0.1:0", "--listen-peer-url", "http://127.0.0.1:0",
-		"--metrics-bind-address", "127.0.0.1:0", "--lease-audit-interval", "100ms", "--lease-audit-grace", "300ms"})
-	cmd.SetOut(out)
-	cmd.SetErr(out)
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("registry: %v", err)
-		}
-	})
+	out := startRegistry(t, "registry metrics at",
+		"--metrics-bind-address", "127.0.0.1:0", "--lease-audit-interval", "100ms", "--lease-audit-grace", "300ms")
 	urls := regexp.MustCompile(`--registry etcd://(127\.0\.0\.1:\d+)\n(?s:.*)registry metrics at (http://\S+)\n`)
 	var m []string
 	poll.Until(t, 30*time.Second, "the registry's URLs", func() (bool, string) {

@@ -62,33 +62,8 @@ var (
 // what it prints: each cluster's certificate writes its own records only,
 // and the reader's shows them.
 func TestSecureTryOut(t *testing.T) {
-	dir := t.TempDir()
-	certs := filepath.Join(dir, "certs")
-	ctx, cancel := context.WithCancel(t.Context())
-	out := &syncBuffer{}
-	cmd := newRootCommand()
-	cmd.SetArgs([]string{"registry", "--data-dir", filepath.Join(dir, "etcd"), "--secure-dir", certs,
-		"--clusterset", "prod", "--cluster", "east", "--cluster", "west",
-		"--listen-client-url", "http://127.0.0.1:0", "--listen-peer-url", "http://127.0.0.1:0"})
-	cmd.SetOut(out)
-	cmd.SetErr(out)
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("registry: %v", err)
-		}
-	})
-	poll.Until(t, 30*time.Second, "the registry's instructions", func() (bool, string) {
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("registry stopped: %v\n%s", err, out)
-		default:
-		}
-		return strings.Contains(out.String(), "mcsd status"), out.String()
-	})
+	certs := filepath.Join(t.TempDir(), "certs")
+	out := startRegistry(t, "mcsd status", "--secure-dir", certs, "--clusterset", "prod", "--cluster", "east", "--cluster", "west")
 	text := out.String()
 	m := regexp.MustCompile(`--registry (etcds://127\.0\.0\.1:\d+)\n`).FindStringSubmatch(text)
 	if m == nil {
@@ -151,6 +126,37 @@ func TestSecureTryOut(t *testing.T) {
 	if !strings.Contains(status, "Leases: 1 in the registry, 0 holding no mcsd record.") {
 		t.Errorf("status as the reader lacks the leases line:\n%s", status)
 	}
+}
+
+// startRegistry runs `mcsd registry` on free loopback ports with args until
+// the test ends, and returns its output once it has printed ready.
+func startRegistry(t *testing.T, ready string, args ...string) *syncBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	out := &syncBuffer{}
+	cmd := newRootCommand()
+	cmd.SetArgs(append([]string{"registry", "--data-dir", filepath.Join(t.TempDir(), "etcd"),
+		"--listen-client-url", "http://127.0.0.1:0", "--listen-peer-url", "http://127.0.0.1:0"}, args...))
+	cmd.SetOut(out)
+	cmd.SetErr(out)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("registry: %v", err)
+		}
+	})
+	poll.Until(t, 30*time.Second, "the registry's instructions", func() (bool, string) {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("registry stopped: %v\n%s", err, out)
+		default:
+		}
+		return strings.Contains(out.String(), ready), out.String()
+	})
+	return out
 }
 
 // TestSetupAuth prepares a plain etcd with passwords and auth, then again.

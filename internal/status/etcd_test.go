@@ -68,16 +68,13 @@ func TestCollectFromEtcd(t *testing.T) {
 		}
 	}
 
+	openWatcher := func(ctx context.Context, cs string) (registry.ReadOnlyWatcher, error) {
+		o := opts("")
+		o.Identity.ClusterSet = cs
+		return etcd.NewWatcher(ctx, o)
+	}
 	start := time.Now()
-	r, err := Collect(t.Context(), Options{
-		ClusterSet: "prod",
-		OpenWatcher: func(ctx context.Context, cs string) (registry.ReadOnlyWatcher, error) {
-			o := opts("")
-			o.Identity.ClusterSet = cs
-			return etcd.NewWatcher(ctx, o)
-		},
-		LeaseGrace: 100 * time.Millisecond,
-	})
+	r, err := Collect(t.Context(), Options{ClusterSet: "prod", OpenWatcher: openWatcher, LeaseGrace: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,14 +82,7 @@ func TestCollectFromEtcd(t *testing.T) {
 		t.Errorf("leases %+v, want %+v", r.Leases, want)
 	}
 	// A clusterset without clusters names those that exist.
-	other, err := Collect(t.Context(), Options{
-		ClusterSet: "prd",
-		OpenWatcher: func(ctx context.Context, cs string) (registry.ReadOnlyWatcher, error) {
-			o := opts("")
-			o.Identity.ClusterSet = cs
-			return etcd.NewWatcher(ctx, o)
-		},
-	})
+	other, err := Collect(t.Context(), Options{ClusterSet: "prd", OpenWatcher: openWatcher, LeaseGrace: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,17 +47,24 @@ func udpPort() corev1.ServicePort {
 // waits until it is ready.
 func startClient(t *testing.T, id, ns string) string {
 	t.Helper()
+	return startPod(t, id, ns, corev1.Container{Name: "client", Image: "registry.k8s.io/pause:3.10"})
+}
+
+// startPod runs a pod of one container, named after it, and waits until it
+// is ready.
+func startPod(t *testing.T, id, ns string, c corev1.Container) string {
+	t.Helper()
 	cl := env.Client(t, id)
 	fw.EnsureNamespace(t, cl, ns)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: ns},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "client", Image: "registry.k8s.io/pause:3.10"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: ns},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{c}},
 	}
 	if err := cl.Create(context.Background(), pod); err != nil {
-		t.Fatalf("create client pod: %v", err)
+		t.Fatalf("create pod %s: %v", c.Name, err)
 	}
-	waitPodsReady(t, id, ns, map[string]string{}, 1, func(p corev1.Pod) bool { return p.Name == "client" })
-	return "client"
+	waitPodsReady(t, id, ns, map[string]string{}, 1, func(p corev1.Pod) bool { return p.Name == c.Name })
+	return c.Name
 }
 
 // waitPodsReady waits until n pods of the namespace that match labels (and

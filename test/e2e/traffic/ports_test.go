@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -22,21 +21,11 @@ import (
 // runs as the command line. It waits until the pod is ready.
 func startNetshoot(t *testing.T, id, ns string) string {
 	t.Helper()
-	cl := env.Client(t, id)
-	fw.EnsureNamespace(t, cl, ns)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "netshoot", Namespace: ns},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name:  "netshoot",
-			Image: "nicolaka/netshoot:v0.15",
-			Args:  []string{"/bin/sh", "-ec", "while :; do echo '.'; sleep 5; done"},
-		}}},
-	}
-	if err := cl.Create(context.Background(), pod); err != nil {
-		t.Fatalf("create netshoot pod: %v", err)
-	}
-	waitPodsReady(t, id, ns, map[string]string{}, 1, func(p corev1.Pod) bool { return p.Name == "netshoot" })
-	return "netshoot"
+	return startPod(t, id, ns, corev1.Container{
+		Name:  "netshoot",
+		Image: "nicolaka/netshoot:v0.15",
+		Args:  []string{"/bin/sh", "-ec", "while :; do echo '.'; sleep 5; done"},
+	})
 }
 
 // TestStrictPortRouting exports services whose ports disagree from c1 and
