@@ -146,15 +146,15 @@ func Plan(in Input) Hints {
 	if zone {
 		if missing := readyWithout(in.Endpoints, func(e registry.Endpoint) bool { return e.Zone != "" }); len(missing) > 0 {
 			zone, node = false, false
-			problem(ReasonEndpointsWithoutZone, fmt.Sprintf("Ready endpoints without a zone (%s): kube-proxy ignores zone hints unless every ready endpoint has one, so none are written.",
-				strings.Join(missing, "; ")))
+			problem(ReasonEndpointsWithoutZone, fmt.Sprintf("Ready endpoints without a zone in %s: kube-proxy ignores zone hints unless every ready endpoint has one, so none are written.",
+				strings.Join(missing, ", ")))
 		}
 	}
 	if node {
 		local := map[string][]registry.Endpoint{in.LocalCluster: in.Endpoints[in.LocalCluster]}
 		if missing := readyWithout(local, func(e registry.Endpoint) bool { return e.NodeName != "" }); len(missing) > 0 {
 			node = false
-			problem(ReasonEndpointsWithoutZone, fmt.Sprintf("Ready endpoints of this cluster without a node (%s): no node hints.", strings.Join(missing, "; ")))
+			problem(ReasonEndpointsWithoutZone, fmt.Sprintf("Ready endpoints of this cluster (%s) without a node: no node hints.", strings.Join(missing, ", ")))
 		}
 	}
 	zones := slices.Compact(slices.Sorted(slices.Values(in.LocalZones)))
@@ -210,7 +210,9 @@ func (h Hints) For(cluster string, e registry.Endpoint) *discoveryv1.EndpointHin
 	case h.sameCluster && h.zone:
 		zones = []string{e.Zone}
 		if e.Ready {
-			zones = append(zones, h.spill...)
+			// Its own zone always; as many spilled zones as fit beside it.
+			spill := slices.DeleteFunc(slices.Clone(h.spill), func(z string) bool { return z == e.Zone })
+			zones = append(zones, spill[:min(len(spill), MaxHints-1)]...)
 		}
 	case h.sameCluster:
 		zones = h.localZones
@@ -242,24 +244,14 @@ func (h Hints) For(cluster string, e registry.Endpoint) *discoveryv1.EndpointHin
 	return out
 }
 
-// readyWithout lists, per cluster, the ready endpoints ok refuses (at most
-// three addresses a cluster).
+// readyWithout lists the clusters with a ready endpoint ok refuses: names
+// only, so that the message changes when the set of clusters does, not
+// with every endpoint.
 func readyWithout(eps map[string][]registry.Endpoint, ok func(registry.Endpoint) bool) []string {
 	var out []string
 	for _, c := range slices.Sorted(maps.Keys(eps)) {
-		var bad []string
-		n := 0
-		for _, e := range eps[c] {
-			if e.Ready && !ok(e) {
-				n++
-				if len(bad) < 3 && len(e.Addresses) > 0 {
-					bad = append(bad, e.Addresses[0])
-				}
-			}
-		}
-		if n > 0 {
-			s := fmt.Sprintf("cluster %s: %d, e.g. %s", c, n, strings.Join(bad, ", "))
-			out = append(out, s)
+		if slices.ContainsFunc(eps[c], func(e registry.Endpoint) bool { return e.Ready && !ok(e) }) {
+			out = append(out, "cluster "+c)
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,7 +79,7 @@ func TestPlan(t *testing.T) {
 		name:       "a ready endpoint without a zone: no hints at all, and the condition names it",
 		in:         Input{TrafficDistribution: "PreferSameZone", Endpoints: noZone},
 		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-"},
-		wantReason: ReasonEndpointsWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "cluster c1: 1, e.g. 10.1.0.1",
+		wantReason: ReasonEndpointsWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "without a zone in cluster c1:",
 	}, {
 		name: "PreferSameNode: node hints for this cluster's endpoints, Elsewhere for the others",
 		in:   Input{TrafficDistribution: "PreferSameNode", LocalCluster: "c2", Endpoints: eps},
@@ -194,3 +195,20 @@ func TestEveryReadyEndpointHinted(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnZoneKept: with many spilled zones, an endpoint keeps its own.
+func TestOwnZoneKept(t *testing.T) {
+	zones := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	eps := map[string][]registry.Endpoint{"c2": {ep("10.2.0.1", "z", "n", true)}}
+	h := Plan(Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2",
+		LocalZones: zones, Endpoints: eps}) // its zone is no node's: all eight spill to it
+	got := h.For("c2", eps["c2"][0])
+	var names []string
+	for _, z := range got.ForZones {
+		names = append(names, z.Name)
+	}
+	if len(names) != MaxHints || !slices.Contains(names, "z") {
+		t.Errorf("zones %v: want %d, its own zone z among them", names, MaxHints)
+	}
+}
+

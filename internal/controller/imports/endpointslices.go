@@ -44,7 +44,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 		byName[existing[i].Name] = &existing[i]
 	}
 	var created, updated, deleted int
-	endpoints := r.View.Endpoints(s.key)
+	endpoints := s.endpoints
 	inPlace := true
 	for _, want := range desiredEndpointSlices(s, endpoints) {
 		have, ok := byName[want.Name]
@@ -129,7 +129,8 @@ func setSliceOwners(s *scope, replacing bool) {
 // (merge.Result.Served) under the import's port names, with the cluster's
 // own port numbers; the slices of a cluster that serves none of the import's
 // ports list its endpoints without ports, so that kube-proxy sends them no
-// traffic for the import. For each IP family of the import that a cluster has no endpoints
+// traffic for the import (a headless import leaves such a cluster out: DNS
+// would name its endpoints). For each IP family of the import that a cluster has no endpoints
 // of (or no endpoints record yet), it gets one empty slice of that address
 // type, without ports, as Kubernetes' EndpointSlice controller keeps a
 // placeholder.
@@ -137,8 +138,15 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 	var out []*discoveryv1.EndpointSlice
 	importPorts := s.res.Spec.Ports
 	families := familyAddressTypes(s.res.Spec.IPFamilies)
+	headless := s.res.Spec.Type == mcsv1beta1.Headless
 	for _, cluster := range s.res.Clusters {
 		served := s.res.Served[cluster]
+		if headless && len(importPorts) > 0 && len(served) == 0 {
+			// DNS answers with every endpoint of a headless import's
+			// slices, ports or not: a cluster that serves none of its
+			// ports is left out, so that no name leads to it.
+			continue
+		}
 		// Groups whose served ports are the same share slices.
 		type set struct {
 			addressType discoveryv1.AddressType
@@ -149,6 +157,9 @@ func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []
 		has := map[discoveryv1.AddressType]bool{} // families the cluster has endpoints of
 		for _, g := range endpoints[cluster].Groups {
 			ports := slicePorts(g.Ports, served, importPorts)
+			if headless && len(importPorts) > 0 && len(ports) == 0 {
+				continue
+			}
 			has[g.AddressType] = has[g.AddressType] || len(g.Endpoints) > 0
 			id := string(g.AddressType) + "|" + portsID(ports)
 			st := sets[id]
@@ -328,7 +339,28 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerR
 	return slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return hasControllerRef(have, o) }) &&
 		have.AddressType == want.AddressType &&
 		equality.Semantic.DeepEqual(normalSlicePorts(have.Ports), normalSlicePorts(want.Ports)) &&
-		equality.Semantic.DeepEqual(sortedEndpoints(have.Endpoints), sortedEndpoints(want.Endpoints))
+		equality.Semantic.DeepEqual(sortedEndpoints(have.Endpoints), sortedEndpoints(withoutDroppedNodeHints(have.Endpoints, want.Endpoints)))
+}
+
+// withoutDroppedNodeHints returns want's endpoints without node hints when
+// have's carry none at all: an API server without node hints (Kubernetes
+// before 1.34 by default) drops them, and the slice, written as mcsd wants
+// it, would otherwise never look up to date.
+func withoutDroppedNodeHints(have, want []discoveryv1.Endpoint) []discoveryv1.Endpoint {
+	hasNodes := func(e discoveryv1.Endpoint) bool { return e.Hints != nil && len(e.Hints.ForNodes) > 0 }
+	if slices.ContainsFunc(have, hasNodes) || !slices.ContainsFunc(want, hasNodes) {
+		return want
+	}
+	out := make([]discoveryv1.Endpoint, len(want))
+	for i, e := range want {
+		if e.Hints != nil {
+			h := *e.Hints
+			h.ForNodes = nil
+			e.Hints = &h
+		}
+		out[i] = e
+	}
+	return out
 }
 
 // applySlice sets in have what mcsd owns of want (see sliceUpToDate).

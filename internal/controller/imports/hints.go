@@ -4,13 +4,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -35,9 +37,8 @@ func (r *Reconciler) planHints(ctx context.Context, s *scope) error {
 		s.hints = topology.Hints{}
 		return nil
 	}
-	endpoints := r.View.Endpoints(s.key)
 	for _, c := range s.res.Clusters {
-		for _, g := range endpoints[c].Groups {
+		for _, g := range s.endpoints[c].Groups {
 			in.Endpoints[c] = append(in.Endpoints[c], g.Endpoints...)
 		}
 	}
@@ -52,9 +53,59 @@ func (r *Reconciler) planHints(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// nodeZones lists the zones of this cluster's nodes, from the cache's
-// metadata-only view of the Nodes.
+// zoneBook keeps the zone of every node of this cluster, from the Node
+// watch, so that a reconcile reads the cluster's zones without listing the
+// nodes, and only a change of the set of zones brings the imports that
+// name them back.
+type zoneBook struct {
+	mu     sync.Mutex
+	byNode map[string]string
+	seen   bool // a node event has come
+}
+
+// set records node's zone ("" when deleted or unlabelled) and reports
+// whether the cluster's set of zones changed.
+func (b *zoneBook) set(node, zone string, deleted bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	before := b.zonesLocked()
+	if b.byNode == nil {
+		b.byNode = map[string]string{}
+	}
+	if deleted {
+		delete(b.byNode, node)
+	} else {
+		b.byNode[node] = zone
+	}
+	b.seen = true
+	return !slices.Equal(before, b.zonesLocked())
+}
+
+// zones returns the cluster's zones, sorted; false before any node event.
+func (b *zoneBook) zones() ([]string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.zonesLocked(), b.seen
+}
+
+func (b *zoneBook) zonesLocked() []string {
+	var out []string
+	for _, z := range b.byNode {
+		if z != "" {
+			out = append(out, z)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// nodeZones returns the zones of this cluster's nodes: from the Node
+// watch's book, or, before its first event, from the cache's metadata-only
+// view of the Nodes.
 func (r *Reconciler) nodeZones(ctx context.Context) ([]string, error) {
+	if zones, ok := r.zones.zones(); ok {
+		return zones, nil
+	}
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := r.Client.List(ctx, nodes); err != nil {
@@ -70,20 +121,35 @@ func (r *Reconciler) nodeZones(ctx context.Context) ([]string, error) {
 	return slices.Compact(zones), nil
 }
 
-// zoneChanged lets through the Node events that can change the cluster's
-// zones: a node created or deleted, or its zone label changed (not the
-// status and heartbeat updates of every node).
-var zoneChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld.GetLabels()[corev1.LabelTopologyZone] != e.ObjectNew.GetLabels()[corev1.LabelTopologyZone]
-	},
-	GenericFunc: func(event.GenericEvent) bool { return false },
+// nodeHandler keeps the zone book from the Node watch and, when the set of
+// the cluster's zones changes, brings back the imports that prefer their
+// own cluster: their hints name those zones. Node updates that leave the
+// zone label alone (status, heartbeats) cost a map look-up.
+func (r *Reconciler) nodeHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	update := func(ctx context.Context, o client.Object, deleted bool, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if !r.zones.set(o.GetName(), o.GetLabels()[corev1.LabelTopologyZone], deleted) {
+			return
+		}
+		for _, req := range r.importsPreferringTheirCluster(ctx) {
+			q.Add(req)
+		}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			update(ctx, e.Object, false, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			update(ctx, e.ObjectNew, false, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			update(ctx, e.Object, true, q)
+		},
+	}
 }
 
-// nodeToImports maps a change of the cluster's zones to the imports that
-// prefer their own cluster: their hints name those zones. The
-// ServiceImports are listed from the manager's cache.
-func (r *Reconciler) nodeToImports(ctx context.Context, _ client.Object) []reconcile.Request {
+// importsPreferringTheirCluster lists, from the manager's cache, the imports
+// that prefer their own cluster.
+func (r *Reconciler) importsPreferringTheirCluster(ctx context.Context) []reconcile.Request {
 	list := &mcsv1beta1.ServiceImportList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ServiceImports to reconcile after the nodes' zones changed")

@@ -91,3 +91,64 @@ func TestHints(t *testing.T) {
 	}
 	e.steady("web")
 }
+
+// TestHeadlessClusterServingNoPortGetsNoSlices: DNS answers with every
+// endpoint of a headless import's slices, so a cluster whose port lost a
+// conflict is left out rather than listed without ports.
+func TestHeadlessClusterServingNoPortGetsNoSlices(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.publish([]registry.Export{
+		export("east", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
+		export("west", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5433)),
+	},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5432)}, ready("10.1.0.1"))),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5433)}, ready("10.2.0.1"))),
+	)
+	e.reconcile("web")
+	byCluster := e.slices("web")
+	if _, ok := byCluster["west"]; ok || len(byCluster["east"]) != 1 {
+		t.Fatalf("slices by cluster: %v", byCluster)
+	}
+	e.steady("web")
+}
+
+func TestZoneBook(t *testing.T) {
+	var b zoneBook
+	if _, ok := b.zones(); ok {
+		t.Fatal("zones known before any node event")
+	}
+	for _, step := range []struct {
+		node, zone string
+		deleted    bool
+		changed    bool
+	}{
+		{"n1", "a", false, true},
+		{"n2", "a", false, false}, // a second node of zone a
+		{"n2", "a", false, false}, // a status update
+		{"n3", "b", false, true},
+		{"n1", "", true, false}, // n2 still in a
+		{"n2", "", true, true},
+	} {
+		if got := b.set(step.node, step.zone, step.deleted); got != step.changed {
+			t.Errorf("%+v: changed %v", step, got)
+		}
+	}
+	if zones, ok := b.zones(); !ok || len(zones) != 1 || zones[0] != "b" {
+		t.Errorf("zones %v %v, want [b]", zones, ok)
+	}
+}
+
+// TestNodeHintsDroppedByTheServer: an API server that drops node hints does
+// not make mcsd write the slice again and again.
+func TestNodeHintsDroppedByTheServer(t *testing.T) {
+	want := []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Hints: &discoveryv1.EndpointHints{
+		ForZones: []discoveryv1.ForZone{{Name: "a"}}, ForNodes: []discoveryv1.ForNode{{Name: "n1"}}}}}
+	stored := []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Hints: &discoveryv1.EndpointHints{
+		ForZones: []discoveryv1.ForZone{{Name: "a"}}}}}
+	if d := cmp.Diff(stored, withoutDroppedNodeHints(stored, want)); d != "" {
+		t.Errorf("(-stored +compared):\n%s", d)
+	}
+	if d := cmp.Diff(want, withoutDroppedNodeHints(want, want)); d != "" {
+		t.Errorf("node hints the server keeps are compared (-want +got):\n%s", d)
+	}
+}

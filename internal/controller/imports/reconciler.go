@@ -80,6 +80,9 @@ type Reconciler struct {
 	// patch yet.
 	clustersMu sync.Mutex
 	clusters   map[types.NamespacedName][]string
+
+	// zones keeps the zones of this cluster's nodes, from the Node watch.
+	zones zoneBook
 }
 
 // scope is what the phases of one reconcile share.
@@ -115,6 +118,10 @@ type scope struct {
 	// recheck is when to look again at a status write skipped because the
 	// cache did not show it yet (patch.StatusOnce).
 	recheck time.Duration
+	// endpoints are every cluster's endpoints of the Service, read from the
+	// View once per reconcile: the hints, the slices and the conditions
+	// follow one snapshot.
+	endpoints map[string]registry.Endpoints
 	// hints are the topology hints of the import's endpoints, and the
 	// condition that says so.
 	hints topology.Hints
@@ -190,7 +197,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	s := &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
-		rejected: r.View.Rejected(key), derivedName: DerivedServiceName(key.Name)}
+		rejected: r.View.Rejected(key), derivedName: DerivedServiceName(key.Name), endpoints: r.View.Endpoints(key)}
 	if err := r.planHints(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}

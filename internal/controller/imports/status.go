@@ -12,6 +12,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/internal/topology"
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -31,7 +32,7 @@ func (r *Reconciler) setStatus(s *scope) {
 	si.Status.EndpointSliceObjects = mcsv1beta1.EndpointSliceObjectsPresent
 	conditions.Set(&si.Status.Conditions, si.Generation, readyCondition(s))
 	conditions.Remove(&si.Status.Conditions, conditions.RegistryReachable)
-	conditions.Set(&si.Status.Conditions, si.Generation, endpointsCondition(s.res.Clusters, r.View.Endpoints(s.key)))
+	conditions.Set(&si.Status.Conditions, si.Generation, endpointsCondition(s.res, s.endpoints))
 	if c := s.hints.Condition; c != nil {
 		conditions.Set(&si.Status.Conditions, si.Generation, *c)
 	} else {
@@ -45,33 +46,50 @@ func (r *Reconciler) setStatus(s *scope) {
 }
 
 // endpointsCondition is EndpointsReady: True when every exporting cluster
-// has a ready endpoint, else False naming those without. Its message
-// changes only when that set does, so endpoint churn writes no status.
-func endpointsCondition(clusters []string, endpoints map[string]registry.Endpoints) metav1.Condition {
-	var without []string
-	for _, c := range clusters {
+// has a ready endpoint serving the import, else False naming those without
+// (no ready endpoint, or none of the import's ports as the import defines
+// them). Its message changes only when those sets do, so endpoint churn
+// writes no status.
+func endpointsCondition(res merge.Result, endpoints map[string]registry.Endpoints) metav1.Condition {
+	var idle, portless []string
+	for _, c := range res.Clusters {
+		if len(res.Spec.Ports) > 0 && len(res.Served[c]) == 0 {
+			portless = append(portless, c)
+			continue
+		}
 		ready := false
 		for _, g := range endpoints[c].Groups {
 			ready = ready || slices.ContainsFunc(g.Endpoints, func(e registry.Endpoint) bool { return e.Ready })
 		}
 		if !ready {
-			without = append(without, c)
+			idle = append(idle, c)
 		}
 	}
-	if len(without) == 0 {
+	if len(idle)+len(portless) == 0 {
 		return metav1.Condition{Type: conditions.EndpointsReady, Status: metav1.ConditionTrue, Reason: conditions.ReasonAllClustersReady,
 			Message: "Every exporting cluster has a ready endpoint"}
 	}
-	if len(without) == len(clusters) {
-		return metav1.Condition{Type: conditions.EndpointsReady, Status: metav1.ConditionFalse, Reason: conditions.ReasonClustersWithoutEndpoints,
-			Message: "No exporting cluster has a ready endpoint (pods not ready, or scaled to zero): requests to the import fail"}
+	clusters := func(cs []string, one, many string) string {
+		if len(cs) == 1 {
+			return "cluster " + cs[0] + " " + one
+		}
+		return "clusters " + strings.Join(cs, ", ") + " " + many
 	}
-	what := "cluster " + without[0] + " has"
-	if len(without) > 1 {
-		what = "clusters " + strings.Join(without, ", ") + " have"
+	var parts []string
+	if len(idle) > 0 {
+		parts = append(parts, "exporting "+clusters(idle, "has", "have")+" no ready endpoint (pods not ready, or scaled to zero)")
+	}
+	if len(portless) > 0 {
+		parts = append(parts, "exporting "+clusters(portless, "serves", "serve")+" none of the import's ports as the import defines them (see Conflict on the ServiceExports)")
+	}
+	msg := "The " + strings.Join(parts, "; the ")
+	if len(idle)+len(portless) == len(res.Clusters) {
+		msg += ": no cluster serves the import, requests to it fail"
+	} else {
+		msg += ": traffic goes to the other clusters' endpoints"
 	}
 	return metav1.Condition{Type: conditions.EndpointsReady, Status: metav1.ConditionFalse, Reason: conditions.ReasonClustersWithoutEndpoints,
-		Message: capLen(fmt.Sprintf("The exporting %s no ready endpoint (pods not ready, or scaled to zero): traffic goes to the other clusters' endpoints", what), 1024)}
+		Message: capLen(msg, 1024)}
 }
 
 // recordsCondition is RecordsAccepted=False naming every refused cluster
