@@ -26,7 +26,7 @@ if [[ "${1:-up}" == "down" ]]; then
   stop_pids
   go run ./test/testbed/cmd/testbed down -name "$name" 2>/dev/null
   # The logs stay until the next make demo.
-  find "$state" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +
+  if [[ -d "$state" ]]; then find "$state" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +; fi
   echo "demo removed; its logs stay in $state/logs/ until the next make demo"
   exit 0
 fi

@@ -19,8 +19,8 @@ import (
 
 // leaseMonitor audits the registry's leases at an interval: etcd lets any
 // authenticated identity grant leases, so the registry counts those holding
-// no mcsd record for longer than a grace period, as metrics and as a line
-// on out whenever that count changes.
+// nothing for longer than a grace period, as metrics and as a line on out
+// whenever that count changes.
 type leaseMonitor struct {
 	cli      *clientv3.Client
 	prefix   string
@@ -37,7 +37,7 @@ func newLeaseMonitor(cli *clientv3.Client, prefix string, interval, grace time.D
 		cli: cli, prefix: prefix, interval: interval, tracker: registry.IdleTracker{Grace: grace}, out: out,
 		leases: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mcsd_registry_leases", Help: "Leases the registry's etcd holds, at the last audit."}),
 		idle: prometheus.NewGauge(prometheus.GaugeOpts{Name: "mcsd_registry_idle_leases",
-			Help: "Leases that have held no mcsd record for at least the audit's grace period: some client grants leases it does not use."}),
+			Help: "Leases that have held no key for at least the audit's grace period: some client grants leases it does not use."}),
 	}
 	reg.MustRegister(m.leases, m.idle)
 	return m
@@ -71,7 +71,7 @@ func (m *leaseMonitor) audit(ctx context.Context, now time.Time) error {
 	m.leases.Set(float64(a.Total))
 	m.idle.Set(float64(idle))
 	if idle != m.lastIdle {
-		fmt.Fprintf(m.out, "registry: %d of %d leases have held no mcsd record for %s or more\n", idle, a.Total, m.tracker.Grace)
+		fmt.Fprintf(m.out, "registry: %d of %d leases have held nothing for %s or more\n", idle, a.Total, m.tracker.Grace)
 		m.lastIdle = idle
 	}
 	return nil

@@ -67,7 +67,7 @@ func TestRegistryCountsIdleLeases(t *testing.T) {
 		s := scrape()
 		return strings.Contains(s, "mcsd_registry_leases 4\n") && strings.Contains(s, "mcsd_registry_idle_leases 3\n"), s
 	})
-	if want := "registry: 3 of 4 leases have held no mcsd record for 300ms or more"; !strings.Contains(out.String(), want) {
+	if want := "registry: 3 of 4 leases have held nothing for 300ms or more"; !strings.Contains(out.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, out)
 	}
 }

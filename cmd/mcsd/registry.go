@@ -205,6 +205,9 @@ func (s *tryOutFlags) prepare(cfg *embedded.Config) error {
 	cfg.PeerCertFile = filepath.Join(s.secureDir, embedded.PeerCertFile)
 	cfg.PeerKeyFile = filepath.Join(s.secureDir, embedded.PeerKeyFile)
 	cfg.PeerTrustedCAFile = cfg.TrustedCAFile
+	// The CA signs the clusters' certificates too: only the peer
+	// certificate's name is let in as a peer.
+	cfg.PeerAllowedCNs = []string{embedded.PeerCommonName}
 	return nil
 }
 

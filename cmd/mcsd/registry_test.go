@@ -123,7 +123,7 @@ func TestSecureTryOut(t *testing.T) {
 		}
 	}
 	// The reader may count leases too (etcd does not restrict them).
-	if !strings.Contains(status, "Leases: 1 in the registry, 0 holding no mcsd record.") {
+	if !strings.Contains(status, "Leases: 1 in the registry, 0 holding nothing.") {
 		t.Errorf("status as the reader lacks the leases line:\n%s", status)
 	}
 }

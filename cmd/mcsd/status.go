@@ -64,8 +64,9 @@ JSON output (-o json) is one object; fields are only ever added:
               imports[]: namespace, name, type, ready (a condition), clusters[],
                          endpointSlices, endpoints, lastChange, published,
                          differs[] ("withdrawn", "type", "ports", "clusters")
-  leases:     total, idle, unreadable, graceSeconds (etcd only: leases that
-              held no mcsd record at two looks graceSeconds apart)
+  leases:     total, idle, foreign, unreadable, graceSeconds (etcd only: idle:
+              held nothing at two looks graceSeconds apart; foreign: other
+              applications' keys only)
   warnings[]
   ports[]: name, protocol, port, appProtocol
 Times that are not known are left out; lists are never null.`,
@@ -113,8 +114,12 @@ func runStatus(cmd *cobra.Command, f *statusFlags) error {
 		if local, err = client.New(cfg, client.Options{Scheme: manager.Scheme}); err != nil {
 			return fmt.Errorf("create client: %w", err)
 		}
-	case explicit || !clientcmd.IsEmptyConfig(err):
+	case explicit || (!clientcmd.IsEmptyConfig(err) && f.clusterSet == ""):
 		return fmt.Errorf("load kubeconfig: %w", err)
+	case !clientcmd.IsEmptyConfig(err):
+		// A kubeconfig found by default that does not load: the registry
+		// alone, as asked for with --clusterset.
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the kubeconfig cannot be loaded (%v): the registry alone is shown\n", err)
 	case f.clusterSet == "":
 		return fmt.Errorf("no kubeconfig found (--kubeconfig, $KUBECONFIG, ~/.kube/config) to read this cluster's clusterset from: give --clusterset")
 	}

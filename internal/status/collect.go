@@ -43,6 +43,12 @@ type Options struct {
 // takes from granting a lease to writing its alive record on it.
 const DefaultLeaseGrace = 2 * time.Second
 
+// optionalLocalTimeout bounds the reads of a local cluster found by default.
+const optionalLocalTimeout = 5 * time.Second
+
+// auditTimeout bounds the lease audit of a report, both looks included.
+const auditTimeout = 10 * time.Second
+
 // Collect reads the registry and the local cluster and builds their Report.
 // ctx bounds the whole: a registry that cannot be read fails it when ctx
 // ends.
@@ -51,9 +57,19 @@ func Collect(ctx context.Context, opts Options) (Report, error) {
 		opts.Now = time.Now
 	}
 	in := Input{ClusterSet: opts.ClusterSet, Namespace: opts.Namespace}
+	// An optional local cluster gets a few seconds of its own for each
+	// read: one that does not answer must not take the registry's time.
+	localCtx := func() (context.Context, context.CancelFunc) {
+		if opts.LocalOptional {
+			return context.WithTimeout(ctx, optionalLocalTimeout)
+		}
+		return ctx, func() {}
+	}
 	if opts.Local != nil {
 		in.Local = &LocalObjects{}
-		id, err := clusterid.Read(ctx, opts.Local)
+		lctx, cancel := localCtx()
+		id, err := clusterid.Read(lctx, opts.Local)
+		cancel()
 		switch {
 		case err == nil:
 			in.Local.Cluster = id.Cluster
@@ -91,15 +107,26 @@ func Collect(ctx context.Context, opts Options) (Report, error) {
 			in.Warnings = append(in.Warnings, fmt.Sprintf("leases cannot be read: %v", err))
 		}
 	}
-	if la, ok := w.(registry.LeaseAuditor); ok {
-		in.LeaseAudit, err = auditLeases(ctx, la, opts)
+	if opts.Local != nil {
+		lctx, cancel := localCtx()
+		err := readLocal(lctx, opts.Local, opts.Namespace, in.Local)
+		cancel()
 		if err != nil {
-			in.Warnings = append(in.Warnings, fmt.Sprintf("the registry's leases cannot be audited: %v", err))
+			if !opts.LocalOptional {
+				return Report{}, err
+			}
+			in.Warnings = append(in.Warnings, fmt.Sprintf("the kubeconfig's cluster cannot be read (%v): the registry alone is shown", err))
+			in.Local = nil
 		}
 	}
-	if opts.Local != nil {
-		if err := readLocal(ctx, opts.Local, opts.Namespace, in.Local); err != nil {
-			return Report{}, err
+	if la, ok := w.(registry.LeaseAuditor); ok {
+		// Last, and bounded on its own: a large or shared etcd makes it
+		// slow, and it is a part of the report, not a condition of it.
+		actx, cancel := context.WithTimeout(ctx, auditTimeout)
+		in.LeaseAudit, err = auditLeases(actx, la, opts)
+		cancel()
+		if err != nil {
+			in.Warnings = append(in.Warnings, fmt.Sprintf("the registry's leases cannot be audited: %v", err))
 		}
 	}
 	r := Build(in)
@@ -144,7 +171,7 @@ func auditLeases(ctx context.Context, la registry.LeaseAuditor, opts Options) (*
 		// grace after the first.
 		a.Idle = t.Observe(opts.Now().Add(grace), a.Idle)
 	}
-	return &LeaseAudit{Total: a.Total, Idle: len(a.Idle), Unreadable: a.Unreadable, GraceSeconds: grace.Seconds()}, nil
+	return &LeaseAudit{Total: a.Total, Idle: len(a.Idle), Foreign: a.Foreign, Unreadable: a.Unreadable, GraceSeconds: grace.Seconds()}, nil
 }
 
 // ReadSnapshot watches w until its first full update and returns it. It

@@ -97,7 +97,7 @@ func TestCollectFromEtcd(t *testing.T) {
 	if err := WriteTable(&table, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Leases: 5 in the registry, 3 holding no mcsd record.", "warning: 3 leases held no mcsd record for 100ms or more"} {
+	for _, want := range []string{"Leases: 5 in the registry, 3 holding nothing.", "warning: 3 leases held nothing for 100ms or more"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

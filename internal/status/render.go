@@ -46,13 +46,16 @@ func WriteTable(w io.Writer, r Report) error {
 	}
 	if l := r.Leases; l != nil {
 		p.line("")
-		line := fmt.Sprintf("Leases: %d in the registry, %d holding no mcsd record", l.Total, l.Idle)
+		line := fmt.Sprintf("Leases: %d in the registry, %d holding nothing", l.Total, l.Idle)
+		if l.Foreign > 0 {
+			line += fmt.Sprintf(", %d holding other applications' keys", l.Foreign)
+		}
 		if l.Unreadable > 0 {
 			line += fmt.Sprintf(", %d holding records this identity may not read", l.Unreadable)
 		}
 		p.line("%s.", line)
 		if l.Idle > 0 {
-			p.line("warning: %d leases held no mcsd record for %s or more: some client of the registry grants leases it does not use "+
+			p.line("warning: %d leases held nothing for %s or more: some client of the registry grants leases it does not use "+
 				"(etcd lets any authenticated identity grant leases; see docs/registries.md, \"Securing the registry\")",
 				l.Idle, time.Duration(l.GraceSeconds*float64(time.Second)))
 		}

@@ -39,9 +39,11 @@ type Report struct {
 type LeaseAudit struct {
 	// Total is how many leases the registry holds.
 	Total int `json:"total"`
-	// Idle counts the leases that held no mcsd record at two looks
-	// GraceSeconds apart.
+	// Idle counts the leases that held nothing at two looks GraceSeconds
+	// apart.
 	Idle int `json:"idle"`
+	// Foreign counts the leases holding other applications' keys only.
+	Foreign int `json:"foreign"`
 	// Unreadable counts leases holding records this identity may not read.
 	Unreadable   int     `json:"unreadable"`
 	GraceSeconds float64 `json:"graceSeconds"`

@@ -75,8 +75,8 @@ type ClusterSetLister interface {
 // LeaseAuditor is implemented by read-only watchers of backends whose
 // records live on leases that any client of the registry may grant (etcd:
 // leases are outside its RBAC). AuditLeases counts the registry's leases
-// and names those holding none of mcsd's records; like Leases it is meant
-// for status reports (a request per lease).
+// and names those holding nothing at all; like Leases it is meant for
+// status reports (a request per lease).
 type LeaseAuditor interface {
 	AuditLeases(ctx context.Context) (LeaseAudit, error)
 }
@@ -85,8 +85,11 @@ type LeaseAuditor interface {
 type LeaseAudit struct {
 	// Total is how many leases the registry holds.
 	Total int `json:"total"`
-	// Idle are the ids of the leases that hold no record of mcsd's.
+	// Idle are the ids of the leases that hold no key at all.
 	Idle []string `json:"idle"`
+	// Foreign counts the leases that hold keys, none of them mcsd's (other
+	// applications of a shared etcd, or mcsd under another prefix).
+	Foreign int `json:"foreign"`
 	// Unreadable counts the leases holding records the caller may not read
 	// (another clusterset's, seen with a reader's identity): not idle, but
 	// not known to be mcsd's either.

@@ -165,7 +165,9 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("etcd registry options: %w", err)
 	}
-	cli, err := newClient(opts)
+	// A controller starting beside its registry waits a moment for a
+	// refused connection to be accepted.
+	cli, err := newClient(ctx, opts, opts.DialTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -184,18 +186,20 @@ func NewClient(opts Options) (*clientv3.Client, error) {
 	if err := opts.validateClient(); err != nil {
 		return nil, fmt.Errorf("etcd client options: %w", err)
 	}
-	return newClient(opts)
+	return newClient(context.Background(), opts, 0)
 }
 
-// newClient connects to the etcd of opts.
-func newClient(opts Options) (*clientv3.Client, error) {
+// newClient connects to the etcd of opts, once probe finds no cause that
+// retrying cannot fix (a refused connection or an unresolved name only
+// after settle). ctx bounds the probe.
+func newClient(ctx context.Context, opts Options, settle time.Duration) (*clientv3.Client, error) {
 	tlsConfig, err := opts.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), 3*probeTimeout)
+	pctx, cancel := context.WithTimeout(ctx, settle+3*probeTimeout)
 	defer cancel()
-	if err := probe(pctx, opts.Endpoints, tlsConfig); err != nil {
+	if err := probe(pctx, opts.Endpoints, tlsConfig, settle); err != nil {
 		return nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{

@@ -21,9 +21,10 @@ const auditConcurrency = 16
 // AuditLeases lists etcd's leases and looks up the keys each one holds, at
 // most auditConcurrency at a time: one request per lease, meant for status
 // reports and a slow monitoring loop, never for a controller's path. A lease
-// holding no key under prefix holds none of mcsd's records (mcsd grants a
-// lease and writes its cluster's alive record on it at once): it is idle. A
-// lease that expires while it is looked at is left out.
+// holding no key at all is idle (mcsd grants a lease and writes its
+// cluster's alive record on it at once); one holding keys, none under
+// prefix, is another application's (Foreign). A lease that expires while it
+// is looked at is left out.
 func AuditLeases(ctx context.Context, cli *clientv3.Client, prefix string) (registry.LeaseAudit, error) {
 	resp, err := cli.Leases(ctx)
 	if err != nil {
@@ -54,8 +55,11 @@ func AuditLeases(ctx context.Context, cli *clientv3.Client, prefix string) (regi
 				return nil // expired
 			}
 			audit.Total++
-			if !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return strings.HasPrefix(string(k), root) }) {
+			switch {
+			case len(ttl.Keys) == 0:
 				audit.Idle = append(audit.Idle, leaseString(l.ID))
+			case !slices.ContainsFunc(ttl.Keys, func(k []byte) bool { return strings.HasPrefix(string(k), root) }):
+				audit.Foreign++
 			}
 			return nil
 		})

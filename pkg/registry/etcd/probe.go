@@ -27,17 +27,44 @@ const probeTimeout = 2 * time.Second
 // as one endpoint looks right, and also when it cannot tell (a timeout, a
 // reset): those are left to the client's retries. The error wraps
 // registry.ErrMisconfigured.
-func probe(ctx context.Context, endpoints []string, tlsConfig *tls.Config) error {
-	var errs []error
-	for _, ep := range endpoints {
-		err := probeEndpoint(ctx, ep, tlsConfig)
-		if err == nil {
-			return nil
+//
+// A refused connection or a name that does not resolve can also be a
+// registry on its way (etcd restarting, a Service whose pods are not ready
+// yet): those are looked at again for up to settle before they count.
+func probe(ctx context.Context, endpoints []string, tlsConfig *tls.Config, settle time.Duration) error {
+	deadline := time.Now().Add(settle)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		var errs []error
+		transient := false
+		for _, ep := range endpoints {
+			err := probeEndpoint(ctx, ep, tlsConfig)
+			if err == nil {
+				return nil
+			}
+			var pe *probeError
+			transient = transient || (errors.As(err, &pe) && pe.transient)
+			errs = append(errs, err)
 		}
-		errs = append(errs, err)
+		err := fmt.Errorf("%w: %w", registry.ErrMisconfigured, errors.Join(errs...))
+		if !transient || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
 	}
-	return fmt.Errorf("%w: %w", registry.ErrMisconfigured, errors.Join(errs...))
 }
+
+// probeError is a cause probeEndpoint found; transient for one that a
+// registry on its way also shows.
+type probeError struct {
+	msg       string
+	transient bool
+}
+
+func (e *probeError) Error() string { return e.msg }
 
 // probeEndpoint returns nil when endpoint looks reachable as configured or
 // the cause is unclear, else the cause with a hint.
@@ -50,14 +77,17 @@ func probeEndpoint(ctx context.Context, endpoint string, tlsConfig *tls.Config) 
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %s", addr, fmt.Sprintf(format, args...))
 	}
+	waiting := func(format string, args ...any) error {
+		return &probeError{msg: fmt.Sprintf("%s: %s", addr, fmt.Sprintf(format, args...)), transient: true}
+	}
 	d := &net.Dialer{Timeout: probeTimeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
-		return fail("host %q does not resolve: check the host name in the registry URL", dnsErr.Name)
+		return waiting("host %q does not resolve: check the host name in the registry URL", dnsErr.Name)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fail("connection refused: nothing listens there; check the address and port in the registry URL, and that etcd runs")
+		return waiting("connection refused: nothing listens there; check the address and port in the registry URL, and that etcd runs")
 	case err != nil:
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
@@ -95,7 +96,7 @@ func TestProbe(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := probe(context.Background(), []string{tc.endpoint}, tc.tls)
+			err := probe(context.Background(), []string{tc.endpoint}, tc.tls, 0)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("probe: %v", err)
@@ -112,8 +113,34 @@ func TestProbe(t *testing.T) {
 		})
 	}
 	t.Run("one endpoint right is enough", func(t *testing.T) {
-		if err := probe(context.Background(), []string{"http://" + closed, "http://" + plainAddr}, nil); err != nil {
+		if err := probe(context.Background(), []string{"http://" + closed, "http://" + plainAddr}, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 	})
 }
+
+// TestProbeWaitsForARegistryOnItsWay: a refused connection is looked at
+// again for a while; a registry that starts listening meanwhile passes.
+func TestProbeWaitsForARegistryOnItsWay(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	started := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the registry comes up while the probe waits
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			t.Cleanup(func() { _ = l.Close() })
+		}
+		close(started)
+	}()
+	err = probe(context.Background(), []string{"http://" + addr}, nil, 10*time.Second)
+	<-started
+	if err != nil {
+		t.Fatalf("probe of a registry that came up: %v", err)
+	}
+}
+

@@ -42,7 +42,8 @@ func NewWatcher(ctx context.Context, opts Options) (*Watcher, error) {
 	if err := opts.ValidateWatcher(); err != nil {
 		return nil, fmt.Errorf("etcd registry options: %w", err)
 	}
-	cli, err := newClient(opts)
+	// A reader reports at once (mcsd status).
+	cli, err := newClient(ctx, opts, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -414,6 +415,11 @@ func (f *failover) watchSlices(ctx context.Context) (*sliceLog, error) {
 	l := &sliceLog{}
 	go func() {
 		defer w.Stop()
+		defer func() {
+			if ctx.Err() == nil {
+				f.r.logf("the watch of c2's EndpointSlices ended early: the failover stages count only what it saw")
+			}
+		}()
 		for ev := range w.ResultChan() {
 			s, ok := ev.Object.(*discoveryv1.EndpointSlice)
 			if !ok {
@@ -526,18 +532,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // until polls cond every 100 ms until it holds, fails, or timeout passes.
 func until(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		ok, err := cond()
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
-			return fmt.Errorf("wait for %s: %w", what, err)
-		}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() }); err != nil {
+		return fmt.Errorf("wait for %s: %w", what, err)
 	}
+	return nil
 }

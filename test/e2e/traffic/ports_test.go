@@ -95,10 +95,6 @@ func TestStrictPortRouting(t *testing.T) {
 		for _, id := range []string{"c1", "c2"} {
 			waitConflict(t, id, ns, "same", "PortConflict")
 		}
-		// Nothing listens on the import's other numbers.
-		if out, code := shell(t, "c2", ns, pod, "curl -s -m 2 http://same."+ns+".svc.clusterset.local:4242/hostname"); code == 0 {
-			t.Fatalf("port 4242 answered: %q", out)
-		}
 	})
 	t.Run("different port names: each port reaches only its cluster", func(t *testing.T) {
 		host := "http://names." + ns + ".svc.clusterset.local"

@@ -59,6 +59,10 @@ type entryPoint struct {
 	// multiCall runs every command line through this host program (busybox:
 	// every command of the image is one of its applets).
 	multiCall string
+	// argsMayBeCommand is the entry point script of images such as
+	// curlimages/curl: args whose first word is an option or no program
+	// go to the entry point's program; otherwise they are the command line.
+	argsMayBeCommand bool
 }
 
 // images is the table of images whose entry points the testbed knows, by
@@ -73,7 +77,7 @@ var images = map[string]entryPoint{
 	"busybox":           {cmd: []string{"sh"}, multiCall: "busybox"},
 	"registry.k8s.io/e2e-test-images/busybox": {cmd: []string{"sh"}, multiCall: "busybox"},
 	// Images whose ENTRYPOINT is one program.
-	"curlimages/curl": {entrypoint: "curl"},
+	"curlimages/curl": {entrypoint: "curl", argsMayBeCommand: true},
 	"alpine/socat":    {entrypoint: "socat"},
 }
 
@@ -115,7 +119,7 @@ func (p Programs) Resolve(c corev1.Container, env map[string]string) (argv []str
 		args = ep.cmd
 	}
 	line := args
-	if ep.entrypoint != "" {
+	if ep.entrypoint != "" && !(ep.argsMayBeCommand && len(args) > 0 && !strings.HasPrefix(args[0], "-") && isProgram(look, args[0])) {
 		line = append([]string{ep.entrypoint}, args...)
 	}
 	if ep.multiCall != "" {
@@ -125,6 +129,12 @@ func (p Programs) Resolve(c corev1.Container, env map[string]string) (argv []str
 		return nil, ReasonImageNotRunnable, fmt.Sprintf("image %q has no entry point and the container no args", c.Image)
 	}
 	return p.hostProgram(look, line[:1], line[1:])
+}
+
+// isProgram reports whether name is a program look finds.
+func isProgram(look func(string) (string, error), name string) bool {
+	_, err := look(name)
+	return err == nil
 }
 
 // hostProgram finds command[0] on the host and returns the whole command line.

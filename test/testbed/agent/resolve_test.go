@@ -48,6 +48,8 @@ func TestResolve(t *testing.T) {
 		{"ubuntu without args", corev1.Container{Image: "docker.io/library/ubuntu:24.04"}, []string{"/usr/bin/bash"}, ""},
 		{"curl image puts its entry point before the args", corev1.Container{Image: "curlimages/curl:8.10.1", Args: []string{"-s", "http://web"}},
 			[]string{"/usr/bin/curl", "-s", "http://web"}, ""},
+		{"curl image with a command as args, as its entry point script runs it", corev1.Container{Image: "curlimages/curl", Args: []string{"sh", "-c", "curl -s x"}},
+			[]string{"/usr/bin/sh", "-c", "curl -s x"}, ""},
 		{"socat image", corev1.Container{Image: "docker.io/alpine/socat:1.7.4.4@sha256:ab", Args: []string{"TCP-LISTEN:$(PORT)", "STDOUT"}},
 			[]string{"/usr/bin/socat", "TCP-LISTEN:8080", "STDOUT"}, ""},
 		{"a program the image's args name must be installed", corev1.Container{Image: "alpine", Args: []string{"apk", "add", "x"}}, nil, ReasonCommandNotFound},

@@ -28,6 +28,10 @@ const (
 	PeerKeyFile    = "peer.key"
 )
 
+// PeerCommonName is the common name of the peer certificate WriteCerts
+// makes: the one a secured peer listener lets in (Config.PeerAllowedCNs).
+const PeerCommonName = "mcsd registry peer"
+
 // certValidity is how long the certificates WriteCerts makes are valid.
 const certValidity = 365 * 24 * time.Hour
 
@@ -59,7 +63,7 @@ func WriteCerts(dir string, hosts []string, clients []ClientCert) error {
 	if err := writeSigned(dir, ServerCertFile, ServerKeyFile, server, ca, caKey); err != nil {
 		return err
 	}
-	peer := hostCert("mcsd registry peer", hosts, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	peer := hostCert(PeerCommonName, hosts, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	if err := writeSigned(dir, PeerCertFile, PeerKeyFile, peer, ca, caKey); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 func TestSecurePeerListener(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if err := WriteCerts(dir, []string{"127.0.0.1"}, nil); err != nil {
+	if err := WriteCerts(dir, []string{"127.0.0.1"}, []ClientCert{{Name: "client", CommonName: "mcsd:prod:east"}}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Start(context.Background(), Config{
@@ -28,8 +28,8 @@ func TestSecurePeerListener(t *testing.T) {
 		ListenClientURL: "https://127.0.0.1:0", CertFile: filepath.Join(dir, ServerCertFile), KeyFile: filepath.Join(dir, ServerKeyFile),
 		TrustedCAFile: filepath.Join(dir, CACertFile),
 		ListenPeerURL: "https://127.0.0.1:0", PeerCertFile: filepath.Join(dir, PeerCertFile), PeerKeyFile: filepath.Join(dir, PeerKeyFile),
-		PeerTrustedCAFile: filepath.Join(dir, CACertFile),
-		UnsafeNoFsync:     true,
+		PeerTrustedCAFile: filepath.Join(dir, CACertFile), PeerAllowedCNs: []string{PeerCommonName},
+		UnsafeNoFsync: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +69,14 @@ func TestSecurePeerListener(t *testing.T) {
 	}
 	if out, err := get(nil, "http://"+strings.TrimPrefix(s.PeerURL(), "https://")+"/version"); err == nil {
 		t.Errorf("/version answered over plain http: %s", out)
+	}
+	// A client's certificate of the same CA is no peer's.
+	client, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := get(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{client}, MinVersion: tls.VersionTLS12}, members); err == nil {
+		t.Errorf("/members answered a cluster's client certificate: %s", out)
 	}
 	peer, err := tls.LoadX509KeyPair(filepath.Join(dir, PeerCertFile), filepath.Join(dir, PeerKeyFile))
 	if err != nil {

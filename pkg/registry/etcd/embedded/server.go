@@ -44,10 +44,13 @@ type Config struct {
 	ListenPeerURL string
 	// PeerCertFile and PeerKeyFile are the peer certificate and key for an
 	// https ListenPeerURL; PeerTrustedCAFile, when set, makes peers present
-	// a certificate signed by it.
+	// a certificate signed by it, and PeerAllowedCNs, when set, one with
+	// one of these common names (a CA that also signs clients' certificates
+	// would otherwise let every client in as a peer).
 	PeerCertFile      string
 	PeerKeyFile       string
 	PeerTrustedCAFile string
+	PeerAllowedCNs    []string
 	// CertFile and KeyFile are the server certificate and key for an https
 	// ListenClientURL.
 	CertFile string
@@ -198,6 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		KeyFile:        cfg.PeerKeyFile,
 		TrustedCAFile:  cfg.PeerTrustedCAFile,
 		ClientCertAuth: cfg.PeerTrustedCAFile != "",
+		AllowedCNs:     cfg.PeerAllowedCNs,
 	}
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = cfg.CompactionRetention.String()
