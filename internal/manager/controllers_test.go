@@ -146,7 +146,7 @@ type index struct {
 // informer of its kind: the fake informers know only typed objects.
 func (c *indexingCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		return c.FakeInformers.GetInformerForKind(ctx, m.GroupVersionKind(), opts...)
+		return c.GetInformerForKind(ctx, m.GroupVersionKind(), opts...)
 	}
 	return c.FakeInformers.GetInformer(ctx, obj, opts...)
 }

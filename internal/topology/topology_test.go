@@ -211,4 +211,3 @@ func TestOwnZoneKept(t *testing.T) {
 		t.Errorf("zones %v: want %d, its own zone z among them", names, MaxHints)
 	}
 }
-

@@ -143,4 +143,3 @@ func TestProbeWaitsForARegistryOnItsWay(t *testing.T) {
 		t.Fatalf("probe of a registry that came up: %v", err)
 	}
 }
-

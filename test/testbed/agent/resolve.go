@@ -119,7 +119,8 @@ func (p Programs) Resolve(c corev1.Container, env map[string]string) (argv []str
 		args = ep.cmd
 	}
 	line := args
-	if ep.entrypoint != "" && !(ep.argsMayBeCommand && len(args) > 0 && !strings.HasPrefix(args[0], "-") && isProgram(look, args[0])) {
+	argsAreCommand := ep.argsMayBeCommand && len(args) > 0 && !strings.HasPrefix(args[0], "-") && isProgram(look, args[0])
+	if ep.entrypoint != "" && !argsAreCommand {
 		line = append([]string{ep.entrypoint}, args...)
 	}
 	if ep.multiCall != "" {
