@@ -2,6 +2,7 @@ package conditions
 
 import (
 	"slices"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,4 +117,14 @@ var ConflictReasons = []mcsv1beta1.ServiceExportConditionReason{
 	mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict,
 	mcsv1beta1.ServiceExportReasonTrafficDistributionConflict,
 	mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+}
+
+// Cap shortens s to at most n characters, marking the cut with "…": a
+// condition's message holds at most 32768 bytes, and mcsd keeps its own
+// shorter.
+func Cap(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
 }

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/mcsd-io/mcsd/internal/conditions"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -71,7 +71,7 @@ func listClusters(clusters []string) string {
 }
 
 // quote quotes s, shortened to maxValueLen characters.
-func quote[S ~string](s S) string { return strconv.Quote(capLen(string(s), maxValueLen)) }
+func quote[S ~string](s S) string { return strconv.Quote(conditions.Cap(string(s), maxValueLen)) }
 
 func formatTimeout(t int32) string { return fmt.Sprintf("timeoutSeconds %d", t) }
 
@@ -88,7 +88,7 @@ func formatMap(m map[string]string) string {
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		kv = append(kv, k+"="+m[k])
 	}
-	return "{" + capLen(strings.Join(kv, ", "), maxValueLen) + "}"
+	return "{" + conditions.Cap(strings.Join(kv, ", "), maxValueLen) + "}"
 }
 
 func formatFamilies(fs []corev1.IPFamily) string {
@@ -97,13 +97,4 @@ func formatFamilies(fs []corev1.IPFamily) string {
 		s[i] = string(f)
 	}
 	return "[" + strings.Join(s, ", ") + "]"
-}
-
-// capLen shortens s to at most n characters, marking the cut with "…".
-func capLen(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }

@@ -183,7 +183,7 @@ func Merge(exports []registry.Export) Result {
 			msg = append(msg, notes[r]...)
 		}
 	}
-	res.Conflict.Message = capLen(strings.Join(msg, ". "), maxMessageLen)
+	res.Conflict.Message = conditions.Cap(strings.Join(msg, ". "), maxMessageLen)
 	return res
 }
 

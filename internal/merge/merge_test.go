@@ -948,8 +948,8 @@ func TestCapLen(t *testing.T) {
 		{"", 1, ""},
 	}
 	for _, tt := range tests {
-		if got := capLen(tt.s, tt.n); got != tt.want {
-			t.Errorf("capLen(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
+		if got := conditions.Cap(tt.s, tt.n); got != tt.want {
+			t.Errorf("conditions.Cap(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
 		}
 	}
 }

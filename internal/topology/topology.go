@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -126,7 +127,7 @@ func Plan(in Input) Hints {
 	}
 	cond := func(status metav1.ConditionStatus, reason, format string, args ...any) *metav1.Condition {
 		return &metav1.Condition{Type: ConditionHints, Status: status, Reason: reason,
-			Message: capLen(fmt.Sprintf("Asked for by %s. ", strings.Join(asked, " and "))+fmt.Sprintf(format, args...), 1024)}
+			Message: conditions.Cap(fmt.Sprintf("Asked for by %s. ", strings.Join(asked, " and "))+fmt.Sprintf(format, args...), 1024)}
 	}
 	if in.Headless {
 		return Hints{Condition: cond(metav1.ConditionFalse, ReasonHeadless,
@@ -255,13 +256,4 @@ func readyWithout(eps map[string][]registry.Endpoint, ok func(registry.Endpoint)
 		}
 	}
 	return out
-}
-
-// capLen shortens s to at most n characters, marking the cut with "…".
-func capLen(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
 }

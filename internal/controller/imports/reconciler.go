@@ -229,7 +229,7 @@ func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.S
 		Type:    conditions.RegistryReachable,
 		Status:  metav1.ConditionFalse,
 		Reason:  conditions.ReasonRegistryUnreachable,
-		Message: fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", capLen(connErr.Error(), 512)),
+		Message: fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", conditions.Cap(connErr.Error(), 512)),
 	})
 	recheck, err := r.patchStatus(ctx, si, old)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,7 +88,7 @@ func endpointsCondition(res merge.Result, endpoints map[string]registry.Endpoint
 		msg += ": traffic goes to the other clusters' endpoints"
 	}
 	return metav1.Condition{Type: conditions.EndpointsReady, Status: metav1.ConditionFalse, Reason: conditions.ReasonClustersWithoutEndpoints,
-		Message: capLen(msg, 1024)}
+		Message: conditions.Cap(msg, 1024)}
 }
 
 // recordsCondition is RecordsAccepted=False naming every refused cluster
@@ -104,13 +103,13 @@ func recordsCondition(rejected []registry.Rejection) (metav1.Condition, bool) {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		fmt.Fprintf(&b, "cluster %s: its %s record was refused (%s: %s)", r.Record.Cluster, r.Kind, r.Reason, capLen(r.Message, 200))
+		fmt.Fprintf(&b, "cluster %s: its %s record was refused (%s: %s)", r.Record.Cluster, r.Kind, r.Reason, conditions.Cap(r.Message, 200))
 	}
 	return metav1.Condition{
 		Type:    conditions.RecordsAccepted,
 		Status:  metav1.ConditionFalse,
 		Reason:  conditions.ReasonRecordsRejected,
-		Message: capLen(b.String(), 1024),
+		Message: conditions.Cap(b.String(), 1024),
 	}, true
 }
 
@@ -137,7 +136,7 @@ func readyCondition(s *scope) metav1.Condition {
 			Type:    string(mcsv1beta1.ServiceImportConditionReady),
 			Status:  status,
 			Reason:  string(reason),
-			Message: capLen(fmt.Sprintf(format, args...), 1024),
+			Message: conditions.Cap(fmt.Sprintf(format, args...), 1024),
 		}
 	}
 	const (
@@ -212,7 +211,7 @@ func (r *Reconciler) eventClusters(si *mcsv1beta1.ServiceImport, old []mcsv1beta
 	if len(removed) > 0 {
 		msg += "; removed " + strings.Join(removed, ", ")
 	}
-	r.eventf(si, corev1.EventTypeNormal, eventClustersChanged, "%s", capLen(msg, 1024))
+	r.eventf(si, corev1.EventTypeNormal, eventClustersChanged, "%s", conditions.Cap(msg, 1024))
 }
 
 // importState is the state the metrics count an import in, from its Ready
@@ -230,12 +229,4 @@ func importState(conds []metav1.Condition) metrics.ImportState {
 		return metrics.ImportDerivedServiceConflict
 	}
 	return metrics.ImportPending
-}
-
-// capLen shortens s to at most n characters, marking the cut with "…".
-func capLen(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
 }
