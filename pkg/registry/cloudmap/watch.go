@@ -145,6 +145,7 @@ func (hb *beat) alive(now time.Time) bool {
 }
 
 func (w *watcher) setConnected(connected bool, err error) {
+	err = forbidden(err)
 	if w.connected != nil && *w.connected == connected {
 		return
 	}
@@ -547,4 +548,13 @@ func (s *snapshot) diff(next *snapshot) registry.Update {
 
 func compareRecordIDs(a, b registry.RecordID) int {
 	return cmp.Or(cmp.Compare(a.Service.Namespace, b.Service.Namespace), cmp.Compare(a.Service.Name, b.Service.Name), cmp.Compare(a.Cluster, b.Cluster))
+}
+
+// forbidden marks an access-denied error of Cloud Map as registry.ErrForbidden,
+// saying what the identity lacks; other errors are returned as they are.
+func forbidden(err error) error {
+	if err == nil || !isAccessDenied(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w (this identity needs the read actions of pkg/registry/cloudmap/iam-policy.json)", registry.ErrForbidden, err)
 }
