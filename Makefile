@@ -48,7 +48,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code for api/.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs into config/crd/bases (ClusterProperty from api/, the MCS CRDs from the mcs-api module).
+manifests: $(CONTROLLER_GEN) ## Generate CRDs into config/crd/bases (ClusterProperty from api/; the MCS CRDs from the mcs-api module, with printer columns: hack/mcscrds).
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(GO) run ./hack/mcscrds config/crd/bases
 	cp config/crd/bases/*.yaml charts/mcsd/files/crds/
