@@ -147,18 +147,25 @@ func CondString(conds []metav1.Condition) string {
 	return s
 }
 
+// Patch reads obj (by its namespace and name) from cl, applies change and
+// writes the difference as a merge patch.
+func Patch[T client.Object](t testing.TB, cl client.Client, obj T, change func(T)) {
+	t.Helper()
+	if err := cl.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatalf("get %T %s/%s: %v", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
+	base := obj.DeepCopyObject().(client.Object)
+	change(obj)
+	if err := cl.Patch(context.Background(), obj, client.MergeFrom(base)); err != nil {
+		t.Fatalf("patch %T %s/%s: %v", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
+}
+
 // Scale sets a Deployment's replicas.
 func Scale(t testing.TB, cl client.Client, ns, name string, replicas int32) {
 	t.Helper()
-	d := &appsv1.Deployment{}
-	if err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
-		t.Fatalf("get deployment %s/%s: %v", ns, name, err)
-	}
-	base := d.DeepCopy()
-	d.Spec.Replicas = ptr.To(replicas)
-	if err := cl.Patch(context.Background(), d, client.MergeFrom(base)); err != nil {
-		t.Fatalf("scale %s/%s to %d: %v", ns, name, replicas, err)
-	}
+	Patch(t, cl, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+		func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(replicas) })
 }
 
 // SetPodReady sets a pod's Ready and ContainersReady conditions, as a

@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -252,30 +251,12 @@ func TestLocality(t *testing.T) {
 
 func setService(t *testing.T, id, ns string, change func(*corev1.Service)) {
 	t.Helper()
-	cl := env.Client(t, id)
-	svc := &corev1.Service{}
-	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "web"}, svc); err != nil {
-		t.Fatalf("get service in %s: %v", id, err)
-	}
-	base := svc.DeepCopy()
-	change(svc)
-	if err := cl.Patch(context.Background(), svc, client.MergeFrom(base)); err != nil {
-		t.Fatalf("patch service in %s: %v", id, err)
-	}
+	fw.Patch(t, env.Client(t, id), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}, change)
 }
 
 func setExport(t *testing.T, id, ns string, change func(*mcsv1beta1.ServiceExport)) {
 	t.Helper()
-	cl := env.Client(t, id)
-	se := &mcsv1beta1.ServiceExport{}
-	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "web"}, se); err != nil {
-		t.Fatalf("get export in %s: %v", id, err)
-	}
-	base := se.DeepCopy()
-	change(se)
-	if err := cl.Patch(context.Background(), se, client.MergeFrom(base)); err != nil {
-		t.Fatalf("patch export in %s: %v", id, err)
-	}
+	fw.Patch(t, env.Client(t, id), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}, change)
 }
 
 // waitHints waits for c2's import's TopologyHints condition.

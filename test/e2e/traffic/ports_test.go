@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -105,16 +106,8 @@ func TestStrictPortRouting(t *testing.T) {
 		})
 	})
 	t.Run("the conflict clears: both clusters answer again", func(t *testing.T) {
-		cl := env.Client(t, "c2")
-		svc := &corev1.Service{}
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "same"}, svc); err != nil {
-			t.Fatalf("get c2's service: %v", err)
-		}
-		base := svc.DeepCopy()
-		svc.Spec.Ports[0].Port = 42
-		if err := cl.Patch(context.Background(), svc, client.MergeFrom(base)); err != nil {
-			t.Fatalf("patch c2's service to port 42: %v", err)
-		}
+		fw.Patch(t, env.Client(t, "c2"), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "same"}},
+			func(svc *corev1.Service) { svc.Spec.Ports[0].Port = 42 })
 		for _, id := range []string{"c1", "c2"} {
 			waitConflict(t, id, ns, "same", "NoConflicts")
 		}
