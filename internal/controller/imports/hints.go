@@ -68,6 +68,9 @@ type zoneBook struct {
 func (b *zoneBook) set(node, zone string, deleted bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if z, ok := b.byNode[node]; ok && !deleted && z == zone {
+		return false // a status or heartbeat update: a map look-up
+	}
 	before := b.zonesLocked()
 	if b.byNode == nil {
 		b.byNode = map[string]string{}

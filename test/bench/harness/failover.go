@@ -175,11 +175,13 @@ func (f *failover) setUp(ctx context.Context) error {
 	}
 	clientPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: "client"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "client", Image: "registry.k8s.io/pause:3.10"}}}}
-	floor := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: "floor"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
-	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: "other"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
-	for _, o := range []client.Object{clientPod, floor, other} {
+	// The floor's Services have no selector: the harness writes their slices.
+	selectorless := func(name string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: name},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	}
+	floor := selectorless("floor")
+	for _, o := range []client.Object{clientPod, floor, selectorless("other")} {
 		if err := f.cl2.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %s: %w", o.GetName(), err)
 		}
@@ -194,7 +196,7 @@ func (f *failover) setUp(ctx context.Context) error {
 	if _, _, err = readyPod(ctx, f.cl2, "", "client"); err != nil {
 		return err
 	}
-	if err := f.writeFloorSlice(ctx, f.ip2); err != nil {
+	if err := f.writeSlice(ctx, "floor", f.ip2); err != nil {
 		return err
 	}
 	if err := until(ctx, time.Minute, "c2's import of web hinted", func() (bool, error) {
@@ -254,11 +256,6 @@ func readyPod(ctx context.Context, cl client.Client, label, name string) (string
 		return false, nil
 	})
 	return pod, ip, err
-}
-
-// writeFloorSlice makes the floor Service's one EndpointSlice hold ip.
-func (f *failover) writeFloorSlice(ctx context.Context, ip string) error {
-	return f.writeSlice(ctx, "floor", ip)
 }
 
 // writeSlice makes the EndpointSlice of the Service named service hold ip.
@@ -469,7 +466,7 @@ func (f *failover) floorTrial(ctx context.Context, after bool) (away, back float
 			return err
 		}
 		moved = time.Now()
-		if err := f.writeFloorSlice(ctx, f.ip1); err != nil {
+		if err := f.writeSlice(ctx, "floor", f.ip1); err != nil {
 			return err
 		}
 		if err := sleepCtx(ctx, probeSwitched); err != nil {
@@ -479,7 +476,7 @@ func (f *failover) floorTrial(ctx context.Context, after bool) (away, back float
 			return err
 		}
 		restored = time.Now()
-		return f.writeFloorSlice(ctx, f.ip2)
+		return f.writeSlice(ctx, "floor", f.ip2)
 	})
 	if err != nil {
 		return 0, 0, err
