@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/pkg/registry/backends"
 )
@@ -29,6 +30,7 @@ type controllerFlags struct {
 	metricsAddr    string
 	healthAddr     string
 	zapDevelopment bool
+	takeoverGrace  time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -74,6 +76,7 @@ Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables)")
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 	fl.BoolVar(&f.zapDevelopment, "log-development", false, "human-friendly logs instead of JSON")
+	fl.DurationVar(&f.takeoverGrace, "takeover-grace", imports.DefaultRetireGrace, "when taking over imports of the AWS Cloud Map MCS controller, how long its derived Services that mcsd does not adopt keep carrying traffic (at least as long as clients cache DNS answers)")
 	return cmd
 }
 
@@ -104,6 +107,7 @@ func runController(ctx context.Context, f *controllerFlags) error {
 		HealthAddr:              f.healthAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionNamespace: f.leaderNS,
+		TakeoverGrace:           f.takeoverGrace,
 	})
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
 		// Stopped by a signal: a clean exit, said once.

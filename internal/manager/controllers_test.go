@@ -82,7 +82,7 @@ func startInProcess(t *testing.T, store *memory.Store, cluster string, objs ...c
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	view, err := addControllers(ctx, mgr, reg, cluster)
+	view, err := addControllers(ctx, mgr, reg, cluster, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,10 @@ type Options struct {
 	LeaderElectionID string
 	// IdentityRetry is how often a missing identity is looked up again. Default 5s.
 	IdentityRetry time.Duration
+	// TakeoverGrace is how long the derived Services of an import taken
+	// over from the AWS Cloud Map MCS controller that mcsd does not adopt
+	// keep carrying its traffic. Default imports.DefaultRetireGrace.
+	TakeoverGrace time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -217,7 +221,7 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	view, err := addControllers(ctx, mgr, reg, id.Cluster)
+	view, err := addControllers(ctx, mgr, reg, id.Cluster, opts.TakeoverGrace)
 	if err != nil {
 		return err
 	}
@@ -250,7 +254,7 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 
 // addControllers adds to mgr the registry watch, which feeds a new View, and
 // the export and import controllers over that View. It returns the View.
-func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry, cluster string) (*clusterset.View, error) {
+func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry, cluster string, takeoverGrace time.Duration) (*clusterset.View, error) {
 	view := clusterset.NewView()
 	countRejected := metrics.RecordsRejected(cluster)
 	rejectLog := mgr.GetLogger().WithName("registry")
@@ -269,7 +273,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view, ClusterID: cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up export controller: %w", err)
 	}
-	if err := (&imports.Reconciler{Client: mgr.GetClient(), View: view, ClusterID: cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), View: view, ClusterID: cluster, Recorder: recorder, RetireGrace: takeoverGrace}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up import controller: %w", err)
 	}
 	return view, nil

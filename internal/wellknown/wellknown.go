@@ -31,3 +31,24 @@ const (
 	// when this cluster refused a family.
 	AnnotationIPFamilies = "multicluster.mcsd.io/ip-families"
 )
+
+// What the AWS Cloud Map MCS controller (aws/aws-cloud-map-mcs-controller-for-k8s)
+// leaves on the objects of a cluster where mcsd replaces it (docs/migrate-from-aws.md).
+const (
+	// AWSAnnotationDerivedService annotates that controller's ServiceImports
+	// with its derived Services: a JSON list of {"cluster", "derived-service"}.
+	AWSAnnotationDerivedService = "multicluster.k8s.aws/derived-service"
+	// AWSExportFinalizer is that controller's finalizer on ServiceExports.
+	AWSExportFinalizer = "multicluster.k8s.aws/service-export-finalizer"
+	// AWSManagedBy is the endpointslice.kubernetes.io/managed-by value of
+	// that controller's EndpointSlices.
+	AWSManagedBy = "aws-cloud-map-mcs-controller-for-k8s"
+	// AnnotationRetiring lists, on a ServiceImport mcsd took over from that
+	// controller, the derived Services of the import it did not adopt
+	// (comma-separated): they keep carrying the import's traffic until
+	// AnnotationRetireAfter, then mcsd deletes them.
+	AnnotationRetiring = "multicluster.mcsd.io/retiring-services"
+	// AnnotationRetireAfter is when (RFC 3339) the Services of
+	// AnnotationRetiring are deleted.
+	AnnotationRetireAfter = "multicluster.mcsd.io/retire-after"
+)

@@ -78,6 +78,11 @@ type Export struct {
 	// stored it: lower is older. Ties are broken by cluster id. It is set by
 	// the backend on read; a cluster cannot choose it.
 	Order int64 `json:"order"`
+	// WrittenBy names the controller that wrote the export when it was not
+	// mcsd (the AWS Cloud Map MCS controller, whose records the Cloud Map
+	// backend reads as exports); empty for mcsd's own. It is set by the
+	// backend on read and never stored.
+	WrittenBy string `json:"-"`
 }
 
 // EndpointPort is a port of a group of endpoints (the EndpointSlice port).

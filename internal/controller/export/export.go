@@ -27,6 +27,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -128,8 +129,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// its deletion is seen.
 	var finErr error
 	var wg sync.WaitGroup
-	if !controllerutil.ContainsFinalizer(se, Finalizer) {
-		r.setUnguarded(key, true)
+	if !controllerutil.ContainsFinalizer(se, Finalizer) || controllerutil.ContainsFinalizer(se, wellknown.AWSExportFinalizer) {
+		r.setUnguarded(key, !controllerutil.ContainsFinalizer(se, Finalizer))
 		fin := se.DeepCopy()
 		wg.Go(func() { finErr = r.addFinalizer(ctx, fin) })
 	}
@@ -352,7 +353,10 @@ func (r *Reconciler) published(key registry.ServiceKey) (*registry.Export, *regi
 	}
 	var export *registry.Export
 	for _, e := range r.View.Exports(key) {
-		if e.Cluster == r.ClusterID {
+		if e.Cluster == r.ClusterID && e.WrittenBy == "" {
+			// (An export another controller wrote for this cluster, the
+			// AWS Cloud Map MCS controller that ran here before mcsd, is
+			// not mcsd's: it is published over.)
 			export = &e
 			break
 		}
@@ -401,7 +405,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 	if !controllerutil.ContainsFinalizer(se, Finalizer) {
 		// Deleted (another party's finalizer keeps it) before mcsd's
 		// finalizer was added, perhaps after it was published.
-		return r.withdrawGone(ctx, key)
+		if err := r.withdrawGone(ctx, key); err != nil {
+			return err
+		}
+		return r.releaseAWSFinalizer(ctx, se)
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {
 		err = fmt.Errorf("withdraw export: %w", err)
@@ -413,6 +420,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 	ctrl.LoggerFrom(ctx).Info("Withdrew export of deleted ServiceExport")
 	base := se.DeepCopy()
 	controllerutil.RemoveFinalizer(se, Finalizer)
+	controllerutil.RemoveFinalizer(se, wellknown.AWSExportFinalizer)
 	if err := r.Client.Patch(ctx, se, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("remove finalizer: %w", err))
 	}
@@ -424,8 +432,28 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 func (r *Reconciler) addFinalizer(ctx context.Context, se *mcsv1beta1.ServiceExport) error {
 	base := se.DeepCopy()
 	controllerutil.AddFinalizer(se, Finalizer)
+	// The AWS Cloud Map MCS controller's, left by a cluster that ran it: mcsd
+	// withdraws what that controller wrote for this cluster with its own
+	// records (the backend took them over), and its finalizer would keep
+	// the ServiceExport for ever once it is deleted.
+	controllerutil.RemoveFinalizer(se, wellknown.AWSExportFinalizer)
 	if err := r.Client.Patch(ctx, se, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("add finalizer: %w", err)
+	}
+	return nil
+}
+
+// releaseAWSFinalizer removes the AWS Cloud Map MCS controller's finalizer
+// from a deleted ServiceExport whose records mcsd withdrew: that controller
+// no longer runs here to remove it.
+func (r *Reconciler) releaseAWSFinalizer(ctx context.Context, se *mcsv1beta1.ServiceExport) error {
+	if !controllerutil.ContainsFinalizer(se, wellknown.AWSExportFinalizer) {
+		return nil
+	}
+	base := se.DeepCopy()
+	controllerutil.RemoveFinalizer(se, wellknown.AWSExportFinalizer)
+	if err := r.Client.Patch(ctx, se, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("remove the AWS controller's finalizer: %w", err))
 	}
 	return nil
 }

@@ -791,3 +791,55 @@ func TestWithdrawOrphans(t *testing.T) {
 		t.Errorf("exported after cleanup (-want +got):\n%s", diff)
 	}
 }
+
+// TestTakeOverFromAWSController: a ServiceExport the AWS Cloud Map MCS
+// controller finalized becomes mcsd's (its finalizer replaced by mcsd's in
+// one write), and this cluster's records that controller wrote are
+// published over even when they read the same.
+func TestTakeOverFromAWSController(t *testing.T) {
+	e := newEnv(t, newServiceExport(func(se *mcsv1beta1.ServiceExport) {
+		se.Finalizers = []string{wellknown.AWSExportFinalizer}
+	}), newService(), newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.1.0.1", nil)))
+	e.mustReconcile()
+	if got := e.serviceExport().Finalizers; !slices.Equal(got, []string{Finalizer}) {
+		t.Errorf("finalizers = %v, want mcsd's only", got)
+	}
+	// The View shows this cluster's records as the AWS controller's,
+	// and the registry lost them: mcsd writes its own.
+	stored := e.reg.stored()
+	u := registry.Update{Full: true, Endpoints: stored.Endpoints, Clusters: []registry.Cluster{{ID: thisID}}}
+	for _, x := range stored.Exports {
+		x.WrittenBy = "aws-cloud-map-mcs-controller-for-k8s v0.3.1"
+		u.Exports = append(u.Exports, x)
+	}
+	e.view.OnUpdate(u)
+	if err := e.reg.DeleteExport(context.Background(), webKey); err != nil {
+		t.Fatal(err)
+	}
+	e.mustReconcile()
+	if _, ok := e.reg.export(webKey); !ok {
+		t.Error("an export the View shows as the AWS controller's was not published over")
+	}
+}
+
+// TestDeletedAWSFinalizedExportReleased: a ServiceExport deleted while
+// only the AWS controller's finalizer held it is withdrawn and released.
+func TestDeletedAWSFinalizedExportReleased(t *testing.T) {
+	now := metav1.Now()
+	e := newEnv(t, newServiceExport(func(se *mcsv1beta1.ServiceExport) {
+		se.Finalizers = []string{wellknown.AWSExportFinalizer}
+		se.DeletionTimestamp = &now
+	}), newService())
+	if err := e.reg.PutExport(context.Background(), webKey, registry.ServiceSpec{Type: registry.ClusterSetIP}); err != nil {
+		t.Fatal(err)
+	}
+	e.syncView()
+	e.mustReconcile()
+	if _, ok := e.reg.export(webKey); ok {
+		t.Error("export not withdrawn")
+	}
+	se := &mcsv1beta1.ServiceExport{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: svcName}, se); !apierrors.IsNotFound(err) {
+		t.Errorf("ServiceExport still there (finalizers %v): %v", se.Finalizers, err)
+	}
+}

@@ -46,7 +46,9 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 	var created, updated, deleted int
 	endpoints := s.endpoints
 	inPlace := true
-	for _, want := range desiredEndpointSlices(s, endpoints) {
+	desired := desiredEndpointSlices(s, endpoints)
+	desired = append(desired, retiringSlices(s, desired)...)
+	for _, want := range desired {
 		have, ok := byName[want.Name]
 		delete(byName, want.Name)
 		if ok && have.AddressType != want.AddressType {

@@ -5,6 +5,11 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
+
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/wellknown"
+	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
 // Bounds of the names mcsd gives the objects it derives.
@@ -29,6 +34,20 @@ const (
 func DerivedServiceName(name string) string {
 	keep := maxNameLen - len(derivedPrefix) - 1 - derivedHashLen
 	return derivedPrefix + truncate(name, keep) + "-" + hash(name)[:derivedHashLen]
+}
+
+// derivedServiceOf returns the name of the derived Service of the import
+// key whose ServiceImport is si (nil when there is none): the one its
+// derived-service annotation names when mcsd adopted another party's
+// Service (taken over from the AWS Cloud Map MCS controller, say), else
+// DerivedServiceName. readDerivedService checks that it is mcsd's.
+func derivedServiceOf(si *mcsv1beta1.ServiceImport, key registry.ServiceKey) string {
+	if si != nil && isManaged(si) {
+		if n := si.Annotations[wellknown.AnnotationDerivedService]; strings.HasPrefix(n, awsDerivedPrefix) {
+			return n
+		}
+	}
+	return DerivedServiceName(key.Name)
 }
 
 // sliceName returns the name of one EndpointSlice of an import: the import

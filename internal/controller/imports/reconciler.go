@@ -42,6 +42,7 @@ const (
 	eventServiceRecreated = "DerivedServiceRecreated"
 	eventFamilyRefused    = "IPFamilyNotSupported"
 	eventRecordsRejected  = "RecordsRejected"
+	eventTakenOver        = "TakenOver"
 )
 
 // Reconciler keeps, for every Service the clusterset exports, the
@@ -61,6 +62,12 @@ type Reconciler struct {
 	ClusterID string
 	// Recorder records events on ServiceImports; nil records none.
 	Recorder record.EventRecorder
+	// RetireGrace is how long the derived Services of an import taken over
+	// from the AWS Cloud Map MCS controller that mcsd did not adopt keep
+	// carrying its traffic (see takeover.go). Zero is DefaultRetireGrace.
+	RetireGrace time.Duration
+	// Now is the clock of the retirements; nil is time.Now.
+	Now func() time.Time
 
 	// written keeps the last status write of each ServiceImport until the
 	// cache shows it.
@@ -125,6 +132,25 @@ type scope struct {
 	// hints are the topology hints of the import's endpoints, and the
 	// condition that says so.
 	hints topology.Hints
+	// retiring are the derived Services of an import taken over from the
+	// AWS controller that still carry its traffic (see takeover.go).
+	retiring retirement
+}
+
+// recheckAt asks to look at the import again within d (at least half a
+// second from now).
+func (s *scope) recheckAt(d time.Duration) {
+	d = max(d, 500*time.Millisecond)
+	if s.recheck == 0 || d < s.recheck {
+		s.recheck = d
+	}
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 // Reconcile converges the import of one Service to the registry's state.
@@ -184,11 +210,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	exports := r.View.Exports(key)
+	if len(exports) == 0 && foreign != nil && isAWSImport(foreign) {
+		return ctrl.Result{}, r.deleteAWSImport(ctx, foreign)
+	}
 	if len(exports) == 0 {
 		if foreign != nil {
 			log.V(1).Info("Not deleting a ServiceImport that mcsd did not create")
 		}
 		return ctrl.Result{}, r.reconcileDelete(ctx, key, si)
+	}
+	derivedName, retiring := derivedServiceOf(si, key), retirementOf(si)
+	if foreign != nil && isAWSImport(foreign) {
+		name, ret, err := r.takeOver(ctx, foreign)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		si, foreign, retiring = foreign, nil, ret
+		if name != "" {
+			derivedName = name
+		}
 	}
 	if foreign != nil {
 		log.Error(errNotManaged, "A ServiceImport that mcsd did not create holds the name of an exported Service; leaving it alone")
@@ -197,7 +237,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	s := &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
-		rejected: r.View.Rejected(key), derivedName: DerivedServiceName(key.Name), endpoints: r.View.Endpoints(key)}
+		rejected: r.View.Rejected(key), derivedName: derivedName, endpoints: r.View.Endpoints(key), retiring: retiring}
 	if err := r.planHints(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -251,7 +291,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, key registry.ServiceKe
 		return err
 	}
 	svc := &corev1.Service{}
-	name := DerivedServiceName(key.Name)
+	name := derivedServiceOf(si, key)
 	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, svc); {
 	case apierrors.IsNotFound(err):
 	case err != nil:
@@ -290,6 +330,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, key registry.ServiceKe
 // and goes only once every slice is handed over: the garbage collector
 // would delete the slices it owns.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr error) {
+	if err := r.retireDue(ctx, s); err != nil {
+		return err
+	}
 	if err := r.readDerivedService(ctx, s); err != nil {
 		return err
 	}
@@ -318,6 +361,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 		return errors.Join(svcErr, importErr, slicesErr)
 	}
 	s.flushEvents()
+	if slicesErr == nil {
+		slicesErr = r.removeAWSSlices(ctx, s)
+	}
 
 	// No finalizer: everything mcsd creates for an import is owned by the
 	// ServiceImport (the slices through the derived Service), so the garbage
@@ -349,7 +395,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 		wg.Go(func() { adoptErr = r.adoptService(ctx, adopt, ref) })
 	}
 	recheck, patchErr := r.patchStatus(ctx, s.si, old)
-	s.recheck = recheck
+	if recheck > 0 {
+		s.recheckAt(recheck)
+	}
 	wg.Wait()
 	if patchErr == nil {
 		r.metrics.Set(client.ObjectKeyFromObject(s.si), importState(s.si.Status.Conditions))
@@ -404,6 +452,7 @@ func desiredImport(s *scope) *mcsv1beta1.ServiceImport {
 	annotations[wellknown.AnnotationManaged] = "true"
 	spec := *s.res.Spec.DeepCopy()
 	spec.IPs = nil
+	s.retiring.annotate(annotations)
 	if spec.Type == mcsv1beta1.ClusterSetIP {
 		annotations[wellknown.AnnotationDerivedService] = s.derivedName
 		if s.svc != nil && !needsRecreate(s.svc, spec.IPFamilies) {

@@ -75,6 +75,10 @@ const (
 
 	// controllerName is the K8S_CONTROLLER value of mcsd's instances.
 	controllerName = "mcsd"
+	// awsControllerName names the AWS Cloud Map MCS controller when one of
+	// its instances carries no K8S_CONTROLLER (its value there is the
+	// controller's name and version).
+	awsControllerName = "aws-cloud-map-mcs-controller-for-k8s"
 	// heartbeatService is the Cloud Map service of the heartbeats in the
 	// system namespace.
 	heartbeatService = "heartbeats"

@@ -269,23 +269,16 @@ func (b *Backend) start(ctx context.Context) error {
 		b.since = b.now().UnixMilli()
 	}
 
-	found, err := b.scanOwn(ctx, query)
+	found, inherited, err := b.scanOwn(ctx, query)
 	if err != nil {
 		return err
 	}
-	stale, migrated := 0, 0
+	stale, migrated, adopted := 0, 0, 0
 	for _, key := range slices.SortedFunc(maps.Keys(found), registry.ServiceKey.Compare) {
 		o := found[key]
 		if alive {
-			b.own[key] = o
-			found := map[string]instance{}
-			for id, attrs := range o.stored {
-				found[id] = instance{ID: id, Attrs: attrs}
-			}
-			if o.record != nil {
-				found[recordID(b.enc.prefix, key)] = instance{ID: recordID(b.enc.prefix, key), Attrs: o.record}
-			}
-			b.ownWatch.seed(b.opts.Identity, key, found)
+			b.takeOver(key, o)
+			adopted += len(inherited[key])
 			if _, legacy := o.stored[serviceRecordID(b.enc.prefix)]; legacy {
 				// Written by an mcsd that kept its service records beside
 				// the endpoints: move the record to the records service.
@@ -296,7 +289,10 @@ func (b *Backend) start(ctx context.Context) error {
 			}
 			continue
 		}
+		// The heartbeat expired: mcsd's records go. The AWS controller's
+		// are not subject to heartbeats: they are taken over (below).
 		ids := slices.Sorted(maps.Keys(o.stored))
+		ids = slices.DeleteFunc(ids, func(id string) bool { _, aws := inherited[key][id]; return aws })
 		err := b.parallel(ctx, len(ids), func(ctx context.Context, i int) error {
 			return b.deregister(ctx, o.svc, ids[i])
 		}, func(int) { stale++ })
@@ -308,11 +304,22 @@ func (b *Backend) start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("delete expired records of %s: %w", key, err)
 		}
+		if aws := inherited[key]; len(aws) > 0 {
+			st, _ := decodeOwn(b.opts.Identity, key, instances(aws))
+			b.takeOver(key, &ownService{svc: o.svc, created: st.Created, st: st, stored: aws})
+			adopted += len(aws)
+		}
 	}
 	if alive {
 		b.log.Info("took over records", "services", len(b.own), "movedRecords", migrated)
 	} else if stale > 0 {
 		b.log.Info("deleted expired records", "instances", stale)
+	}
+	if adopted > 0 {
+		// Replaced by mcsd's own at the next put of each Service, then
+		// deregistered (see applyTo); withdrawn if the Service is no
+		// longer exported.
+		b.log.Info("took over the AWS Cloud Map MCS controller's instances of this cluster", "instances", adopted)
 	}
 	if err := b.beat(ctx); err != nil {
 		return fmt.Errorf("write heartbeat: %w", err)
@@ -320,13 +327,41 @@ func (b *Backend) start(ctx context.Context) error {
 	return nil
 }
 
+// takeOver makes o the backend's record of what it wrote of key, and what
+// the watch should read of it.
+func (b *Backend) takeOver(key registry.ServiceKey, o *ownService) {
+	b.own[key] = o
+	found := map[string]instance{}
+	for id, attrs := range o.stored {
+		found[id] = instance{ID: id, Attrs: attrs}
+	}
+	if o.record != nil {
+		found[recordID(b.enc.prefix, key)] = instance{ID: recordID(b.enc.prefix, key), Attrs: o.record}
+	}
+	b.ownWatch.seed(b.opts.Identity, key, found)
+}
+
+// instances lists stored instances by id.
+func instances(stored map[string]map[string]string) []instance {
+	out := make([]instance, 0, len(stored))
+	for id, attrs := range stored {
+		out = append(out, instance{ID: id, Attrs: attrs})
+	}
+	return out
+}
+
 // scanOwn finds this cluster's instances in every namespace and its service
-// records, and fills the directory.
-func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[registry.ServiceKey]*ownService, error) {
+// records, and fills the directory. The instances the AWS Cloud Map MCS
+// controller registered for this cluster (the same cluster and clusterset
+// attributes, no mcsd record kind) are found too: they are the cluster's
+// previous writes when mcsd replaces that controller, stored with mcsd's
+// and also returned apart, by Service.
+func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[registry.ServiceKey]*ownService, map[registry.ServiceKey]map[string]map[string]string, error) {
 	nss, err := listNamespaces(ctx, b.api)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	inherited := map[registry.ServiceKey]map[string]map[string]string{}
 	out := map[registry.ServiceKey]*ownService{}
 	mine := map[registry.ServiceKey][]instance{}
 	get := func(key registry.ServiceKey) *ownService {
@@ -347,7 +382,7 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, svc := range svcs {
 			b.dir.addService(svc)
@@ -356,22 +391,30 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("read own records: %w", err)
+				return nil, nil, fmt.Errorf("read own records: %w", err)
 			}
 			key := registry.ServiceKey{Namespace: ns.Name, Name: svc.Name}
 			for _, in := range insts {
-				if r := in.Attrs[attrRecord]; r == recordService || r == recordEndpoint {
-					o := get(key)
-					o.svc = svc
-					o.stored[in.ID] = in.Attrs
-					mine[key] = append(mine[key], in)
+				switch in.Attrs[attrRecord] {
+				case recordService, recordEndpoint:
+				case "":
+					if inherited[key] == nil {
+						inherited[key] = map[string]map[string]string{}
+					}
+					inherited[key][in.ID] = in.Attrs
+				default:
+					continue
 				}
+				o := get(key)
+				o.svc = svc
+				o.stored[in.ID] = in.Attrs
+				mine[key] = append(mine[key], in)
 			}
 		}
 	}
 	recs, err := b.discover(ctx, b.systemService(recordsService), query)
 	if err != nil && !isNotFound(err) {
-		return nil, fmt.Errorf("read own service records: %w", err)
+		return nil, nil, fmt.Errorf("read own service records: %w", err)
 	}
 	for _, in := range recs {
 		key, ok := recordKey(in.Attrs)
@@ -406,7 +449,7 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 			}
 		}
 	}
-	return out, nil
+	return out, inherited, nil
 }
 
 // discover reads the instances of svc that match query: DiscoverInstances

@@ -42,6 +42,7 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 		awsOrder  int64
 		awsType   registry.ServiceType
 		awsPorts  map[registry.Port]bool
+		awsBy     string
 	}
 	byCluster := map[string]*acc{}
 	get := func(c string) *acc {
@@ -92,6 +93,9 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 			if a.awsType == "" {
 				a.awsType = registry.ServiceType(at[attrServiceType])
 			}
+			if a.awsBy == "" {
+				a.awsBy = cmp.Or(at[attrController], awsControllerName)
+			}
 			if p, ok := servicePort(at); ok {
 				a.awsPorts[p] = true
 			}
@@ -112,7 +116,7 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 				spec.Type = registry.ClusterSetIP
 			}
 			spec.Ports = slices.SortedFunc(maps.Keys(a.awsPorts), comparePorts)
-			r.Export = &registry.Export{Cluster: cluster, Service: key, Spec: spec, Order: a.awsOrder}
+			r.Export = &registry.Export{Cluster: cluster, Service: key, Spec: spec, Order: a.awsOrder, WrittenBy: a.awsBy}
 		}
 		if a.endpoints {
 			r.Endpoints = &registry.Endpoints{Cluster: cluster, Service: key, Groups: a.eps.groups()}
@@ -295,9 +299,14 @@ func decodeOwn(id registry.Identity, key registry.ServiceKey, insts []instance) 
 	var st state
 	found := false
 	for _, in := range insts {
-		if in.Attrs[attrRecord] == recordService {
+		switch in.Attrs[attrRecord] {
+		case recordService:
 			st.Created, _ = strconv.ParseInt(in.Attrs[attrCreation], 10, 64)
 			st.EndpointsUpdated, _ = strconv.ParseInt(in.Attrs[attrEndpointsUpdated], 10, 64)
+			found = true
+		case "":
+			// The AWS Cloud Map MCS controller's: its export is read from
+			// its endpoints (decodeService).
 			found = true
 		}
 	}
@@ -307,6 +316,9 @@ func decodeOwn(id registry.Identity, key registry.ServiceKey, insts []instance) 
 	if recs != nil && recs.Export != nil {
 		spec := recs.Export.Spec
 		st.Spec = &spec
+		if st.Created == 0 {
+			st.Created = recs.Export.Order
+		}
 	}
 	if recs != nil && recs.Endpoints != nil {
 		st.HasEndpoints = true

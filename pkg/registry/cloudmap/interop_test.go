@@ -1,6 +1,8 @@
 package cloudmap
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -43,7 +45,7 @@ func TestInteropAWSController(t *testing.T) {
 	b := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "mcsd-west"}, 30*time.Second))
 	rec := registrytest.StartWatch(t, b)
 	awsID := registry.RecordID{Cluster: "aws-east", Service: key}
-	wantExport := registry.Export{Cluster: "aws-east", Service: key, Order: 1665108776000, Spec: registry.ServiceSpec{
+	wantExport := registry.Export{Cluster: "aws-east", Service: key, Order: 1665108776000, WrittenBy: awsInstanceController, Spec: registry.ServiceSpec{
 		Type:  registry.ClusterSetIP,
 		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
 	}}
@@ -155,4 +157,111 @@ func TestExistingPrivateDNSNamespace(t *testing.T) {
 		x, ok := v.Exports[registry.RecordID{Cluster: "a", Service: key}]
 		return ok && x.Spec.Type == registry.Headless
 	})
+}
+
+// awsInstanceController is the K8S_CONTROLLER value of
+// mototest.AWSControllerInstance.
+const awsInstanceController = "aws-cloud-map-mcs-controller-for-k8s d07e680 (d07e680)"
+
+// TestTakeOverAWSControllerInstances: mcsd started as a cluster that ran the
+// AWS controller takes that controller's instances of the cluster over as
+// its own previous writes: it registers its own for the same endpoints
+// before it deregisters them, so that another cluster's watch never sees the
+// cluster's endpoints vanish; and it withdraws those of a Service it no
+// longer exports.
+func TestTakeOverAWSControllerInstances(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	cs := randName("takeover")
+	nsName := randName("aws")
+	web := registry.ServiceKey{Namespace: nsName, Name: "web"}
+	gone := registry.ServiceKey{Namespace: nsName, Name: "gone"}
+
+	// The AWS controller ran as "east": web with two endpoints, gone with
+	// one (its ServiceExport was deleted while no controller ran).
+	nsOut, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(nsName)})
+	mustDo(t, err)
+	op, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: nsOut.OperationId})
+	mustDo(t, err)
+	register := func(name string, ips ...string) {
+		out, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(op.Operation.Targets["NAMESPACE"])})
+		mustDo(t, err)
+		for _, ip := range ips {
+			in := awsControllerInstance("east", cs, ip, 8080, true, "1665108776000")
+			_, err = c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: out.Service.Id, InstanceId: aws.String(in.ID), Attributes: in.Attrs})
+			mustDo(t, err)
+		}
+	}
+	register("web", "10.1.0.5", "10.1.0.6")
+	register("gone", "10.1.0.9")
+
+	west := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second))
+	rec := registrytest.StartWatch(t, west)
+	eastWeb := registry.RecordID{Cluster: "east", Service: web}
+	addrs := func(v *registrytest.View, id registry.RecordID) []string {
+		var out []string
+		for _, g := range v.Endpoints[id].Groups {
+			for _, e := range g.Endpoints {
+				out = append(out, e.Addresses...)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	both := []string{"10.1.0.5", "10.1.0.6"}
+	rec.WaitFor(t, 15*time.Second, "the AWS controller's endpoints of east", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrs(v, eastWeb), both)
+	})
+
+	// mcsd starts as east, with no heartbeat of its own before.
+	east := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "east"}, 30*time.Second))
+	exported, err := east.Exported(ctx)
+	mustDo(t, err)
+	if !slices.Equal(exported, []registry.ServiceKey{gone, web}) {
+		t.Fatalf("Exported = %v, want the AWS controller's %v and %v", exported, gone, web)
+	}
+	spec := registry.ServiceSpec{Type: registry.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
+	group := registry.EndpointGroup{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []registry.EndpointPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}}}
+	for _, ip := range both {
+		group.Endpoints = append(group.Endpoints, registry.Endpoint{Addresses: []string{ip}, Ready: true, Serving: true})
+	}
+	mustDo(t, east.Publish(ctx, web, spec, []registry.EndpointGroup{group}))
+	mustDo(t, east.DeleteExport(ctx, gone))
+
+	// Only mcsd's instances are left, one per endpoint.
+	raw := rawInstances(t, c, nsName, "web")
+	if len(raw) != 2 {
+		t.Errorf("instances of web: %v, want mcsd's two", slices.Collect(maps.Keys(raw)))
+	}
+	for id, at := range raw {
+		if at[attrRecord] != recordEndpoint {
+			t.Errorf("instance %s is not mcsd's: %v", id, at)
+		}
+		if at[attrCreation] != "1665108776000" {
+			t.Errorf("instance %s: export created %s, want the AWS controller's 1665108776000 (the export keeps its age)", id, at[attrCreation])
+		}
+	}
+	if raw := rawInstances(t, c, nsName, "gone"); len(raw) != 0 {
+		t.Errorf("instances of gone: %v, want none", raw)
+	}
+	events := rec.WaitFor(t, 15*time.Second, "east's export written by mcsd", func(_ registrytest.Event, v *registrytest.View) bool {
+		x, ok := v.Exports[registry.RecordID{Cluster: "east", Service: web}]
+		return ok && x.WrittenBy == "" && slices.Equal(x.Spec.IPFamilies, spec.IPFamilies) && slices.Equal(addrs(v, eastWeb), both)
+	})
+	for _, e := range events {
+		if e.Update == nil {
+			continue
+		}
+		for _, id := range e.Update.DeletedEndpoints {
+			if id == eastWeb {
+				t.Errorf("west saw east's endpoints of web deleted during the take-over: %v", e)
+			}
+		}
+	}
+	if got := addrs(rec.View(), eastWeb); !slices.Equal(got, both) {
+		t.Errorf("west reads east's endpoints %v, want %v (neither lost nor doubled)", got, both)
+	}
 }

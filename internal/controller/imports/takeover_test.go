@@ -1,0 +1,234 @@
+package imports
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/wellknown"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// awsImport is what the AWS Cloud Map MCS controller leaves in a cluster
+// for the import of shop/web from clusters (one derived Service per
+// cluster, "imported-<cluster>" here, with the cluster IP ips[i] and one
+// EndpointSlice holding addrs[i]); listed lists the clusters its annotation
+// names (those at the import's creation).
+func awsImport(typ mcsv1beta1.ServiceImportType, clusters, ips, addrs []string, listed int) []client.Object {
+	si := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "web", UID: "aws-si"},
+		Spec:       mcsv1beta1.ServiceImportSpec{Type: typ, Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
+	}
+	var entries []map[string]string
+	objs := []client.Object{si}
+	owner := metav1.OwnerReference{APIVersion: "multicluster.x-k8s.io/v1alpha1", Kind: "ServiceImport", Name: "web", UID: si.UID, Controller: ptr.To(true)}
+	for i, c := range clusters {
+		name := "imported-" + c
+		if i < listed {
+			entries = append(entries, map[string]string{"cluster": c, "derived-service": name})
+		}
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: types.UID("aws-" + c),
+				Labels:          map[string]string{mcsv1beta1.LabelSourceCluster: c, mcsv1beta1.LabelServiceName: "web"},
+				OwnerReferences: []metav1.OwnerReference{owner}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: ips[i], ClusterIPs: []string{ips[i]}, IPFamilies: v4,
+				Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(80)}}},
+		}
+		if typ == mcsv1beta1.Headless {
+			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
+		} else {
+			si.Spec.IPs = append(si.Spec.IPs, ips[i])
+		}
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name + "-abcde",
+				Labels: map[string]string{discoveryv1.LabelServiceName: name, mcsv1beta1.LabelServiceName: "web",
+					discoveryv1.LabelManagedBy: wellknown.AWSManagedBy, mcsv1beta1.LabelSourceCluster: c}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addrs[i]}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+		}
+		objs = append(objs, svc, slice)
+	}
+	raw, _ := json.Marshal(entries)
+	si.Annotations = map[string]string{wellknown.AWSAnnotationDerivedService: string(raw)}
+	return objs
+}
+
+// awsSliceNames lists the AWS controller's EndpointSlices left in the
+// namespace.
+func (e *env) awsSliceNames() []string {
+	e.t.Helper()
+	list := &discoveryv1.EndpointSliceList{}
+	if err := e.api.List(e.ctx, list, client.InNamespace(testNS), client.MatchingLabels{discoveryv1.LabelManagedBy: wellknown.AWSManagedBy}); err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, s := range list.Items {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// routed returns, by Service name, the addresses of the slices that
+// kube-proxy would route that Service to (its kubernetes.io/service-name).
+func (e *env) routed() map[string][]string {
+	e.t.Helper()
+	list := &discoveryv1.EndpointSliceList{}
+	if err := e.api.List(e.ctx, list, client.InNamespace(testNS)); err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, s := range list.Items {
+		n := s.Labels[discoveryv1.LabelServiceName]
+		if n == "" {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			out[n] = append(out[n], ep.Addresses...)
+		}
+		slices.Sort(out[n])
+		out[n] = slices.Compact(out[n])
+	}
+	return out
+}
+
+func TestTakeOverAWSImport(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	// "imported-west" exported later: the annotation lists east only.
+	objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.ClusterSetIP,
+		[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 1)...)
+	e := newEnv(t, objs...)
+	e.r.Now = func() time.Time { return now }
+	e.r.RetireGrace = time.Minute
+	twoClusters(e)
+
+	res, err := e.r.Reconcile(e.ctx, request(testNS, "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	si := e.serviceImport("web")
+	if !isManaged(si) || si.UID != "aws-si" {
+		t.Fatalf("ServiceImport not taken over in place: %+v", si.ObjectMeta)
+	}
+	if _, ok := si.Annotations[wellknown.AWSAnnotationDerivedService]; ok {
+		t.Error("the AWS controller's annotation is still there")
+	}
+	if got := si.Annotations[wellknown.AnnotationDerivedService]; got != "imported-east" {
+		t.Errorf("derived-service = %q, want the adopted imported-east", got)
+	}
+	if !slices.Equal(si.Spec.IPs, []string{"10.96.0.20"}) {
+		t.Errorf("ips = %v, want the adopted Service's 10.96.0.20 only", si.Spec.IPs)
+	}
+	if got, want := si.Annotations[wellknown.AnnotationRetiring], "imported-west"; got != want {
+		t.Errorf("retiring = %q, want %q", got, want)
+	}
+	if got, want := si.Annotations[wellknown.AnnotationRetireAfter], "2026-11-25T12:01:00Z"; got != want {
+		t.Errorf("retire-after = %q, want %q", got, want)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Errorf("requeue after %v, want within the grace", res.RequeueAfter)
+	}
+	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
+
+	adopted := e.service("imported-east")
+	if !isOurService(adopted, "web") || !metav1.IsControlledBy(adopted, si) || adopted.Spec.ClusterIP != "10.96.0.20" {
+		t.Errorf("adopted Service: annotations %v owners %v ip %s", adopted.Annotations, adopted.OwnerReferences, adopted.Spec.ClusterIP)
+	}
+	if _, ok := adopted.Labels[mcsv1beta1.LabelSourceCluster]; ok {
+		t.Errorf("adopted Service keeps the AWS controller's labels: %v", adopted.Labels)
+	}
+	if e.service(DerivedServiceName("web")) != nil {
+		t.Error("a new derived Service was created beside the adopted one")
+	}
+	// Both Services route to the whole import, through mcsd's slices; the
+	// AWS controller's are gone, once mcsd's were written.
+	all := []string{"10.1.0.1", "10.1.0.2", "10.2.0.1"}
+	if got := e.routed(); !slices.Equal(got["imported-east"], all) || !slices.Equal(got["imported-west"], all) {
+		t.Errorf("routed = %v, want both Services to %v", got, all)
+	}
+	if left := e.awsSliceNames(); len(left) > 0 {
+		t.Errorf("AWS slices left: %v", left)
+	}
+	if ev := strings.Join(e.events(), "\n"); !strings.Contains(ev, eventTakenOver) {
+		t.Errorf("events = %s, want %s", ev, eventTakenOver)
+	}
+	e.steady("web")
+
+	// The grace ends: the retiring Service and its slices go, and so does
+	// the record of the retirement.
+	now = now.Add(time.Minute)
+	e.reconcile("web")
+	if e.service("imported-west") != nil {
+		t.Error("retiring Service not deleted after its grace")
+	}
+	si = e.serviceImport("web")
+	if _, ok := si.Annotations[wellknown.AnnotationRetiring]; ok {
+		t.Errorf("retirement still recorded: %v", si.Annotations)
+	}
+	if got := e.routed(); len(got) != 1 || !slices.Equal(got["imported-east"], all) {
+		t.Errorf("routed = %v, want imported-east only", got)
+	}
+	e.steady("web")
+	// A restart finds the adopted Service by the annotation.
+	e.r = &Reconciler{Client: e.r.Client, View: e.view, ClusterID: "east"}
+	e.steady("web")
+}
+
+func TestTakeOverAWSHeadlessImport(t *testing.T) {
+	objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.Headless,
+		[]string{"east", "west"}, []string{"", ""}, []string{"10.1.0.1", "10.2.0.1"}, 2)...)
+	e := newEnv(t, objs...)
+	twoHeadless(e)
+	e.reconcile("web")
+	if left := e.awsSliceNames(); len(left) > 0 {
+		t.Errorf("AWS slices left after mcsd's were written: %v", left)
+	}
+	if got := e.slices("web"); len(got["east"]) == 0 || len(got["west"]) == 0 {
+		t.Errorf("mcsd's headless slices = %v", got)
+	}
+	// No grace for Services without a cluster IP.
+	e.reconcile("web")
+	for _, n := range []string{"imported-east", "imported-west"} {
+		if e.service(n) != nil {
+			t.Errorf("%s not deleted", n)
+		}
+	}
+	si := e.serviceImport("web")
+	if !isManaged(si) || si.Annotations[wellknown.AnnotationRetireAfter] != "" {
+		t.Errorf("annotations = %v", si.Annotations)
+	}
+	e.steady("web")
+}
+
+// twoHeadless exports shop/web as headless from east and west.
+func twoHeadless(e *env) {
+	e.publish([]registry.Export{
+		export("east", registry.Headless, v4, port("http", corev1.ProtocolTCP, 80)),
+		export("west", registry.Headless, v4, port("http", corev1.ProtocolTCP, 80)),
+	},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.1.0.1"))),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.2.0.1"))),
+	)
+}
+
+func TestAWSImportOfUnexportedServiceDeleted(t *testing.T) {
+	objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.ClusterSetIP,
+		[]string{"east"}, []string{"10.96.0.20"}, []string{"10.1.0.1"}, 1)...)
+	e := newEnv(t, objs...)
+	e.publish(nil)
+	e.reconcile("web")
+	if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
+		t.Error("the AWS controller's import of a Service nobody exports is still there")
+	}
+}
