@@ -220,14 +220,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.reconcileDelete(ctx, key, si)
 	}
 	derivedName, retiring := derivedServiceOf(si, key), retirementOf(si)
+	var svc *corev1.Service // the derived Service, when known without reading it
 	if foreign != nil && isAWSImport(foreign) {
-		name, ret, err := r.takeOver(ctx, foreign)
+		adopted, ret, err := r.takeOver(ctx, foreign)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		si, foreign, retiring = foreign, nil, ret
-		if name != "" {
-			derivedName = name
+		si, foreign, retiring, svc = foreign, nil, ret, adopted
+		if adopted != nil {
+			derivedName = adopted.Name
 		}
 	}
 	if foreign != nil {
@@ -237,12 +238,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	s := &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
-		rejected: r.View.Rejected(key), derivedName: derivedName, endpoints: r.View.Endpoints(key), retiring: retiring}
+		rejected: r.View.Rejected(key), derivedName: derivedName, endpoints: r.View.Endpoints(key), retiring: retiring, svc: svc}
 	if err := r.planHints(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	err := r.reconcileNormal(ctx, s)
-	return ctrl.Result{RequeueAfter: s.recheck}, err
+	if err := r.reconcileNormal(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: s.recheck}, nil
 }
 
 var errNotManaged = errors.New("ServiceImport not created by mcsd")

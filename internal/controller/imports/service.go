@@ -50,6 +50,10 @@ import (
 // readDerivedService finds the derived Service: s.svc when it is mcsd's,
 // s.foreignSvc when another party created a Service of that name.
 func (r *Reconciler) readDerivedService(ctx context.Context, s *scope) error {
+	if s.svc != nil {
+		// Just adopted (takeOver): the cache may not show it as mcsd's yet.
+		return nil
+	}
 	svc := &corev1.Service{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.key.Namespace, Name: s.derivedName}, svc)
 	switch {
@@ -293,7 +297,14 @@ func needsRecreate(svc *corev1.Service, families []corev1.IPFamily) bool {
 		// The cluster chose; any choice will do.
 		return false
 	}
-	return requestedFamilies(svc) != joinFamilies(families)
+	requested := requestedFamilies(svc)
+	if requested == "" {
+		// Created while the import named no families (the cluster chose,
+		// or another controller made it): what the cluster gave it is
+		// what it has.
+		requested = joinFamilies(svc.Spec.IPFamilies)
+	}
+	return requested != joinFamilies(families)
 }
 
 // requestedFamilies returns the families mcsd asked for when it created

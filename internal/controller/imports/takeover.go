@@ -97,13 +97,13 @@ func (r retirement) annotate(annotations map[string]string) {
 // it finds that controller's derived Services of the import, makes the first
 // that has a cluster IP mcsd's (marked as mcsd marks its own, the
 // controller's labels removed; nothing that kube-proxy reads changes) and
-// returns its name ("" when none fits, such as for a headless import) and
-// the retirement of the others.
-func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport) (string, retirement, error) {
+// returns it (nil when none fits, such as for a headless import) and the
+// retirement of the others.
+func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport) (*corev1.Service, retirement, error) {
 	log := ctrl.LoggerFrom(ctx)
 	candidates, err := r.awsDerivedServices(ctx, si)
 	if err != nil {
-		return "", retirement{}, err
+		return nil, retirement{}, err
 	}
 	// One adopted by an earlier try that did not finish comes first.
 	adoptable := func(svc *corev1.Service) bool {
@@ -130,21 +130,23 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport)
 	}
 	ret := retirement{services: retire, after: r.now().Add(grace).Truncate(time.Second)}
 	name := ""
-	if adopt != nil && isOurService(adopt, si.Name) {
-		name = adopt.Name
-	} else if adopt != nil {
+	if adopt != nil && !isOurService(adopt, si.Name) {
 		updated := adopt.DeepCopy()
 		if updated.Annotations == nil {
 			updated.Annotations = map[string]string{}
 		}
 		updated.Annotations[wellknown.AnnotationManaged] = "true"
 		updated.Annotations[wellknown.AnnotationServiceImport] = si.Name
-		updated.Annotations[wellknown.AnnotationIPFamilies] = joinFamilies(adopt.Spec.IPFamilies)
+		families, _ := importIPs(adopt, nil)
+		updated.Annotations[wellknown.AnnotationIPFamilies] = joinFamilies(families)
 		delete(updated.Labels, mcsv1beta1.LabelServiceName)
 		delete(updated.Labels, mcsv1beta1.LabelSourceCluster)
 		if err := r.Client.Patch(ctx, updated, client.MergeFrom(adopt)); err != nil {
-			return "", retirement{}, fmt.Errorf("adopt the AWS controller's derived Service %s: %w", adopt.Name, err)
+			return nil, retirement{}, fmt.Errorf("adopt the AWS controller's derived Service %s: %w", adopt.Name, err)
 		}
+		adopt = updated
+	}
+	if adopt != nil {
 		name = adopt.Name
 	}
 	log.Info("Taking over the AWS Cloud Map MCS controller's ServiceImport", "derivedService", name,
@@ -152,7 +154,7 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport)
 	r.eventf(si, corev1.EventTypeNormal, eventTakenOver,
 		"mcsd takes this import over from the AWS Cloud Map MCS controller: derived Service %q kept (its cluster IP stays the import's); %d other derived Services carry the import's endpoints until %s, then go",
 		name, len(retire), ret.after.UTC().Format(time.RFC3339))
-	return name, ret, nil
+	return adopt, ret, nil
 }
 
 // awsDerivedServices returns the AWS controller's derived Services of si,

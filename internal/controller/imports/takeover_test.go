@@ -232,3 +232,32 @@ func TestAWSImportOfUnexportedServiceDeleted(t *testing.T) {
 		t.Error("the AWS controller's import of a Service nobody exports is still there")
 	}
 }
+
+// TestNeedsRecreateClusterChosen: a derived Service created while the
+// import named no families (the cluster chose, or the AWS controller made
+// it) is kept when the import's families turn out to be those it has.
+func TestNeedsRecreateClusterChosen(t *testing.T) {
+	svc := func(requested string, has ...corev1.IPFamily) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{wellknown.AnnotationIPFamilies: requested}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.1", IPFamilies: has}}
+	}
+	v6 := []corev1.IPFamily{corev1.IPv6Protocol}
+	dual := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	for _, c := range []struct {
+		name     string
+		svc      *corev1.Service
+		families []corev1.IPFamily
+		want     bool
+	}{
+		{"cluster chose what the import asks", svc("", corev1.IPv4Protocol), v4, false},
+		{"cluster chose another family", svc("", corev1.IPv4Protocol), v6, true},
+		{"cluster chose one, import asks two", svc("", corev1.IPv4Protocol), dual, true},
+		{"asked for what the import asks", svc("IPv4", corev1.IPv4Protocol), v4, false},
+		{"asked for another", svc("IPv4", corev1.IPv4Protocol), v6, true},
+		{"import names none", svc("IPv4", corev1.IPv4Protocol), nil, false},
+	} {
+		if got := needsRecreate(c.svc, c.families); got != c.want {
+			t.Errorf("%s: needsRecreate = %t, want %t", c.name, got, c.want)
+		}
+	}
+}

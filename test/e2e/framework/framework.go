@@ -57,6 +57,8 @@ type Options struct {
 	// SharedZones names the nodes' zones alike in every cluster
 	// (testbed.Options.SharedZones).
 	SharedZones bool
+	// TakeoverGrace is the controllers' manager.Options.TakeoverGrace.
+	TakeoverGrace time.Duration
 }
 
 // Env is a running clusterset: clusters, a registry, controllers.
@@ -272,6 +274,7 @@ func (e *Env) StartController(ctx context.Context, id string) (*Controller, erro
 			MetricsAddr:   "0",
 			HealthAddr:    healthAddr,
 			IdentityRetry: 500 * time.Millisecond,
+			TakeoverGrace: e.opts.TakeoverGrace,
 		})
 		if err != nil && ctx.Err() == nil {
 			fmt.Fprintf(os.Stderr, "mcsd in %s stopped: %v\n", id, err)
