@@ -24,6 +24,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/controller/parallel"
 	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
@@ -65,11 +66,6 @@ type Reconciler struct {
 	// Recorder records Warning events on ServiceExports; nil records none.
 	Recorder record.EventRecorder
 
-	// writeMu orders the startup cleanup against reconciles: a reconcile
-	// holds it for reading, the cleanup for writing while it checks that a
-	// key has no ServiceExport and withdraws it.
-	writeMu sync.RWMutex
-
 	// written keeps the last status write of each ServiceExport until the
 	// cache shows it.
 	written patch.Written
@@ -83,8 +79,10 @@ type Reconciler struct {
 	// actedMu guards acted: by ServiceExport, the conflict and the registry
 	// failure the last events were about. Events follow it rather than the
 	// cached ServiceExport, which may not show the last status patch yet.
-	// It guards unguarded too: the Services that may have been published
-	// while their ServiceExport had no finalizer yet.
+	// It guards unguarded too: the Services that may have records in the
+	// registry that no finalizer guards (published while their
+	// ServiceExport had no finalizer yet, or found in the registry at start
+	// by enqueueExported), withdrawn even where the View shows none.
 	actedMu   sync.Mutex
 	acted     map[types.NamespacedName]acted
 	unguarded map[registry.ServiceKey]bool
@@ -106,9 +104,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := ctrl.LoggerFrom(ctx).WithValues("service", klog.KRef(req.Namespace, req.Name))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	r.writeMu.RLock()
-	defer r.writeMu.RUnlock()
-
 	se := &mcsv1beta1.ServiceExport{}
 	if err := r.Client.Get(ctx, req.NamespacedName, se); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -127,16 +122,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// importers need not wait for it. Until it is in place the export is
 	// unguarded, and a ServiceExport deleted meanwhile is withdrawn when
 	// its deletion is seen.
-	var finErr error
-	var wg sync.WaitGroup
+	var fin *mcsv1beta1.ServiceExport
 	if !controllerutil.ContainsFinalizer(se, Finalizer) || controllerutil.ContainsFinalizer(se, wellknown.AWSExportFinalizer) {
 		r.setUnguarded(key, !controllerutil.ContainsFinalizer(se, Finalizer))
-		fin := se.DeepCopy()
-		wg.Go(func() { finErr = r.addFinalizer(ctx, fin) })
+		fin = se.DeepCopy()
 	}
 	before := se.DeepCopy()
-	err := r.reconcileNormal(ctx, se, key)
-	wg.Wait()
+	_, finErr, _, err := parallel.Both(
+		func() (struct{}, error) {
+			if fin == nil {
+				return struct{}{}, nil
+			}
+			return struct{}{}, r.addFinalizer(ctx, fin)
+		},
+		func() (struct{}, error) { return struct{}{}, r.reconcileNormal(ctx, se, key) })
 	switch {
 	case apierrors.IsNotFound(finErr):
 		// Deleted while it was being published.

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
@@ -775,7 +776,7 @@ func TestWithdrawOrphans(t *testing.T) {
 	// its records were published before mcsd's finalizer was added.
 	deleting := registry.ServiceKey{Namespace: "other", Name: "deleting"}
 	now := metav1.Now()
-	e := newEnv(t, newServiceExport(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{
+	e := newEnv(t, newServiceExport(), newService(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{
 		Namespace: deleting.Namespace, Name: deleting.Name, DeletionTimestamp: &now, Finalizers: []string{"example.com/keep"}}})
 	ctx := context.Background()
 	for _, k := range []registry.ServiceKey{kept, orphan, deleting} {
@@ -783,8 +784,14 @@ func TestWithdrawOrphans(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.r.withdrawOrphans(ctx); err != nil {
-		t.Fatalf("withdrawOrphans: %v", err)
+	// The keys go to the controller's queue; each is reconciled.
+	queue := make(chan event.TypedGenericEvent[*mcsv1beta1.ServiceExport], 10)
+	e.r.enqueueExported(ctx, queue)
+	close(queue)
+	for ev := range queue {
+		if _, err := e.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ev.Object)}); err != nil {
+			t.Fatalf("reconcile %s: %v", client.ObjectKeyFromObject(ev.Object), err)
+		}
 	}
 	got, _ := e.reg.Exported(ctx)
 	if diff := cmp.Diff([]registry.ServiceKey{kept}, got); diff != "" {

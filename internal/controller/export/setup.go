@@ -4,23 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
@@ -50,11 +51,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	r.slicesIndexed = true
 	log := mgr.GetLogger().WithValues("controller", ControllerName)
+	exported := make(chan event.TypedGenericEvent[*mcsv1beta1.ServiceExport])
 	cleanup := manager.RunnableFunc(func(ctx context.Context) error {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return nil
 		}
-		r.withdrawOrphansUntilDone(ctrl.LoggerInto(ctx, log))
+		r.enqueueExported(ctrl.LoggerInto(ctx, log), exported)
 		return nil
 	})
 	if err := mgr.Add(cleanup); err != nil {
@@ -76,6 +78,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToExport)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToExport)).
 		WatchesRawSource(r.View.Source(changeToExport)).
+		WatchesRawSource(source.Channel(exported, &handler.TypedEnqueueRequestForObject[*mcsv1beta1.ServiceExport]{})).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("build export controller: %w", err)
@@ -138,62 +141,36 @@ func changeToExport(_ context.Context, c clusterset.Change) []reconcile.Request 
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Service.Namespace, Name: c.Service.Name}}}
 }
 
-// withdrawOrphansUntilDone runs withdrawOrphans until it succeeds or ctx
-// ends, backing off while the registry cannot be read.
-func (r *Reconciler) withdrawOrphansUntilDone(ctx context.Context) {
+// enqueueExported lists, once the controller starts, the Services this
+// cluster has records of in the registry (backing off while it cannot be
+// read) and hands each to the controller's queue (out) as unguarded:
+// Reconcile withdraws those that have no ServiceExport, or one being
+// deleted without mcsd's finalizer (exports deleted while the controller
+// was down, or before the finalizer was added), even when the View does not
+// show them. Through the queue, a withdrawal never races a publish of the
+// same Service.
+func (r *Reconciler) enqueueExported(ctx context.Context, out chan<- event.TypedGenericEvent[*mcsv1beta1.ServiceExport]) {
 	log := ctrl.LoggerFrom(ctx)
-	delay := cleanupRetryMin
-	for {
-		err := r.withdrawOrphans(ctx)
-		if err == nil {
-			return
+	var keys []registry.ServiceKey
+	backoff := wait.Backoff{Duration: cleanupRetryMin, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: cleanupRetryMax}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		var err error
+		if keys, err = r.Registry.Exported(ctx); err != nil {
+			log.Error(err, "Listing this cluster's exports in the registry failed; retrying")
+			return false, nil
 		}
-		log.Error(err, "Withdrawing exports without a ServiceExport failed; retrying", "retryAfter", delay)
+		return true, nil
+	})
+	if err != nil {
+		return // stopped
+	}
+	for _, key := range keys {
+		r.setUnguarded(key, true)
+		se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 		select {
+		case out <- event.TypedGenericEvent[*mcsv1beta1.ServiceExport]{Object: se}:
 		case <-ctx.Done():
 			return
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, cleanupRetryMax)
-	}
-}
-
-// withdrawOrphans withdraws this cluster's registry records of every Service
-// that has no ServiceExport, or one being deleted without mcsd's finalizer:
-// exports deleted while the controller was down and their finalizer did not
-// run, or before it was added.
-func (r *Reconciler) withdrawOrphans(ctx context.Context) error {
-	keys, err := r.Registry.Exported(ctx)
-	if err != nil {
-		return fmt.Errorf("list exported services: %w", err)
-	}
-	var errs []error
-	for _, key := range keys {
-		if err := r.withdrawOrphan(ctx, key); err != nil {
-			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
-}
-
-func (r *Reconciler) withdrawOrphan(ctx context.Context, key registry.ServiceKey) error {
-	// Exclusive: no reconcile can publish key between the check and the
-	// withdrawal. A ServiceExport created after the check is reconciled
-	// after the withdrawal and publishes again.
-	r.writeMu.Lock()
-	defer r.writeMu.Unlock()
-	se := &mcsv1beta1.ServiceExport{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, se)
-	switch {
-	case err == nil && (se.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(se, Finalizer)):
-		// Exported, or its finalizer withdraws it.
-		return nil
-	case err != nil && !apierrors.IsNotFound(err):
-		return fmt.Errorf("get ServiceExport %s: %w", key, err)
-	}
-	if err := r.Registry.DeleteExport(ctx, key); err != nil {
-		return fmt.Errorf("withdraw export %s: %w", key, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Withdrew export without a ServiceExport", "service", klog.KRef(key.Namespace, key.Name))
-	return nil
 }

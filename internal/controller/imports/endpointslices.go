@@ -32,12 +32,14 @@ const maxEndpointsPerSlice = 100
 // desiredEndpointSlices: it creates the missing ones, updates those whose
 // content differs and deletes the rest. A slice whose content is already
 // right is not written. Once all are in place, it reports the endpoint
-// records they reflect to the propagation metric.
-func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) error {
+// records they reflect to the propagation metric. It reports whether every
+// slice is in place (none waits for the cache to show it). It reads s and
+// writes none of it: it runs beside reconcileImport.
+func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	existing, err := r.listEndpointSlices(ctx, s.key)
 	if err != nil {
-		return err
+		return false, err
 	}
 	byName := make(map[string]*discoveryv1.EndpointSlice, len(existing))
 	for i := range existing {
@@ -54,7 +56,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 		if ok && have.AddressType != want.AddressType {
 			// The address type is immutable.
 			if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
+				return false, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
 			}
 			deleted++
 			ok = false
@@ -70,27 +72,26 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("create EndpointSlice %s: %w", want.Name, err)
+				return false, fmt.Errorf("create EndpointSlice %s: %w", want.Name, err)
 			}
 			created++
 		case !sliceUpToDate(have, want, s.sliceOwners):
 			applySlice(have, want)
 			if err := r.Client.Update(ctx, have); err != nil {
-				return fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
+				return false, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
 			}
 			updated++
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		if err := r.Client.Delete(ctx, byName[name]); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete EndpointSlice %s: %w", name, err)
+			return false, fmt.Errorf("delete EndpointSlice %s: %w", name, err)
 		}
 		deleted++
 	}
 	if created+updated+deleted > 0 {
 		log.V(1).Info("Wrote EndpointSlices", "created", created, "updated", updated, "deleted", deleted)
 	}
-	s.slicesInPlace = inPlace
 	if inPlace {
 		var applied []registry.Endpoints
 		for _, c := range s.res.Clusters {
@@ -100,7 +101,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) erro
 		}
 		r.propagation.Applied(s.key, applied)
 	}
-	return nil
+	return inPlace, nil
 }
 
 // setSliceOwners sets the controller references the import's EndpointSlices

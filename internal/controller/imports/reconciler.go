@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/controller/parallel"
 	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/merge"
 	"github.com/mcsd-io/mcsd/internal/metrics"
@@ -348,15 +349,17 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 
 	// The slices need their owner: the derived Service, or the ServiceImport.
 	var importErr, slicesErr error
+	var si *mcsv1beta1.ServiceImport
 	setSliceOwners(s, replacing)
 	if len(s.sliceOwners) > 0 {
-		var wg sync.WaitGroup
-		wg.Go(func() { importErr = r.reconcileImport(ctx, s) })
-		slicesErr = r.reconcileEndpointSlices(ctx, s)
-		wg.Wait()
-	} else if importErr = r.reconcileImport(ctx, s); importErr == nil {
+		si, importErr, s.slicesInPlace, slicesErr = parallel.Both(
+			func() (*mcsv1beta1.ServiceImport, error) { return r.reconcileImport(ctx, s) },
+			func() (bool, error) { return r.reconcileEndpointSlices(ctx, s) })
+		s.setImport(si)
+	} else if si, importErr = r.reconcileImport(ctx, s); importErr == nil {
+		s.setImport(si)
 		setSliceOwners(s, replacing)
-		slicesErr = r.reconcileEndpointSlices(ctx, s)
+		s.slicesInPlace, slicesErr = r.reconcileEndpointSlices(ctx, s)
 	}
 	if s.si == nil {
 		// Not created: no owner to give the derived Service, no status to
@@ -377,7 +380,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 		svcErr = r.reconcileService(ctx, s)
 		if clusterSetIP && svcErr == nil {
 			// The new Service's IPs.
-			importErr = errors.Join(importErr, r.reconcileImport(ctx, s))
+			si, err := r.reconcileImport(ctx, s)
+			s.setImport(si)
+			importErr = errors.Join(importErr, err)
 		}
 	case replacing:
 		// Not every slice is the ServiceImport's yet: the Service stays
@@ -391,17 +396,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 
 	old := s.si.Status.DeepCopy()
 	r.setStatus(s)
-	var adoptErr error
-	var wg sync.WaitGroup
-	if adopt != nil {
-		ref := ownerRef(s.si)
-		wg.Go(func() { adoptErr = r.adoptService(ctx, adopt, ref) })
-	}
-	recheck, patchErr := r.patchStatus(ctx, s.si, old)
+	ref := ownerRef(s.si)
+	_, adoptErr, recheck, patchErr := parallel.Both(
+		func() (struct{}, error) {
+			if adopt == nil {
+				return struct{}{}, nil
+			}
+			return struct{}{}, r.adoptService(ctx, adopt, ref)
+		},
+		func() (time.Duration, error) { return r.patchStatus(ctx, s.si, old) })
 	if recheck > 0 {
 		s.recheckAt(recheck)
 	}
-	wg.Wait()
 	if patchErr == nil {
 		r.metrics.Set(client.ObjectKeyFromObject(s.si), importState(s.si.Status.Conditions))
 		r.eventClusters(s.si, old.Clusters)
@@ -411,19 +417,20 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 }
 
 // reconcileImport creates or updates the ServiceImport's labels, annotations
-// and spec, writing only when they differ from the desired ones.
-func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) error {
+// and spec, writing only when they differ from the desired ones, and returns
+// the ServiceImport as it now is (nil when it could not be created). It
+// reads s and writes none of it: it runs beside reconcileEndpointSlices.
+func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) (*mcsv1beta1.ServiceImport, error) {
 	desired := desiredImport(s)
 	if s.si == nil {
 		if err := r.Client.Create(ctx, desired); err != nil {
-			return fmt.Errorf("create ServiceImport: %w", err)
+			return nil, fmt.Errorf("create ServiceImport: %w", err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Created ServiceImport", "type", desired.Spec.Type, "clusters", s.res.Clusters)
-		s.si = desired
-		return nil
+		return desired, nil
 	}
 	if importUpToDate(s.si, desired) {
-		return nil
+		return s.si, nil
 	}
 	if old := s.si.Annotations[wellknown.AnnotationLegacyDerivedService]; old != "" {
 		// Written by an older mcsd; the update below replaces it with the
@@ -436,13 +443,19 @@ func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) error {
 	updated.Annotations = desired.Annotations
 	updated.Spec = desired.Spec
 	if err := r.Client.Update(ctx, updated); err != nil {
-		return fmt.Errorf("update ServiceImport: %w", err)
+		return s.si, fmt.Errorf("update ServiceImport: %w", err)
 	}
 	// The update response carries the stored status; keep the one being
 	// built, which the deferred patch compares with the stored one.
 	updated.Status = s.si.Status
-	s.si = updated
-	return nil
+	return updated, nil
+}
+
+// setImport makes si, when there is one, the import's ServiceImport.
+func (s *scope) setImport(si *mcsv1beta1.ServiceImport) {
+	if si != nil {
+		s.si = si
+	}
 }
 
 // desiredImport is the ServiceImport the registry asks for, with the IPs

@@ -284,16 +284,19 @@ func (r *Reconciler) awsSlices(ctx context.Context, s *scope) ([]discoveryv1.End
 // that the Service carries the whole import's traffic while it retires.
 // They are owned by the ServiceImport.
 func retiringSlices(s *scope, primary []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
-	if s.res.Spec.Type != mcsv1beta1.ClusterSetIP || s.si == nil {
+	// The ServiceImport's reference is the last owner (setSliceOwners).
+	if s.res.Spec.Type != mcsv1beta1.ClusterSetIP || len(s.sliceOwners) == 0 ||
+		s.sliceOwners[len(s.sliceOwners)-1].Kind != mcsv1beta1.ServiceImportKindName {
 		return nil
 	}
+	owner := s.sliceOwners[len(s.sliceOwners)-1]
 	var out []*discoveryv1.EndpointSlice
 	for _, name := range s.retiring.services {
 		for _, p := range primary {
 			c := p.DeepCopy()
 			c.Name = truncate(s.key.Name, sliceNamePart) + "-retiring-" + hash(p.Name, name)[:derivedHashLen]
 			c.Labels[discoveryv1.LabelServiceName] = name
-			c.OwnerReferences = []metav1.OwnerReference{ownerRef(s.si)}
+			c.OwnerReferences = []metav1.OwnerReference{owner}
 			out = append(out, c)
 		}
 	}

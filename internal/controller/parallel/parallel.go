@@ -1,0 +1,21 @@
+// Package parallel runs the independent API writes of one reconcile at the
+// same time, for latency: the only place under internal/controller that
+// starts goroutines. Each function gets its inputs when it is made and
+// returns its result; none writes state the other reads.
+package parallel
+
+import "sync"
+
+// Both runs a and b at the same time, waits for both, and returns their
+// results and errors.
+func Both[A, B any](a func() (A, error), b func() (B, error)) (A, error, B, error) { //nolint:revive // two results, each with its error
+	var (
+		ra   A
+		errA error
+		wg   sync.WaitGroup
+	)
+	wg.Go(func() { ra, errA = a() })
+	rb, errB := b()
+	wg.Wait()
+	return ra, errA, rb, errB
+}
