@@ -269,14 +269,7 @@ func (r *Reconciler) removeAWSSlices(ctx context.Context, s *scope) error {
 
 // awsSlices lists the AWS controller's EndpointSlices of s's import.
 func (r *Reconciler) awsSlices(ctx context.Context, s *scope) ([]discoveryv1.EndpointSlice, error) {
-	list := &discoveryv1.EndpointSliceList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(s.key.Namespace), client.MatchingLabels{
-		mcsv1beta1.LabelServiceName: s.key.Name,
-		discoveryv1.LabelManagedBy:  wellknown.AWSManagedBy,
-	}); err != nil {
-		return nil, fmt.Errorf("list the AWS controller's EndpointSlices: %w", err)
-	}
-	return list.Items, nil
+	return r.listSlicesBy(ctx, s.key, wellknown.AWSManagedBy)
 }
 
 // retiringSlices returns, for each retiring Service of a ClusterSetIP

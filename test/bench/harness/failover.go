@@ -159,7 +159,7 @@ func (f *failover) setUp(ctx context.Context) error {
 				ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: "web"},
 				Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
 					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-						Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/e2e-test-images/agnhost:2.53", Args: []string{"netexec", "--http-port=8080"}}},
+						Containers: []corev1.Container{framework.Agnhost()},
 					}}},
 			},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: failoverNS, Name: "web"}, Spec: corev1.ServiceSpec{Selector: labels,

@@ -116,3 +116,21 @@ func Origins(replies []string, byCluster map[string][]string) map[string]int {
 	}
 	return out
 }
+
+// AgnhostImage is the image of Agnhost's container.
+const AgnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.53"
+
+// Agnhost is a container that serves HTTP on 8080 (GET /hostname answers
+// the pod's name) and UDP on 8081 (the message "hostname" answers the
+// same).
+func Agnhost() corev1.Container {
+	return corev1.Container{
+		Name:  "app",
+		Image: AgnhostImage,
+		Args:  []string{"netexec", "--http-port=8080", "--udp-port=8081"},
+		Ports: []corev1.ContainerPort{
+			{Name: "http", ContainerPort: 8080},
+			{Name: "udp", ContainerPort: 8081, Protocol: corev1.ProtocolUDP},
+		},
+	}
+}

@@ -219,7 +219,7 @@ func cloudMapInstances(t *testing.T, namespace, name string) map[string]map[stri
 
 func sdClient(t *testing.T) *sd.Client {
 	t.Helper()
-	c, err := cloudmap.NewClient(context.Background(), cloudOptions(registry.Identity{}))
+	c, err := cloudmap.NewClient(context.Background(), moto.Options(registry.Identity{}))
 	if err != nil {
 		t.Fatal(err)
 	}

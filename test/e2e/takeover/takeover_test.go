@@ -22,16 +22,6 @@ import (
 
 const timeout = 60 * time.Second
 
-// agnhost serves HTTP on 8080; GET /hostname answers the pod's name.
-func agnhost() corev1.Container {
-	return corev1.Container{
-		Name:  "app",
-		Image: "registry.k8s.io/e2e-test-images/agnhost:2.53",
-		Args:  []string{"netexec", "--http-port=8080"},
-		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-	}
-}
-
 // TestTakeOverFromAWSController: both clusters run the AWS controller's
 // state (web exported from both, imported in both), a client in c2 reaches
 // web by its clusterset name and the derived Service mcsd will not adopt by
@@ -48,7 +38,7 @@ func TestTakeOverFromAWSController(t *testing.T) {
 	pods := map[string][]string{}
 	ips := map[string][]string{}
 	for id, n := range map[string]int32{"c1": 2, "c2": 1} {
-		fw.Deploy(t, env.Client(t, id), fw.App{Namespace: ns, Name: "web", Replicas: n, Containers: []corev1.Container{agnhost()}})
+		fw.Deploy(t, env.Client(t, id), fw.App{Namespace: ns, Name: "web", Replicas: n, Containers: []corev1.Container{fw.Agnhost()}})
 	}
 	for id, n := range map[string]int{"c1": 2, "c2": 1} {
 		pods[id] = env.WaitPodsReady(t, id, ns, map[string]string{"app": "web"}, n, nil)

@@ -17,17 +17,7 @@ const timeout = 60 * time.Second
 
 // agnhost serves HTTP on 8080 (GET /hostname answers the pod's host name)
 // and UDP on 8081 (the message "hostname" answers the same).
-func agnhost() corev1.Container {
-	return corev1.Container{
-		Name:  "app",
-		Image: "registry.k8s.io/e2e-test-images/agnhost:2.53",
-		Args:  []string{"netexec", "--http-port=8080", "--udp-port=8081"},
-		Ports: []corev1.ContainerPort{
-			{Name: "http", ContainerPort: 8080},
-			{Name: "udp", ContainerPort: 8081, Protocol: corev1.ProtocolUDP},
-		},
-	}
-}
+func agnhost() corev1.Container { return fw.Agnhost() }
 
 func httpPort(name string, port int32) corev1.ServicePort {
 	return corev1.ServicePort{Name: name, Port: port, TargetPort: intstr.FromInt32(8080)}
