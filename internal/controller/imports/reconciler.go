@@ -506,19 +506,26 @@ func (r *Reconciler) patchStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 
 // deleteEndpointSlices deletes every EndpointSlice mcsd wrote for key.
 func (r *Reconciler) deleteEndpointSlices(ctx context.Context, key registry.ServiceKey) error {
-	slices, err := r.listEndpointSlices(ctx, key)
+	n, err := r.deleteSlicesBy(ctx, key, wellknown.ManagedBy)
+	if n > 0 {
+		ctrl.LoggerFrom(ctx).Info("Deleted EndpointSlices", "count", n)
+	}
+	return err
+}
+
+// deleteSlicesBy deletes the EndpointSlices of the import key that
+// managedBy wrote, and returns how many it deleted.
+func (r *Reconciler) deleteSlicesBy(ctx context.Context, key registry.ServiceKey, managedBy string) (int, error) {
+	slices, err := r.listSlicesBy(ctx, key, managedBy)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for i := range slices {
 		if err := r.Client.Delete(ctx, &slices[i]); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete EndpointSlice %s: %w", slices[i].Name, err)
+			return i, fmt.Errorf("delete EndpointSlice %s: %w", slices[i].Name, err)
 		}
 	}
-	if len(slices) > 0 {
-		ctrl.LoggerFrom(ctx).Info("Deleted EndpointSlices", "count", len(slices))
-	}
-	return nil
+	return len(slices), nil
 }
 
 // listEndpointSlices lists the EndpointSlices mcsd wrote for key.

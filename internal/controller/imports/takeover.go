@@ -244,23 +244,17 @@ func (r *Reconciler) retireDue(ctx context.Context, s *scope) error {
 }
 
 // removeAWSSlices deletes the AWS controller's EndpointSlices of s's
-// import, once mcsd's own (and the retiring Services') are in place, and
-// reports how many it deleted.
+// import, once mcsd's own (and the retiring Services') are in place.
 func (r *Reconciler) removeAWSSlices(ctx context.Context, s *scope) error {
 	if s.retiring.after.IsZero() || !s.slicesInPlace {
 		return nil
 	}
-	left, err := r.awsSlices(ctx, s)
+	n, err := r.deleteSlicesBy(ctx, s.key, wellknown.AWSManagedBy)
 	if err != nil {
 		return err
 	}
-	for i := range left {
-		if err := r.Client.Delete(ctx, &left[i]); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete the AWS controller's EndpointSlice %s: %w", left[i].Name, err)
-		}
-	}
-	if len(left) > 0 {
-		ctrl.LoggerFrom(ctx).Info("Deleted the AWS controller's EndpointSlices: mcsd's are in place", "count", len(left))
+	if n > 0 {
+		ctrl.LoggerFrom(ctx).Info("Deleted the AWS controller's EndpointSlices: mcsd's are in place", "count", n)
 		// The retirement ends once the cache shows them gone.
 		s.recheckAt(time.Until(s.retiring.after))
 	}

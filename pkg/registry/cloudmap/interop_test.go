@@ -32,15 +32,8 @@ func TestInteropAWSController(t *testing.T) {
 
 	// The AWS controller: an HTTP namespace, a service, and an instance per
 	// endpoint and port with id <proto>-<ip>-<port>.
-	nsOut, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(nsName)})
-	mustDo(t, err)
-	op, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: nsOut.OperationId})
-	mustDo(t, err)
-	svcOut, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("web"), NamespaceId: aws.String(op.Operation.Targets["NAMESPACE"])})
-	mustDo(t, err)
 	awsInst := awsControllerInstance("aws-east", cs, "10.1.0.5", 8080, true, "1665108776000")
-	_, err = c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svcOut.Service.Id, InstanceId: aws.String(awsInst.ID), Attributes: awsInst.Attrs})
-	mustDo(t, err)
+	svcID := awsRegistrar(t, c, nsName)("web", awsInst)
 
 	b := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "mcsd-west"}, 30*time.Second))
 	rec := registrytest.StartWatch(t, b)
@@ -112,7 +105,7 @@ func TestInteropAWSController(t *testing.T) {
 	}
 
 	// The AWS controller withdraws its export.
-	_, err = c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: svcOut.Service.Id, InstanceId: aws.String(awsInst.ID)})
+	_, err := c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(awsInst.ID)})
 	mustDo(t, err)
 	rec.WaitFor(t, 15*time.Second, "the AWS controller's records deleted", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, x := v.Exports[awsID]
@@ -180,21 +173,10 @@ func TestTakeOverAWSControllerInstances(t *testing.T) {
 
 	// The AWS controller ran as "east": web with two endpoints, gone with
 	// one (its ServiceExport was deleted while no controller ran).
-	nsOut, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(nsName)})
-	mustDo(t, err)
-	op, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: nsOut.OperationId})
-	mustDo(t, err)
-	register := func(name string, ips ...string) {
-		out, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(op.Operation.Targets["NAMESPACE"])})
-		mustDo(t, err)
-		for _, ip := range ips {
-			in := awsControllerInstance("east", cs, ip, 8080, true, "1665108776000")
-			_, err = c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: out.Service.Id, InstanceId: aws.String(in.ID), Attributes: in.Attrs})
-			mustDo(t, err)
-		}
-	}
-	register("web", "10.1.0.5", "10.1.0.6")
-	register("gone", "10.1.0.9")
+	register := awsRegistrar(t, c, nsName)
+	inst := func(ip string) instance { return awsControllerInstance("east", cs, ip, 8080, true, "1665108776000") }
+	register("web", inst("10.1.0.5"), inst("10.1.0.6"))
+	register("gone", inst("10.1.0.9"))
 
 	west := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second))
 	rec := registrytest.StartWatch(t, west)
@@ -263,5 +245,26 @@ func TestTakeOverAWSControllerInstances(t *testing.T) {
 	}
 	if got := addrs(rec.View(), eastWeb); !slices.Equal(got, both) {
 		t.Errorf("west reads east's endpoints %v, want %v (neither lost nor doubled)", got, both)
+	}
+}
+
+// awsRegistrar makes the HTTP namespace nsName as the AWS controller does,
+// and returns a function that makes a service in it, registers insts there
+// and returns its id.
+func awsRegistrar(t *testing.T, c *sd.Client, nsName string) func(name string, insts ...instance) string {
+	t.Helper()
+	ctx := t.Context()
+	nsOut, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(nsName)})
+	mustDo(t, err)
+	op, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: nsOut.OperationId})
+	mustDo(t, err)
+	return func(name string, insts ...instance) string {
+		out, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(op.Operation.Targets["NAMESPACE"])})
+		mustDo(t, err)
+		for _, in := range insts {
+			_, err = c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: out.Service.Id, InstanceId: aws.String(in.ID), Attributes: in.Attrs})
+			mustDo(t, err)
+		}
+		return aws.ToString(out.Service.Id)
 	}
 }
