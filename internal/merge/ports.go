@@ -22,10 +22,7 @@ type port struct {
 }
 
 func normalizePort(p registry.Port) port {
-	np := port{name: p.Name, protocol: p.Protocol, number: p.Port}
-	if np.protocol == "" {
-		np.protocol = corev1.ProtocolTCP
-	}
+	np := port{name: p.Name, protocol: registry.ProtocolOrTCP(p.Protocol), number: p.Port}
 	if p.AppProtocol != nil {
 		np.appProtocol = *p.AppProtocol
 	}

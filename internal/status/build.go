@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -129,7 +128,7 @@ func buildService(key registry.ServiceKey, exports []registry.Export, endpoints 
 		x := byCluster[cluster]
 		e := Export{Cluster: cluster, Rank: i + 1, Type: string(x.Spec.Type), Ports: []Port{}}
 		for _, p := range x.Spec.Ports {
-			e.Ports = append(e.Ports, Port{Name: p.Name, Protocol: string(protocol(p.Protocol)), Port: p.Port, AppProtocol: deref(p.AppProtocol)})
+			e.Ports = append(e.Ports, Port{Name: p.Name, Protocol: string(registry.ProtocolOrTCP(p.Protocol)), Port: p.Port, AppProtocol: deref(p.AppProtocol)})
 		}
 		if eps, ok := endpoints[registry.RecordID{Cluster: cluster, Service: key}]; ok {
 			e.Endpoints = countEndpoints(eps)
@@ -262,7 +261,7 @@ func buildLocalImport(si mcsv1beta1.ServiceImport, eps []discoveryv1.EndpointSli
 	}
 	ports := make([]Port, 0, len(si.Spec.Ports))
 	for _, p := range si.Spec.Ports {
-		ports = append(ports, Port{Name: p.Name, Protocol: string(protocol(p.Protocol)), Port: p.Port, AppProtocol: deref(p.AppProtocol)})
+		ports = append(ports, Port{Name: p.Name, Protocol: string(registry.ProtocolOrTCP(p.Protocol)), Port: p.Port, AppProtocol: deref(p.AppProtocol)})
 	}
 	if !sameSet(ports, svc.Import.Ports, comparePorts) {
 		li.Differs = append(li.Differs, "ports")
@@ -311,13 +310,6 @@ func sameSet[T any](a, b []T, compare func(x, y T) int) bool {
 
 func comparePorts(a, b Port) int {
 	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port), cmp.Compare(a.AppProtocol, b.AppProtocol))
-}
-
-func protocol(p corev1.Protocol) corev1.Protocol {
-	if p == "" {
-		return corev1.ProtocolTCP
-	}
-	return p
 }
 
 func deref(s *string) string {

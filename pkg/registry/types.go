@@ -146,3 +146,12 @@ type RecordID struct {
 	Cluster string
 	Service ServiceKey
 }
+
+// ProtocolOrTCP returns p, or TCP (the Kubernetes default) when p is empty:
+// a port's protocol as Kubernetes reads it.
+func ProtocolOrTCP(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
+}

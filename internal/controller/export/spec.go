@@ -33,7 +33,7 @@ func serviceSpec(svc *corev1.Service, se *mcsv1beta1.ServiceExport) registry.Ser
 	for _, p := range svc.Spec.Ports {
 		spec.Ports = append(spec.Ports, registry.Port{
 			Name:        p.Name,
-			Protocol:    protocolOrTCP(p.Protocol),
+			Protocol:    registry.ProtocolOrTCP(p.Protocol),
 			AppProtocol: clonePtr(p.AppProtocol),
 			Port:        p.Port,
 		})
@@ -101,7 +101,7 @@ func endpointPorts(in []discoveryv1.EndpointPort) []registry.EndpointPort {
 		}
 		out = append(out, registry.EndpointPort{
 			Name:        deref(p.Name),
-			Protocol:    protocolOrTCP(proto),
+			Protocol:    registry.ProtocolOrTCP(proto),
 			Port:        deref(p.Port),
 			AppProtocol: clonePtr(p.AppProtocol),
 		})
@@ -180,13 +180,6 @@ func dedupEndpoints(eps []registry.Endpoint) []registry.Endpoint {
 	return slices.CompactFunc(eps, func(a, b registry.Endpoint) bool {
 		return slices.Equal(a.Addresses, b.Addresses)
 	})
-}
-
-func protocolOrTCP(p corev1.Protocol) corev1.Protocol {
-	if p == "" {
-		return corev1.ProtocolTCP
-	}
-	return p
 }
 
 func deref[T any](p *T) T {

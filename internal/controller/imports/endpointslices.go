@@ -249,9 +249,9 @@ func slicePorts(groupPorts []registry.EndpointPort, served []string, importPorts
 		if !slices.Contains(served, ip.Name) {
 			continue
 		}
-		proto := protocol(ip.Protocol)
+		proto := registry.ProtocolOrTCP(ip.Protocol)
 		i := slices.IndexFunc(groupPorts, func(p registry.EndpointPort) bool {
-			return p.Name == ip.Name && protocol(p.Protocol) == proto
+			return p.Name == ip.Name && registry.ProtocolOrTCP(p.Protocol) == proto
 		})
 		if i < 0 {
 			continue
@@ -411,13 +411,6 @@ func sortedEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
 	out := slices.Clone(eps)
 	slices.SortFunc(out, compareEndpoints)
 	return out
-}
-
-func protocol(p corev1.Protocol) corev1.Protocol {
-	if p == "" {
-		return corev1.ProtocolTCP
-	}
-	return p
 }
 
 func optional(s string) *string {

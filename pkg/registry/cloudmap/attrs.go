@@ -8,8 +8,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -193,7 +191,7 @@ func endpointInstanceID(prefix, addr string, port *registry.EndpointPort) string
 	if port == nil {
 		s = "ip-" + a
 	} else {
-		s = fmt.Sprintf("%s-%s-%d", strings.ToLower(string(protocol(port.Protocol))), a, port.Port)
+		s = fmt.Sprintf("%s-%s-%d", strings.ToLower(string(registry.ProtocolOrTCP(port.Protocol))), a, port.Port)
 	}
 	id := prefix + "." + s
 	if len(id) <= maxInstanceID {
@@ -201,13 +199,6 @@ func endpointInstanceID(prefix, addr string, port *registry.EndpointPort) string
 	}
 	h := sha256.Sum256([]byte(s))
 	return (prefix + ".h-" + hex.EncodeToString(h[:]))[:maxInstanceID]
-}
-
-func protocol(p corev1.Protocol) corev1.Protocol {
-	if p == "" {
-		return corev1.ProtocolTCP
-	}
-	return p
 }
 
 // instance is one Cloud Map instance: its id and attributes.

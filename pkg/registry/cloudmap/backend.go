@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,6 +15,8 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/writelock"
@@ -875,20 +876,19 @@ func (b *Backend) parallel(ctx context.Context, n int, do func(context.Context, 
 func (r *reader) each(ctx context.Context, n int, do func(context.Context, int) error) error {
 	var mu sync.Mutex
 	var errs []error
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, r.opts.Concurrency)
+	var g errgroup.Group
+	g.SetLimit(r.opts.Concurrency)
 	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			if err := do(ctx, i); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
 			}
+			return nil // all run: their errors are joined
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return errors.Join(errs...)
 }
 
@@ -967,11 +967,9 @@ func (b *Backend) cleanup(ctx context.Context, svc service) {
 	b.log.Info("deleted empty cloud map namespace", "namespace", svc.NS.Name)
 }
 
-// nameRE is a DNS label, which every Kubernetes namespace and Service name
-// is.
-var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
-func validName(s string) bool { return len(s) <= 63 && nameRE.MatchString(s) }
+// validName reports whether s is a DNS label, which every Kubernetes
+// namespace and Service name is.
+func validName(s string) bool { return len(validation.IsDNS1123Label(s)) == 0 }
 
 func (b *Backend) validService(key registry.ServiceKey) error {
 	if !validName(key.Namespace) || !validName(key.Name) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/aws/smithy-go"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // namespace is a Cloud Map namespace mcsd can use.
@@ -384,38 +386,31 @@ func (b *Backend) waitOperation(ctx context.Context, id string) (map[string]stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.opts.OperationTimeout)
 	defer cancel()
-	delay := 50 * time.Millisecond
-	for {
+	var targets map[string]string
+	poll := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: math.MaxInt32}
+	err := wait.ExponentialBackoffWithContext(ctx, poll, func(ctx context.Context) (bool, error) {
 		out, err := b.api.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)})
 		if err != nil {
-			return nil, fmt.Errorf("get operation %s: %w", id, err)
+			return false, fmt.Errorf("get operation %s: %w", id, err)
 		}
-		if op := out.Operation; op != nil {
-			b.sawOp(op.UpdateDate)
-			switch op.Status {
-			case types.OperationStatusSuccess:
-				return op.Targets, nil
-			case types.OperationStatusFail:
-				return nil, fmt.Errorf("operation %s %s: %s: %w", id, op.Type, aws.ToString(op.ErrorMessage), errOperationFailed)
-			}
+		op := out.Operation
+		if op == nil {
+			return false, nil
 		}
-		if !sleep(ctx, delay) {
-			return nil, fmt.Errorf("wait for operation %s: %w", id, ctx.Err())
+		b.sawOp(op.UpdateDate)
+		switch op.Status {
+		case types.OperationStatusSuccess:
+			targets = op.Targets
+			return true, nil
+		case types.OperationStatusFail:
+			return false, fmt.Errorf("operation %s %s: %s: %w", id, op.Type, aws.ToString(op.ErrorMessage), errOperationFailed)
 		}
-		delay = min(2*delay, 2*time.Second)
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("wait for operation %s: %w", id, err)
 	}
-}
-
-// sleep waits d, and reports false if ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return targets, err
 }
 
 // errorCode is the Cloud Map error code of err, "" for other errors. Codes

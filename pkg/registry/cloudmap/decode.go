@@ -160,7 +160,7 @@ func servicePort(at map[string]string) (registry.Port, bool) {
 	}
 	return registry.Port{
 		Name:     at[attrServicePortName],
-		Protocol: protocol(corev1.Protocol(at[attrServiceProtocol])),
+		Protocol: registry.ProtocolOrTCP(corev1.Protocol(at[attrServiceProtocol])),
 		Port:     int32(port),
 	}, true
 }
@@ -211,7 +211,7 @@ func (s endpointSet) add(at map[string]string) bool {
 		}
 		port = &registry.EndpointPort{
 			Name:     at[attrEndpointPortName],
-			Protocol: protocol(corev1.Protocol(at[attrEndpointProtocol])),
+			Protocol: registry.ProtocolOrTCP(corev1.Protocol(at[attrEndpointProtocol])),
 			Port:     int32(n),
 		}
 		if ap, ok := at[attrAppProtocol]; ok {

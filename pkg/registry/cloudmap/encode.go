@@ -156,7 +156,7 @@ func (e encoder) instances(st state) (map[string]instance, error) {
 // Service port is the spec's port of the same name and protocol (as
 // EndpointSlice ports are named after Service ports), else one like p.
 func setPortAttrs(attrs map[string]string, p registry.EndpointPort, spec *registry.ServiceSpec) {
-	proto := protocol(p.Protocol)
+	proto := registry.ProtocolOrTCP(p.Protocol)
 	attrs[attrPort] = strconv.Itoa(int(p.Port))
 	attrs[attrEndpointPortName] = p.Name
 	attrs[attrEndpointProtocol] = string(proto)
@@ -166,7 +166,7 @@ func setPortAttrs(attrs map[string]string, p registry.EndpointPort, spec *regist
 	sp := registry.Port{Name: p.Name, Protocol: proto, Port: p.Port}
 	if spec != nil {
 		for _, s := range spec.Ports {
-			if s.Name == p.Name && protocol(s.Protocol) == proto {
+			if s.Name == p.Name && registry.ProtocolOrTCP(s.Protocol) == proto {
 				sp = s
 				break
 			}
@@ -175,7 +175,7 @@ func setPortAttrs(attrs map[string]string, p registry.EndpointPort, spec *regist
 	attrs[attrServicePortName] = sp.Name
 	attrs[attrServicePort] = strconv.Itoa(int(sp.Port))
 	attrs[attrServiceTargetPort] = strconv.Itoa(int(p.Port))
-	attrs[attrServiceProtocol] = string(protocol(sp.Protocol))
+	attrs[attrServiceProtocol] = string(registry.ProtocolOrTCP(sp.Protocol))
 }
 
 // specChunks encodes spec as compact JSON with non-ASCII escaped, in chunks

@@ -56,7 +56,7 @@ func (r *reader) watch(ctx context.Context, h registry.Handler) error {
 			break
 		}
 		w.setConnected(err == nil, err)
-		if !sleep(ctx, max(r.opts.PollInterval-time.Since(start), r.opts.PollInterval/10)) {
+		if !lifetime.Sleep(ctx, max(r.opts.PollInterval-time.Since(start), r.opts.PollInterval/10)) {
 			break
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/writelock"
 )
 
@@ -671,7 +672,7 @@ func (b *Backend) repairLoop() {
 				break
 			}
 			b.log.Error(err, "cannot write the alive record again, retrying", "retryIn", delay)
-			if !sleep(b.ctx, delay) {
+			if !lifetime.Sleep(b.ctx, delay) {
 				return
 			}
 			delay = b.nextDelay(delay)
@@ -679,7 +680,7 @@ func (b *Backend) repairLoop() {
 		// At most one repair a second: should two writers of one cluster
 		// ever take turns at the alive record (two controllers of the
 		// cluster, which leader election prevents), they do so slowly.
-		if !sleep(b.ctx, repairSpacing) {
+		if !lifetime.Sleep(b.ctx, repairSpacing) {
 			return
 		}
 	}

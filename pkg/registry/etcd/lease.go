@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
 // maxTxnOps is how many writes go in one transaction, under etcd's default
@@ -163,7 +165,7 @@ func (b *Backend) keepAlive() {
 				return
 			}
 			b.log.Error(err, "cannot keep lease alive, retrying", "lease", leaseString(id), "retryIn", delay)
-			if !sleep(b.ctx, delay) {
+			if !lifetime.Sleep(b.ctx, delay) {
 				return
 			}
 			delay = b.nextDelay(delay)
@@ -184,7 +186,7 @@ func (b *Backend) keepAlive() {
 			continue
 		}
 		// Not a single renewal: do not spin.
-		if !sleep(b.ctx, delay) {
+		if !lifetime.Sleep(b.ctx, delay) {
 			return
 		}
 		delay = b.nextDelay(delay)
@@ -203,7 +205,7 @@ func (b *Backend) recoverLease(id clientv3.LeaseID) {
 			return
 		}
 		b.log.Error(err, "cannot renew lease, retrying", "lease", leaseString(id), "retryIn", delay)
-		if !sleep(b.ctx, delay) {
+		if !lifetime.Sleep(b.ctx, delay) {
 			return
 		}
 		delay = b.nextDelay(delay)
@@ -314,16 +316,4 @@ func retryCap(ttl time.Duration) time.Duration {
 		return retryMax
 	}
 	return max(retryMin, min(retryMax, ttl/4))
-}
-
-// sleep waits d, and reports false if ctx ends first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

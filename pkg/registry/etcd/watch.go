@@ -127,7 +127,7 @@ func (w *watch) run(ctx context.Context) {
 		} else {
 			w.log.Info("registry read failed, trying again before reporting it unreachable", "reason", err.Error())
 		}
-		if !sleep(ctx, delay) {
+		if !lifetime.Sleep(ctx, delay) {
 			return
 		}
 		delay = nextDelay(delay)

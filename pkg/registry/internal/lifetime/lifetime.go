@@ -2,6 +2,7 @@ package lifetime
 
 import (
 	"context"
+	"time"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -20,4 +21,16 @@ func Bind(ctx, backend context.Context) (context.Context, context.CancelFunc, er
 		stop()
 		cancel()
 	}, nil
+}
+
+// Sleep waits d, and reports false if ctx ends first.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -51,4 +52,15 @@ func TestBind(t *testing.T) {
 			t.Errorf("Bind on a closed backend: %v, want ErrClosed", err)
 		}
 	})
+}
+
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Error("Sleep of a live context reported it done")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Sleep(ctx, time.Hour) {
+		t.Error("Sleep of a done context waited its whole duration")
+	}
 }
