@@ -28,16 +28,6 @@ func (b *Backend) Watch(ctx context.Context, h registry.Handler) error {
 	return b.watch(ctx, h, b)
 }
 
-// ownObserver hears what a watch reads of its cluster's own records, before
-// the handler does.
-type ownObserver interface {
-	// observeOwn: key holds kv (nil: it was deleted at revision rev).
-	observeOwn(key string, kv *mvccpb.KeyValue, rev int64)
-	// observeOwnFull: at revision rev, the cluster's records are held,
-	// key to value.
-	observeOwnFull(held map[string]*mvccpb.KeyValue, rev int64)
-}
-
 func (c *conn) watch(ctx context.Context, h registry.Handler, own ownObserver) error {
 	ctx, release, err := lifetime.Bind(ctx, c.ctx)
 	if err != nil {

@@ -1,0 +1,229 @@
+package cloudmap
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// start takes over the cluster's records, or deletes them when its
+// heartbeat has expired, and writes the heartbeat.
+func (b *Backend) start(ctx context.Context) error {
+	for _, name := range []string{heartbeatService, recordsService} {
+		svc, err := b.ensureService(ctx, b.opts.SystemNamespace, name)
+		if err != nil {
+			return fmt.Errorf("%s service: %w", name, err)
+		}
+		b.setSystemService(svc)
+	}
+	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet, attrClusterID: b.opts.Identity.Cluster}
+	beats, err := b.discover(ctx, b.systemService(heartbeatService), query)
+	if err != nil {
+		return fmt.Errorf("read own heartbeat: %w", err)
+	}
+	// The records live while the heartbeat is younger than the TTL the
+	// previous run published with it.
+	var last, since int64
+	ttl := b.opts.TTL
+	for _, in := range beats {
+		if in.ID == heartbeatID(b.enc.prefix) {
+			last, _ = strconv.ParseInt(in.Attrs[attrHeartbeat], 10, 64)
+			since, _ = strconv.ParseInt(in.Attrs[attrSince], 10, 64)
+			if v, err := strconv.ParseInt(in.Attrs[attrTTL], 10, 64); err == nil && v > 0 {
+				ttl = time.Duration(v) * time.Millisecond
+			}
+		}
+	}
+	alive := last > 0 && b.now().Sub(time.UnixMilli(last)) <= ttl
+	b.since = since
+	if !alive || since <= 0 {
+		b.since = b.now().UnixMilli()
+	}
+
+	found, inherited, err := b.scanOwn(ctx, query)
+	if err != nil {
+		return err
+	}
+	stale, migrated, adopted := 0, 0, 0
+	for _, key := range slices.SortedFunc(maps.Keys(found), registry.ServiceKey.Compare) {
+		o := found[key]
+		if alive {
+			b.takeOver(key, o)
+			adopted += len(inherited[key])
+			if _, legacy := o.stored[serviceRecordID(b.enc.prefix)]; legacy {
+				// Written by an mcsd that kept its service records beside
+				// the endpoints: move the record to the records service.
+				if err := b.apply(ctx, key, o.st); err != nil {
+					return fmt.Errorf("move the service record of %s: %w", key, err)
+				}
+				migrated++
+			}
+			continue
+		}
+		// The heartbeat expired: mcsd's records go. The AWS controller's
+		// are not subject to heartbeats: they are taken over (below).
+		ids := slices.Sorted(maps.Keys(o.stored))
+		ids = slices.DeleteFunc(ids, func(id string) bool { _, aws := inherited[key][id]; return aws })
+		err := b.parallel(ctx, len(ids), func(ctx context.Context, i int) error {
+			return b.deregister(ctx, o.svc, ids[i])
+		}, func(int) { stale++ })
+		if err == nil && o.record != nil {
+			if err = b.deleteRecord(ctx, key); err == nil {
+				stale++
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("delete expired records of %s: %w", key, err)
+		}
+		if aws := inherited[key]; len(aws) > 0 {
+			st, _ := decodeOwn(b.opts.Identity, key, instances(aws))
+			b.takeOver(key, &ownService{svc: o.svc, created: st.Created, st: st, stored: aws})
+			adopted += len(aws)
+		}
+	}
+	if alive {
+		b.log.Info("took over records", "services", len(b.own), "movedRecords", migrated)
+	} else if stale > 0 {
+		b.log.Info("deleted expired records", "instances", stale)
+	}
+	if adopted > 0 {
+		// Replaced by mcsd's own at the next put of each Service, then
+		// deregistered (see applyTo); withdrawn if the Service is no
+		// longer exported.
+		b.log.Info("took over the AWS Cloud Map MCS controller's instances of this cluster", "instances", adopted)
+	}
+	if err := b.beat(ctx); err != nil {
+		return fmt.Errorf("write heartbeat: %w", err)
+	}
+	return nil
+}
+
+// takeOver makes o the backend's record of what it wrote of key, and what
+// the watch should read of it.
+func (b *Backend) takeOver(key registry.ServiceKey, o *ownService) {
+	b.own[key] = o
+	found := map[string]instance{}
+	for id, attrs := range o.stored {
+		found[id] = instance{ID: id, Attrs: attrs}
+	}
+	if o.record != nil {
+		found[recordID(b.enc.prefix, key)] = instance{ID: recordID(b.enc.prefix, key), Attrs: o.record}
+	}
+	b.ownWatch.seed(b.opts.Identity, key, found)
+}
+
+// instances lists stored instances by id.
+func instances(stored map[string]map[string]string) []instance {
+	out := make([]instance, 0, len(stored))
+	for id, attrs := range stored {
+		out = append(out, instance{ID: id, Attrs: attrs})
+	}
+	return out
+}
+
+// scanOwn finds this cluster's instances in every namespace and its service
+// records, and fills the directory. The instances the AWS Cloud Map MCS
+// controller registered for this cluster (the same cluster and clusterset
+// attributes, no mcsd record kind) are found too: they are the cluster's
+// previous writes when mcsd replaces that controller, stored with mcsd's
+// and also returned apart, by Service.
+func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[registry.ServiceKey]*ownService, map[registry.ServiceKey]map[string]map[string]string, error) {
+	nss, err := listNamespaces(ctx, b.api)
+	if err != nil {
+		return nil, nil, err
+	}
+	inherited := map[registry.ServiceKey]map[string]map[string]string{}
+	out := map[registry.ServiceKey]*ownService{}
+	mine := map[registry.ServiceKey][]instance{}
+	get := func(key registry.ServiceKey) *ownService {
+		o := out[key]
+		if o == nil {
+			o = &ownService{stored: map[string]map[string]string{}}
+			out[key] = o
+		}
+		return o
+	}
+	for _, ns := range nss {
+		b.dir.addNamespace(ns)
+		if !ns.usable() || !validName(ns.Name) {
+			continue
+		}
+		svcs, err := listServices(ctx, b.api, ns)
+		if isAccessDenied(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, svc := range svcs {
+			b.dir.addService(svc)
+			insts, err := b.discover(ctx, svc, query)
+			if isNotFound(err) || isAccessDenied(err) {
+				continue
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("read own records: %w", err)
+			}
+			key := registry.ServiceKey{Namespace: ns.Name, Name: svc.Name}
+			for _, in := range insts {
+				switch in.Attrs[attrRecord] {
+				case recordService, recordEndpoint:
+				case "":
+					if inherited[key] == nil {
+						inherited[key] = map[string]map[string]string{}
+					}
+					inherited[key][in.ID] = in.Attrs
+				default:
+					continue
+				}
+				o := get(key)
+				o.svc = svc
+				o.stored[in.ID] = in.Attrs
+				mine[key] = append(mine[key], in)
+			}
+		}
+	}
+	recs, err := b.discover(ctx, b.systemService(recordsService), query)
+	if err != nil && !isNotFound(err) {
+		return nil, nil, fmt.Errorf("read own service records: %w", err)
+	}
+	for _, in := range recs {
+		key, ok := recordKey(in.Attrs)
+		if !ok || in.ID != recordID(b.enc.prefix, key) {
+			continue
+		}
+		o := get(key)
+		o.record = in.Attrs
+		mine[key] = append(mine[key], in)
+	}
+	for key, o := range out {
+		if o.svc.ID == "" && validName(key.Namespace) {
+			// A record without endpoint instances: the service is looked
+			// up when endpoints are put.
+			if ns, ok := b.dir.namespaceNamed(key.Namespace); ok {
+				if svc, ok := b.dir.serviceNamed(ns.ID, key.Name); ok {
+					o.svc = svc
+				}
+			}
+		}
+		if st, ok := decodeOwn(b.opts.Identity, key, mine[key]); ok {
+			o.st = st
+			o.created = st.Created
+		}
+		if o.created == 0 {
+			// Endpoint instances without their service record: keep
+			// their creation time.
+			for _, in := range mine[key] {
+				if c, err := strconv.ParseInt(in.Attrs[attrCreation], 10, 64); err == nil && (o.created == 0 || c < o.created) {
+					o.created = c
+				}
+			}
+		}
+	}
+	return out, inherited, nil
+}

@@ -1,0 +1,449 @@
+package cloudmap
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// lock takes the write lock; it fails once the backend is closed.
+func (b *Backend) lock(ctx context.Context) error { return b.sem.Lock(ctx) }
+
+func (b *Backend) unlock() { b.sem.Unlock() }
+
+// PutExport stores this cluster's export of a Service.
+func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
+	return b.put(ctx, key, &spec, nil, "put export")
+}
+
+// PutEndpoints stores this cluster's endpoints of an exported Service.
+func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
+	return b.put(ctx, key, nil, &groups, "put endpoints")
+}
+
+// Publish stores this cluster's export of a Service and its endpoints in
+// one pass: the service record and the endpoint instances are registered as
+// PutExport and PutEndpoints would (Cloud Map has no transactions; a
+// watcher may see one before the other, as the feed reads them).
+func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
+	return b.put(ctx, key, &spec, &groups, "publish")
+}
+
+// put applies spec and groups, those not nil, to this cluster's records of
+// key.
+func (b *Backend) put(ctx context.Context, key registry.ServiceKey, spec *registry.ServiceSpec, groups *[]registry.EndpointGroup, what string) error {
+	if err := b.validService(key); err != nil {
+		return err
+	}
+	if spec != nil && spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
+		return fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	st := b.current(key)
+	if spec != nil {
+		st.Spec = spec
+	}
+	if groups != nil {
+		st.HasEndpoints = true
+		st.Groups = *groups
+	}
+	if err := b.apply(ctx, key, st); err != nil {
+		return fmt.Errorf("%s %s: %w", what, key, err)
+	}
+	return nil
+}
+
+// DeleteExport withdraws this cluster's export and endpoints of a Service:
+// its endpoint instances first, its service record last.
+func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) error {
+	if err := b.validService(key); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	if err := b.apply(ctx, key, state{}); err != nil {
+		return fmt.Errorf("delete export %s: %w", key, err)
+	}
+	return nil
+}
+
+// Exported lists the Services this cluster has exports of.
+func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.unlock()
+	var out []registry.ServiceKey
+	for k, o := range b.own {
+		if o.st.Spec != nil {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, registry.ServiceKey.Compare)
+	return out, nil
+}
+
+// current is the state last written for key.
+func (b *Backend) current(key registry.ServiceKey) state {
+	if o := b.own[key]; o != nil {
+		return o.st
+	}
+	return state{}
+}
+
+// apply makes this cluster's instances of key those of st: it registers the
+// new and changed instances (the service record first) and deregisters the
+// others (the service record last). It writes only what differs.
+func (b *Backend) apply(ctx context.Context, key registry.ServiceKey, st state) error {
+	o := b.own[key]
+	if o == nil {
+		if st.Spec == nil && !st.HasEndpoints {
+			return nil
+		}
+		o = &ownService{created: b.now().UnixMilli(), stored: map[string]map[string]string{}}
+	}
+	st.Created = o.created
+	desired, err := b.enc.instances(st)
+	if err != nil {
+		return err
+	}
+	if changed, err := b.endpointsChanged(o.st, st, desired); err != nil {
+		return err
+	} else if changed {
+		st.EndpointsUpdated = b.now().UnixMilli()
+		if desired, err = b.enc.instances(st); err != nil {
+			return err
+		}
+	}
+	// The service record lives in the records service, out of the AWS
+	// controller's view.
+	var rec *instance
+	if r, ok := desired[serviceRecordID(b.enc.prefix)]; ok {
+		delete(desired, r.ID)
+		r.ID = recordID(b.enc.prefix, key)
+		r.Attrs[attrNamespace], r.Attrs[attrService] = key.Namespace, key.Name
+		if err := checkLimits(r.Attrs); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		rec = &r
+	}
+	force := b.ownWatch.begin(key)
+	defer func() {
+		written := maps.Clone(desired)
+		if rec != nil {
+			written[rec.ID] = *rec
+		}
+		b.ownWatch.end(b.opts.Identity, key, written, err == nil)
+	}()
+	for attempt := 0; ; attempt++ {
+		err = b.applyTo(ctx, key, o, rec, desired, force)
+		if err == nil || attempt > 0 || !isNotFound(err) {
+			break
+		}
+		// The service or namespace was deleted under us (for example by
+		// another cluster's cleanup): its instances went with it.
+		b.log.V(1).Info("cloud map service gone, creating it again", "service", key.String())
+		if o.svc.ID != "" {
+			b.dir.dropService(o.svc.ID)
+		}
+		o.svc = service{}
+		clear(o.stored)
+	}
+	if err != nil {
+		if len(o.stored) > 0 || o.record != nil {
+			b.own[key] = o
+		}
+		return err
+	}
+	o.st = st
+	if len(desired) > 0 || rec != nil {
+		b.own[key] = o
+		return nil
+	}
+	delete(b.own, key)
+	if b.opts.CleanupEmpty && o.svc.ID != "" {
+		b.cleanup(ctx, o.svc)
+	}
+	return nil
+}
+
+// endpointsChanged reports whether a watcher would read other endpoints from
+// the instances desired of st than from those of old, the state last
+// written in full: then the endpoints need a new Updated stamp.
+func (b *Backend) endpointsChanged(old, st state, desired map[string]instance) (bool, error) {
+	if !st.HasEndpoints {
+		return false, nil
+	}
+	if !old.HasEndpoints {
+		return true, nil
+	}
+	before, err := b.enc.instances(old)
+	if err != nil {
+		return false, err
+	}
+	return !reflect.DeepEqual(endpointGroups(before), endpointGroups(desired)), nil
+}
+
+// onlyStampChanged reports whether the owned attributes of a service record
+// differ in the endpoints' Updated stamp only.
+func onlyStampChanged(old, next map[string]string) bool {
+	a, b := ownedAttrs(old), ownedAttrs(next)
+	if a[attrEndpointsUpdated] == b[attrEndpointsUpdated] {
+		return false
+	}
+	delete(a, attrEndpointsUpdated)
+	delete(b, attrEndpointsUpdated)
+	return maps.Equal(a, b)
+}
+
+// applyTo writes what differs between o and rec (the service record) and
+// desired (the endpoint instances): the record first, then the endpoints,
+// then the deletions, the record's last. When only the record's endpoints
+// stamp changes, the record goes last, so that the stamp never comes before
+// the change it dates. With force, every desired instance and the record are
+// registered, even those stored.
+func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, rec *instance, desired map[string]instance, force bool) error {
+	var puts []instance
+	for _, id := range slices.Sorted(maps.Keys(desired)) {
+		in := desired[id]
+		if old, ok := o.stored[id]; ok {
+			if sameOwned(old, in.Attrs) && !force {
+				continue
+			}
+			in.Attrs = keepForeign(old, in.Attrs)
+		}
+		puts = append(puts, in)
+	}
+	var dels []string
+	for _, id := range slices.Sorted(maps.Keys(o.stored)) {
+		if _, ok := desired[id]; !ok {
+			dels = append(dels, id)
+		}
+	}
+	// A record left where mcsd kept it before goes last.
+	legacy := serviceRecordID(b.enc.prefix)
+	slices.SortStableFunc(dels, func(x, y string) int { return boolRank(x == legacy) - boolRank(y == legacy) })
+	var recPut *instance
+	recFirst := false
+	if rec != nil && (o.record == nil || !sameOwned(o.record, rec.Attrs) || force) {
+		r := *rec
+		if o.record != nil {
+			r.Attrs = keepForeign(o.record, r.Attrs)
+		}
+		recPut = &r
+		recFirst = o.record == nil || !onlyStampChanged(o.record, r.Attrs)
+	}
+	recDel := rec == nil && o.record != nil
+	if len(puts) == 0 && len(dels) == 0 && recPut == nil && !recDel {
+		return nil
+	}
+	// The Service's Cloud Map service exists from its export on, as the
+	// AWS controller makes it, endpoints or not.
+	if (len(puts) > 0 || recPut != nil) && o.svc.ID == "" {
+		svc, err := b.ensureService(ctx, key.Namespace, key.Name)
+		if err != nil {
+			return err
+		}
+		o.svc = svc
+	}
+	if recPut != nil && recFirst {
+		if err := b.writeRecord(ctx, *recPut); err != nil {
+			return err
+		}
+		o.record = recPut.Attrs
+	}
+	err := b.parallel(ctx, len(puts), func(ctx context.Context, i int) error {
+		return b.register(ctx, o.svc, puts[i])
+	}, func(i int) { o.stored[puts[i].ID] = puts[i].Attrs })
+	if err != nil {
+		return err
+	}
+	var last []string
+	if n := len(dels); n > 0 && dels[n-1] == legacy {
+		dels, last = dels[:n-1], dels[n-1:]
+	}
+	err = b.parallel(ctx, len(dels), func(ctx context.Context, i int) error {
+		return b.deregister(ctx, o.svc, dels[i])
+	}, func(i int) { delete(o.stored, dels[i]) })
+	if err != nil {
+		return err
+	}
+	for _, id := range last {
+		if err := b.deregister(ctx, o.svc, id); err != nil {
+			return err
+		}
+		delete(o.stored, id)
+	}
+	if recDel {
+		if err := b.deleteRecord(ctx, key); err != nil {
+			return err
+		}
+		o.record = nil
+	}
+	if recPut != nil && !recFirst {
+		if err := b.writeRecord(ctx, *recPut); err != nil {
+			return err
+		}
+		o.record = recPut.Attrs
+	}
+	return nil
+}
+
+// keepForeign returns next with the attributes others added to old, if
+// that still fits in an instance.
+func keepForeign(old, next map[string]string) map[string]string {
+	merged := maps.Clone(next)
+	for k, v := range old {
+		if !owned(k) {
+			merged[k] = v
+		}
+	}
+	if checkLimits(merged) != nil {
+		return next
+	}
+	return merged
+}
+
+// writeRecord registers a service record in the records service, creating
+// that service again if it was deleted.
+func (b *Backend) writeRecord(ctx context.Context, in instance) error {
+	err := b.register(ctx, b.systemService(recordsService), in)
+	if !isNotFound(err) {
+		return err
+	}
+	svc, err := b.recreateSystemService(ctx, recordsService)
+	if err != nil {
+		return err
+	}
+	return b.register(ctx, svc, in)
+}
+
+// deleteRecord deregisters this cluster's service record of key. A records
+// service that is gone holds no record.
+func (b *Backend) deleteRecord(ctx context.Context, key registry.ServiceKey) error {
+	err := b.deregister(ctx, b.systemService(recordsService), recordID(b.enc.prefix, key))
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// recreateSystemService looks up or creates the service name of the system
+// namespace again, after it turned out deleted.
+func (b *Backend) recreateSystemService(ctx context.Context, name string) (service, error) {
+	if old := b.systemService(name); old.ID != "" {
+		b.dir.dropService(old.ID)
+	}
+	svc, err := b.ensureService(ctx, b.opts.SystemNamespace, name)
+	if err != nil {
+		return service{}, err
+	}
+	b.setSystemService(svc)
+	return svc, nil
+}
+
+func boolRank(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// register writes one instance and waits until Cloud Map has stored it.
+func (b *Backend) register(ctx context.Context, svc service, in instance) error {
+	out, err := b.api.RegisterInstance(ctx, &sd.RegisterInstanceInput{
+		ServiceId:  aws.String(svc.ID),
+		InstanceId: aws.String(in.ID),
+		Attributes: in.Attrs,
+	})
+	if err != nil {
+		return fmt.Errorf("register instance %s: %w", in.ID, err)
+	}
+	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: in.ID})
+	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
+		return fmt.Errorf("register instance %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// deregister deletes one instance and waits until Cloud Map has deleted it.
+// Deleting what is not there is not an error.
+func (b *Backend) deregister(ctx context.Context, svc service, id string) error {
+	out, err := b.api.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{
+		ServiceId:  aws.String(svc.ID),
+		InstanceId: aws.String(id),
+	})
+	if errorCode(err) == "InstanceNotFound" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deregister instance %s: %w", id, err)
+	}
+	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: id})
+	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
+		return fmt.Errorf("deregister instance %s: %w", id, err)
+	}
+	return nil
+}
+
+// cleanup deletes svc if mcsd created it and it is empty, then its namespace
+// if mcsd created it and it is empty. Cloud Map refuses to delete what still
+// holds instances or services, which makes the check and the deletion one
+// step; a refusal is no error.
+func (b *Backend) cleanup(ctx context.Context, svc service) {
+	if !svc.Ours {
+		return
+	}
+	_, err := b.api.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(svc.ID)})
+	switch {
+	case isInUse(err):
+		return
+	case isNotFound(err):
+	case err != nil:
+		b.log.Error(err, "cannot delete empty cloud map service", "namespace", svc.NS.Name, "name", svc.Name)
+		return
+	default:
+		b.log.Info("deleted empty cloud map service", "namespace", svc.NS.Name, "name", svc.Name)
+	}
+	b.dir.dropService(svc.ID)
+	if !svc.NS.Ours || svc.NS.Name == b.opts.SystemNamespace {
+		return
+	}
+	out, err := b.api.DeleteNamespace(ctx, &sd.DeleteNamespaceInput{Id: aws.String(svc.NS.ID)})
+	switch {
+	case isInUse(err), isNotFound(err):
+		return
+	case err != nil:
+		b.log.Error(err, "cannot delete empty cloud map namespace", "namespace", svc.NS.Name)
+		return
+	}
+	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
+		b.log.V(1).Info("namespace deletion did not succeed", "namespace", svc.NS.Name, "reason", err.Error())
+		return
+	}
+	b.log.Info("deleted empty cloud map namespace", "namespace", svc.NS.Name)
+}
+
+// validName reports whether s is a DNS label, which every Kubernetes
+// namespace and Service name is.
+func validName(s string) bool { return len(validation.IsDNS1123Label(s)) == 0 }
+
+func (b *Backend) validService(key registry.ServiceKey) error {
+	if !validName(key.Namespace) || !validName(key.Name) {
+		return fmt.Errorf("service %q: %w", key, registry.ErrInvalid)
+	}
+	return nil
+}

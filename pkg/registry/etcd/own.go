@@ -1,0 +1,203 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
+)
+
+// ownRecords follows, for each record this backend wrote, its value and
+// the revision of the write, and whether etcd no longer holds it so.
+type ownRecords struct {
+	mu sync.Mutex
+	// lease is the backend's lease (Backend.lease, readable without sem).
+	lease clientv3.LeaseID
+	recs  map[string]ownRecord
+}
+
+type ownRecord struct {
+	value string
+	// rev is the revision of the last write; 0 while a write is under way
+	// or unknown.
+	rev int64
+	// lost: etcd holds no longer what this backend wrote.
+	lost bool
+}
+
+// writing records that value is being written to key: the watch may see
+// it before the write returns.
+func (o *ownRecords) writing(key, value string) (ownRecord, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r, had := o.recs[key]
+	if r.value != value {
+		o.recs[key] = ownRecord{value: value, lost: r.lost}
+	}
+	return r, had
+}
+
+// restore puts back what writing replaced, after a failed write.
+func (o *ownRecords) restore(key string, prev ownRecord, had bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if had {
+		o.recs[key] = prev
+	} else {
+		delete(o.recs, key)
+	}
+}
+
+// written records a write of value to key at revision rev.
+func (o *ownRecords) written(key, value string, rev int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.recs[key] = ownRecord{value: value, rev: rev}
+}
+
+// setLease records the lease every record is written on.
+func (o *ownRecords) setLease(lease clientv3.LeaseID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.lease = lease
+}
+
+func (o *ownRecords) forget(keys ...string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, k := range keys {
+		delete(o.recs, k)
+	}
+}
+
+func (o *ownRecords) isLost(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.recs[key].lost
+}
+
+// check compares what etcd holds of key at revision rev (kv, nil when
+// nothing) with what this backend wrote, and reports whether it found the
+// record newly lost.
+func (o *ownRecords) check(key string, kv *mvccpb.KeyValue, rev int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r, ok := o.recs[key]
+	if !ok || r.lost || rev < r.rev {
+		// Not written by this backend, known lost, or older than its write.
+		return false
+	}
+	if kv != nil && string(kv.Value) == r.value && clientv3.LeaseID(kv.Lease) == o.lease {
+		return false
+	}
+	if kv == nil && r.rev == 0 {
+		// A write is under way, and will tell.
+		return false
+	}
+	r.lost = true
+	o.recs[key] = r
+	return true
+}
+
+// observeOwn implements ownObserver.
+func (b *Backend) observeOwn(key string, kv *mvccpb.KeyValue, rev int64) {
+	if b.own.check(key, kv, rev) {
+		b.lost(key)
+	}
+}
+
+// observeOwnFull implements ownObserver.
+func (b *Backend) observeOwnFull(held map[string]*mvccpb.KeyValue, rev int64) {
+	b.own.mu.Lock()
+	keys := make([]string, 0, len(b.own.recs))
+	for k := range b.own.recs {
+		keys = append(keys, k)
+	}
+	b.own.mu.Unlock()
+	for _, k := range keys {
+		kv := held[k]
+		r := rev
+		if kv != nil {
+			r = kv.ModRevision
+		}
+		if b.own.check(k, kv, r) {
+			b.lost(k)
+		}
+	}
+}
+
+// lost logs a record this backend wrote that etcd no longer holds so. The
+// export controller writes an export or endpoints record again when the
+// View shows it gone; the alive record, which no controller writes, is
+// written again here.
+func (b *Backend) lost(key string) {
+	b.log.Info("own record deleted or changed by someone else; writing it again", "key", key)
+	if key != b.keys.alive(b.opts.Identity.Cluster) {
+		return
+	}
+	select {
+	case b.repair <- struct{}{}:
+	default:
+	}
+}
+
+// repairLoop writes the alive record again when it is lost, until Close.
+func (b *Backend) repairLoop() {
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.repair:
+		}
+		delay := retryMin
+		for b.ctx.Err() == nil {
+			err := b.repairAlive()
+			if err == nil {
+				break
+			}
+			b.log.Error(err, "cannot write the alive record again, retrying", "retryIn", delay)
+			if !lifetime.Sleep(b.ctx, delay) {
+				return
+			}
+			delay = b.nextDelay(delay)
+		}
+		// At most one repair a second: should two writers of one cluster
+		// ever take turns at the alive record (two controllers of the
+		// cluster, which leader election prevents), they do so slowly.
+		if !lifetime.Sleep(b.ctx, repairSpacing) {
+			return
+		}
+	}
+}
+
+// repairSpacing is the least time between two repairs of the alive record.
+const repairSpacing = time.Second
+
+func (b *Backend) repairAlive() error {
+	ctx, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
+	defer cancel()
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	key := b.keys.alive(b.opts.Identity.Cluster)
+	if err := b.putLocked(ctx, keyValue{key: key, value: b.stored[key]}); err != nil {
+		return fmt.Errorf("write alive record: %w", err)
+	}
+	return nil
+}
+
+// ownObserver hears what a watch reads of its cluster's own records, before
+// the handler does.
+type ownObserver interface {
+	// observeOwn: key holds kv (nil: it was deleted at revision rev).
+	observeOwn(key string, kv *mvccpb.KeyValue, rev int64)
+	// observeOwnFull: at revision rev, the cluster's records are held,
+	// key to value.
+	observeOwnFull(held map[string]*mvccpb.KeyValue, rev int64)
+}

@@ -1,0 +1,296 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// lock takes the write lock; it fails once the backend is closed.
+func (b *Backend) lock(ctx context.Context) error { return b.sem.Lock(ctx) }
+
+func (b *Backend) unlock() { b.sem.Unlock() }
+
+// PutExport stores this cluster's export of a Service.
+func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
+	rec, err := b.exportRecord(key, spec)
+	if err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	if err := b.putLocked(ctx, rec); err != nil {
+		return fmt.Errorf("put export %s: %w", key, err)
+	}
+	return nil
+}
+
+// Publish stores this cluster's export of a Service and its endpoints in
+// one transaction: watchers see both in one event. Records equal to the
+// stored ones are not written. Two records too large for one etcd request
+// together are written one after the other, the endpoints first, so that
+// watchers still never see a new export without them.
+func (b *Backend) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
+	export, err := b.exportRecord(key, spec)
+	if err != nil {
+		return err
+	}
+	return b.put(ctx, key, &export, groups, "publish")
+}
+
+// put writes export, when not nil, and the endpoints record of groups,
+// unless stored already: in one transaction, or endpoints first when the
+// two are too large for one request together.
+func (b *Backend) put(ctx context.Context, key registry.ServiceKey, export *keyValue, groups []registry.EndpointGroup, what string) error {
+	content, err := endpointsContent(key, groups)
+	if err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	endpoints, changed, err := b.endpointsRecordLocked(key, groups, content)
+	if err != nil {
+		return err
+	}
+	var recs []keyValue
+	if export != nil {
+		recs = append(recs, *export)
+	}
+	if changed {
+		recs = append(recs, endpoints)
+	}
+	writes := [][]keyValue{recs}
+	if len(recs) == 2 && len(export.value)+len(endpoints.value) > registry.MaxRecordBytes {
+		writes = [][]keyValue{{endpoints}, {*export}}
+	}
+	for _, w := range writes {
+		if err := b.putLocked(ctx, w...); err != nil {
+			return fmt.Errorf("%s %s: %w", what, key, err)
+		}
+		if changed && slices.Contains(w, endpoints) {
+			b.contents[endpoints.key] = content
+		}
+	}
+	return nil
+}
+
+// keyValue is a key and the value to write to it.
+type keyValue struct{ key, value string }
+
+// exportRecord is the record of this cluster's export of key.
+func (b *Backend) exportRecord(key registry.ServiceKey, spec registry.ServiceSpec) (keyValue, error) {
+	if err := validService(key); err != nil {
+		return keyValue{}, err
+	}
+	if spec.Type != registry.ClusterSetIP && spec.Type != registry.Headless {
+		return keyValue{}, fmt.Errorf("export %s: service type %q: %w", key, spec.Type, registry.ErrInvalid)
+	}
+	value, err := json.Marshal(exportValue{Spec: spec})
+	if err != nil {
+		return keyValue{}, fmt.Errorf("export %s: %w", key, err)
+	}
+	if err := checkSize(value); err != nil {
+		return keyValue{}, fmt.Errorf("export %s: %w", key, err)
+	}
+	return keyValue{key: b.keys.export(b.opts.Identity.Cluster, key), value: string(value)}, nil
+}
+
+// endpointsContent is the stored form of groups without its stamp.
+func endpointsContent(key registry.ServiceKey, groups []registry.EndpointGroup) (string, error) {
+	if err := validService(key); err != nil {
+		return "", err
+	}
+	content, err := json.Marshal(endpointsValue{Groups: groups})
+	if err != nil {
+		return "", fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	return string(content), nil
+}
+
+// endpointsRecordLocked is the record of this cluster's endpoints of key,
+// groups (content, unstamped), stamped now, and whether it needs writing:
+// groups equal to those stored write nothing and keep the stamp. b is
+// locked.
+func (b *Backend) endpointsRecordLocked(key registry.ServiceKey, groups []registry.EndpointGroup, content string) (keyValue, bool, error) {
+	k := b.keys.endpoints(b.opts.Identity.Cluster, key)
+	if b.storedContent(k) == content && !b.own.isLost(k) {
+		return keyValue{}, false, nil
+	}
+	value, err := json.Marshal(endpointsValue{Groups: groups, Updated: b.now().UTC().Truncate(time.Millisecond)})
+	if err != nil {
+		return keyValue{}, false, fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	if err := checkSize(value); err != nil {
+		return keyValue{}, false, fmt.Errorf("endpoints %s: %w", key, err)
+	}
+	return keyValue{key: k, value: string(value)}, true, nil
+}
+
+// PutEndpoints stores this cluster's endpoints of an exported Service. It
+// writes the endpoints key only, stamped with the time of the change; groups
+// equal to those stored write nothing and keep the stamp.
+func (b *Backend) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
+	return b.put(ctx, key, nil, groups, "put endpoints")
+}
+
+// storedContent is the stored value of endpoints key k without its stamp,
+// "" when nothing is stored.
+func (b *Backend) storedContent(k string) string {
+	if c, ok := b.contents[k]; ok {
+		return c
+	}
+	v, ok := b.stored[k]
+	if !ok {
+		return ""
+	}
+	var ev endpointsValue
+	if err := json.Unmarshal([]byte(v), &ev); err != nil {
+		return ""
+	}
+	ev.Updated = time.Time{}
+	c, err := json.Marshal(ev)
+	if err != nil {
+		return ""
+	}
+	b.contents[k] = string(c)
+	return string(c)
+}
+
+// DeleteExport withdraws this cluster's export and endpoints of a Service in
+// one transaction.
+func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) error {
+	if err := validService(key); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	exportKey := b.keys.export(b.opts.Identity.Cluster, key)
+	endpointsKey := b.keys.endpoints(b.opts.Identity.Cluster, key)
+	_, hasExport := b.stored[exportKey]
+	_, hasEndpoints := b.stored[endpointsKey]
+	if !hasExport && !hasEndpoints {
+		return nil
+	}
+	err := b.eachMember(ctx, func(ctx context.Context) error {
+		_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete export %s: %w", key, b.permissionHint(err))
+	}
+	delete(b.stored, exportKey)
+	delete(b.stored, endpointsKey)
+	delete(b.contents, endpointsKey)
+	b.own.forget(exportKey, endpointsKey)
+	return nil
+}
+
+// Exported lists the Services this cluster has exports of.
+func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.unlock()
+	var out []registry.ServiceKey
+	for k := range b.stored {
+		if kind, _, svc := b.keys.parse(k); kind == kindExport {
+			out = append(out, svc)
+		}
+	}
+	slices.SortFunc(out, registry.ServiceKey.Compare)
+	return out, nil
+}
+
+// putLocked writes recs under the lease, in one transaction, but those
+// whose keys hold their values already. A record that the watch saw deleted
+// or changed by someone else is written again.
+func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r keyValue) bool {
+		v, ok := b.stored[r.key]
+		return ok && v == r.value && !b.own.isLost(r.key)
+	})
+	if len(recs) == 0 {
+		return nil
+	}
+	type previous struct {
+		rec ownRecord
+		had bool
+	}
+	prevs := make([]previous, len(recs))
+	for i, r := range recs {
+		prevs[i].rec, prevs[i].had = b.own.writing(r.key, r.value)
+	}
+	var rev int64
+	write := func(ctx context.Context) error {
+		if len(recs) == 1 {
+			resp, err := b.cli.Put(ctx, recs[0].key, recs[0].value, clientv3.WithLease(b.lease))
+			if err == nil {
+				rev = resp.Header.Revision
+			}
+			return err
+		}
+		ops := make([]clientv3.Op, len(recs))
+		for i, r := range recs {
+			ops[i] = clientv3.OpPut(r.key, r.value, clientv3.WithLease(b.lease))
+		}
+		resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
+		if err == nil {
+			rev = resp.Header.Revision
+		}
+		return err
+	}
+	// On failure, what the watch compares with stays what was last written
+	// (a deletion of it is still noticed); had the put landed after all,
+	// the watch sees a change, and the next put writes it again.
+	restore := func() {
+		for i, r := range recs {
+			b.own.restore(r.key, prevs[i].rec, prevs[i].had)
+		}
+	}
+	err := b.eachMember(ctx, write)
+	if isLeaseNotFound(err) {
+		// The lease expired under us: repair it, then write.
+		if err := b.renewLeaseLocked(ctx); err != nil {
+			restore()
+			return err
+		}
+		err = b.eachMember(ctx, write)
+	}
+	if err != nil {
+		restore()
+		return b.permissionHint(err)
+	}
+	for _, r := range recs {
+		b.stored[r.key] = r.value
+		b.own.written(r.key, r.value, rev)
+	}
+	return nil
+}
+
+// checkSize refuses a value that readers would refuse as too large.
+func checkSize(value []byte) error {
+	if len(value) > registry.MaxRecordBytes {
+		return &registry.RejectedError{Reason: registry.RejectTooLarge,
+			Err: fmt.Errorf("%d bytes, more than %d", len(value), registry.MaxRecordBytes)}
+	}
+	return nil
+}
+
+func validService(key registry.ServiceKey) error {
+	if !validID(key.Namespace) || !validID(key.Name) {
+		return fmt.Errorf("service %q: %w", key, registry.ErrInvalid)
+	}
+	return nil
+}
