@@ -103,7 +103,7 @@ func TestConflictingExports(t *testing.T) {
 			if err != nil || !slices.Equal(ports, want.ports) {
 				return false, fmt.Sprintf("slices from %s: ports %v %v, want %v", src, ports, err, want.ports)
 			}
-			if got := readyAddresses(bySource[src]); !slices.Equal(got, want.ips) {
+			if got := fw.ReadyAddresses(bySource[src]); !slices.Equal(got, want.ips) {
 				return false, fmt.Sprintf("slices from %s: endpoints %v, want %v", src, got, want.ips)
 			}
 		}

@@ -70,7 +70,7 @@ func TestGatewayResolvesServiceImport(t *testing.T) {
 		if err := cl.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
 			return false, err.Error()
 		}
-		if got := readyAddresses(list.Items); !slices.Equal(got, want) {
+		if got := fw.ReadyAddresses(list.Items); !slices.Equal(got, want) {
 			return false, fmt.Sprintf("endpoints of %s: %v, want %v", name, got, want)
 		}
 		return true, ""
@@ -196,8 +196,8 @@ func TestEmptySlicePerFamily(t *testing.T) {
 					s.Labels[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
 					return false, fmt.Sprintf("slice %s from %s: labels %v", s.Name, src, s.Labels)
 				}
-				if s.AddressType == discoveryv1.AddressTypeIPv4 && len(ips[src]) > 0 && !slices.Equal(readyAddresses([]discoveryv1.EndpointSlice{s}), ips[src]) {
-					return false, fmt.Sprintf("IPv4 endpoints from %s: %v, want %v", src, readyAddresses([]discoveryv1.EndpointSlice{s}), ips[src])
+				if s.AddressType == discoveryv1.AddressTypeIPv4 && len(ips[src]) > 0 && !slices.Equal(fw.ReadyAddresses([]discoveryv1.EndpointSlice{s}), ips[src]) {
+					return false, fmt.Sprintf("IPv4 endpoints from %s: %v, want %v", src, fw.ReadyAddresses([]discoveryv1.EndpointSlice{s}), ips[src])
 				}
 			}
 			if !maps.Equal(got, wantTypes) {

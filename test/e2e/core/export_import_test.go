@@ -25,46 +25,10 @@ const timeout = 30 * time.Second
 // importedSlices returns the EndpointSlices mcsd made for an import, by source cluster.
 func importedSlices(t *testing.T, cl client.Client, ns, name string) map[string][]discoveryv1.EndpointSlice {
 	t.Helper()
-	var list discoveryv1.EndpointSliceList
-	if err := cl.List(context.Background(), &list, client.InNamespace(ns),
-		client.MatchingLabels{mcsv1beta1.LabelServiceName: name}); err != nil {
+	out, err := fw.ImportedSlices(cl, ns, name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string][]discoveryv1.EndpointSlice{}
-	for _, s := range list.Items {
-		out[s.Labels[mcsv1beta1.LabelSourceCluster]] = append(out[s.Labels[mcsv1beta1.LabelSourceCluster]], s)
-	}
-	return out
-}
-
-func readyAddresses(slices []discoveryv1.EndpointSlice) []string {
-	var out []string
-	for _, s := range slices {
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				out = append(out, ep.Addresses...)
-			}
-		}
-	}
-	slicesSort(out)
-	return out
-}
-
-func slicesSort(s []string) { slices.Sort(s) }
-
-func podIPs(t *testing.T, cl client.Client, ns, app string) []string {
-	t.Helper()
-	var pods corev1.PodList
-	if err := cl.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, p := range pods.Items {
-		if p.Status.PodIP != "" && p.Status.Phase == corev1.PodRunning {
-			out = append(out, p.Status.PodIP)
-		}
-	}
-	slicesSort(out)
 	return out
 }
 
@@ -77,10 +41,10 @@ func TestExportAndUnexport(t *testing.T) {
 	}
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 3})
 	poll.Until(t, timeout, "pods running in c1", func() (bool, string) {
-		ips := podIPs(t, c1, ns, "web")
+		ips := fw.PodIPs(t, c1, ns, "web")
 		return len(ips) == 3, fmt.Sprintf("%d pods running", len(ips))
 	})
-	want := podIPs(t, c1, ns, "web")
+	want := fw.PodIPs(t, c1, ns, "web")
 	fw.Export(t, c1, ns, "web")
 
 	for _, c := range env.TB.Clusters {
@@ -96,7 +60,7 @@ func TestExportAndUnexport(t *testing.T) {
 			if len(si.Status.Clusters) != 1 || si.Status.Clusters[0].Cluster != "c1" {
 				return false, fmt.Sprintf("status.clusters %+v", si.Status.Clusters)
 			}
-			got := readyAddresses(importedSlices(t, cl, ns, "web")["c1"])
+			got := fw.ReadyAddresses(importedSlices(t, cl, ns, "web")["c1"])
 			if !slices.Equal(got, want) {
 				return false, fmt.Sprintf("endpoints from c1 %v, want %v", got, want)
 			}

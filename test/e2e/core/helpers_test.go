@@ -102,7 +102,7 @@ func waitPods(t *testing.T, cl client.Client, ns, app string, n int) []string {
 	t.Helper()
 	var ips []string
 	poll.Until(t, timeout, fmt.Sprintf("%d pods of %s/%s running", n, ns, app), func() (bool, string) {
-		ips = podIPs(t, cl, ns, app)
+		ips = fw.PodIPs(t, cl, ns, app)
 		return len(ips) == n, fmt.Sprintf("%d running: %v", len(ips), ips)
 	})
 	return ips

@@ -30,7 +30,7 @@ func TestMetrics(t *testing.T) {
 		if si == nil || len(si.Spec.IPs) == 0 {
 			return false, "no ServiceImport with an IP"
 		}
-		got := readyAddresses(importedSlices(t, c2, ns, "web")["c1"])
+		got := fw.ReadyAddresses(importedSlices(t, c2, ns, "web")["c1"])
 		return slices.Equal(got, want), fmt.Sprintf("endpoints from c1 %v, want %v", got, want)
 	})
 

@@ -33,7 +33,7 @@ func TestImportInNamespaceCreatedLater(t *testing.T) {
 		if si.Spec.Type != mcsv1beta1.ClusterSetIP || len(si.Spec.IPs) != 1 {
 			return false, fmt.Sprintf("type %s, IPs %v", si.Spec.Type, si.Spec.IPs)
 		}
-		if got := readyAddresses(importedSlices(t, cl, ns, "web")["c1"]); !slices.Equal(got, want) {
+		if got := fw.ReadyAddresses(importedSlices(t, cl, ns, "web")["c1"]); !slices.Equal(got, want) {
 			return false, fmt.Sprintf("endpoints from c1 %v, want %v", got, want)
 		}
 		return true, ""

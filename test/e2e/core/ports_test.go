@@ -41,7 +41,7 @@ func TestPortChanges(t *testing.T) {
 		if err != nil || !slices.Equal(ports, []string{"/TCP/8080"}) {
 			return false, fmt.Sprintf("slice ports %v %v", ports, err)
 		}
-		if got := readyAddresses(ss); !slices.Equal(got, want) {
+		if got := fw.ReadyAddresses(ss); !slices.Equal(got, want) {
 			return false, fmt.Sprintf("endpoints %v, want %v", got, want)
 		}
 		ips[id] = si.Spec.IPs[0]
@@ -86,7 +86,7 @@ func TestPortChanges(t *testing.T) {
 		if err != nil || !slices.Equal(ports, wantSlice) {
 			return false, fmt.Sprintf("slice ports %v %v, want %v", ports, err, wantSlice)
 		}
-		if got := readyAddresses(ss); !slices.Equal(got, want) {
+		if got := fw.ReadyAddresses(ss); !slices.Equal(got, want) {
 			return false, fmt.Sprintf("endpoints %v, want %v", got, want)
 		}
 		return true, ""

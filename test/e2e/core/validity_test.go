@@ -76,7 +76,7 @@ func TestExportBeforeService(t *testing.T) {
 		if si == nil || len(si.Spec.IPs) != 1 {
 			return false, fmt.Sprintf("import %v", si)
 		}
-		got := readyAddresses(importedSlices(t, cl, ns, "web")["c1"])
+		got := fw.ReadyAddresses(importedSlices(t, cl, ns, "web")["c1"])
 		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("endpoints from c1 %v, want %v", got, want)
 	})
 }

@@ -156,55 +156,10 @@ func waitPods(t *testing.T, id, ns, app string, n int) []string {
 	cl := clientOf(t, id)
 	var ips []string
 	poll.Until(t, timeout, fmt.Sprintf("%d pods of %s running in %s", n, app, id), func() (bool, string) {
-		ips = podIPs(t, cl, ns, app)
+		ips = fw.PodIPs(t, cl, ns, app)
 		return len(ips) == n, fmt.Sprintf("%d pods running: %v", len(ips), ips)
 	})
 	return ips
-}
-
-func podIPs(t *testing.T, cl client.Client, ns, app string) []string {
-	t.Helper()
-	var pods corev1.PodList
-	if err := cl.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, p := range pods.Items {
-		if p.Status.PodIP != "" && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-			out = append(out, p.Status.PodIP)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// importedSlices returns the EndpointSlices mcsd made for an import, by
-// source cluster.
-func importedSlices(cl client.Client, ns, name string) (map[string][]discoveryv1.EndpointSlice, error) {
-	var list discoveryv1.EndpointSliceList
-	if err := cl.List(context.Background(), &list, client.InNamespace(ns),
-		client.MatchingLabels{mcsv1beta1.LabelServiceName: name, discoveryv1.LabelManagedBy: wellknown.ManagedBy}); err != nil {
-		return nil, err
-	}
-	out := map[string][]discoveryv1.EndpointSlice{}
-	for _, s := range list.Items {
-		src := s.Labels[mcsv1beta1.LabelSourceCluster]
-		out[src] = append(out[src], s)
-	}
-	return out, nil
-}
-
-func readyAddresses(eps []discoveryv1.EndpointSlice) []string {
-	var out []string
-	for _, s := range eps {
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				out = append(out, ep.Addresses...)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // importMatches reports whether cluster id's import ns/name lists exactly
@@ -225,7 +180,7 @@ func importMatches(t *testing.T, id, ns, name string, want map[string][]string) 
 	if wantIDs := slices.Sorted(maps.Keys(want)); !slices.Equal(got, wantIDs) {
 		return false, fmt.Sprintf("status.clusters %v, want %v", got, wantIDs)
 	}
-	bySource, err := importedSlices(cl, ns, name)
+	bySource, err := fw.ImportedSlices(cl, ns, name)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -235,7 +190,7 @@ func importMatches(t *testing.T, id, ns, name string, want map[string][]string) 
 		}
 	}
 	for src, ips := range want {
-		if got := readyAddresses(bySource[src]); !slices.Equal(got, ips) {
+		if got := fw.ReadyAddresses(bySource[src]); !slices.Equal(got, ips) {
 			return false, fmt.Sprintf("endpoints from %s %v, want %v", src, got, ips)
 		}
 	}
@@ -260,7 +215,7 @@ func waitImportGone(t *testing.T, id, ns, name string, within time.Duration) {
 		if fw.GetImport(t, cl, ns, name) != nil {
 			return false, "ServiceImport still there"
 		}
-		bySource, err := importedSlices(cl, ns, name)
+		bySource, err := fw.ImportedSlices(cl, ns, name)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -274,8 +274,8 @@ func waitImported(t *testing.T, c1, c2 client.Client, ns, name string, ports, po
 		if svc.Spec.ClusterIP != si.Spec.IPs[0] || len(svc.Spec.Ports) != ports {
 			return false, fmt.Sprintf("derived Service IP %s, %d ports; ServiceImport IP %s", svc.Spec.ClusterIP, len(svc.Spec.Ports), si.Spec.IPs[0])
 		}
-		want := podIPs(t, c1, ns, name)
-		got := readyAddresses(importedSlices(t, c2, ns, name))
+		want := fw.PodIPs(t, c1, ns, name)
+		got := fw.ReadyAddresses(importedSlices(t, c2, ns, name))
 		if len(want) != pods || !slices.Equal(got, want) {
 			return false, fmt.Sprintf("EndpointSlices hold %v, c1's pods %v", got, want)
 		}
@@ -297,37 +297,6 @@ func importedSlices(t testing.TB, cl client.Client, ns, name string) []discovery
 		t.Fatal(err)
 	}
 	return list.Items
-}
-
-// readyAddresses returns the sorted addresses of the ready endpoints.
-func readyAddresses(eps []discoveryv1.EndpointSlice) []string {
-	var out []string
-	for _, s := range eps {
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				out = append(out, ep.Addresses...)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// podIPs returns the sorted IPs of an app's running pods.
-func podIPs(t testing.TB, cl client.Client, ns, app string) []string {
-	t.Helper()
-	var pods corev1.PodList
-	if err := cl.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, p := range pods.Items {
-		if p.Status.PodIP != "" && p.Status.Phase == corev1.PodRunning {
-			out = append(out, p.Status.PodIP)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // applyClusterRole applies a ClusterRole for real, in full.
