@@ -140,7 +140,7 @@ demo-down: ## Stop the demo and remove its state (its logs stay in .cache/demo/l
 ##@ Benchmark
 
 # make bench's parameters; override on the command line, e.g.
-# make bench SERVICES=2000 PHASES=coldstart,steady,restart
+# make bench SERVICES=2000 BENCH_ARGS="-phases coldstart,steady,restart"
 BENCH_REGISTRY ?= etcd
 CLUSTERS ?= 3
 SERVICES ?= 1000
