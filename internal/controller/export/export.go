@@ -67,7 +67,7 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 
 	// written keeps the last status write of each ServiceExport until the
-	// cache shows it.
+	// cache shows it: a reconcile starts from that status (patch.Known).
 	written patch.Written
 
 	// metrics counts the ServiceExports by state; SetupWithManager sets it.
@@ -76,19 +76,16 @@ type Reconciler struct {
 	// Service (sliceIndex); SetupWithManager sets it.
 	slicesIndexed bool
 
-	// actedMu guards acted: by ServiceExport, the conflict and the registry
-	// failure the last events were about. Events follow it rather than the
-	// cached ServiceExport, which may not show the last status patch yet.
-	// It guards unguarded too: the Services that may have records in the
-	// registry that no finalizer guards (published while their
+	// unguardedMu guards unguarded: the Services that may have records
+	// in the registry that no finalizer guards (published while their
 	// ServiceExport had no finalizer yet, or found in the registry at start
 	// by enqueueExported), withdrawn even where the View shows none.
-	actedMu   sync.Mutex
-	acted     map[types.NamespacedName]acted
-	unguarded map[registry.ServiceKey]bool
+	unguardedMu sync.Mutex
+	unguarded   map[registry.ServiceKey]bool
 }
 
-// acted is what the events of one ServiceExport last reported.
+// acted is what the events of one ServiceExport reported, as its status
+// says (actedFromStatus).
 type acted struct {
 	// conflict is the Conflict reason while it is True, else "".
 	conflict string
@@ -112,6 +109,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, fmt.Errorf("get ServiceExport: %w", err)
 	}
+	// The reconcile starts from the status this controller last wrote, if
+	// the cache does not show it yet (the events compare with it); the
+	// status patch's base is the cache's.
+	cached := se.Status.DeepCopy()
+	se.Status = patch.Known(&r.written, se.UID, se.Status)
 
 	if !se.DeletionTimestamp.IsZero() {
 		r.metrics.Forget(req.NamespacedName)
@@ -146,6 +148,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, errors.Join(err, finErr)
 	}
 	r.setUnguarded(key, false)
+	before.Status = *cached
 	recheck, perr := r.patchStatus(ctx, before, se)
 	r.metrics.Set(req.NamespacedName, exportState(se.Status.Conditions))
 	return ctrl.Result{RequeueAfter: recheck}, errors.Join(err, perr)
@@ -476,30 +479,14 @@ func (r *Reconciler) actFailure(se *mcsv1beta1.ServiceExport, msg string) bool {
 	return r.act(se, func(a *acted) *string { return &a.failure }, msg)
 }
 
-// act records v as the field of what se's events last reported, and reports
-// whether v is new to warn about: not "", and not what was last acted on. A
-// ServiceExport not acted on yet (the controller restarted) is compared with
-// what its stored conditions report.
+// act reports whether v, the field of what se's events report, is new to
+// warn about: not "", and not what se's status reports already. se's status
+// is the one the reconcile started from (patch.Known), with the conditions
+// this reconcile set so far; callers ask before they set the condition that
+// v goes into.
 func (r *Reconciler) act(se *mcsv1beta1.ServiceExport, field func(*acted) *string, v string) bool {
-	r.actedMu.Lock()
-	defer r.actedMu.Unlock()
-	key := client.ObjectKeyFromObject(se)
-	last, ok := r.acted[key]
-	if !ok {
-		last = actedFromStatus(se)
-	}
-	prev := *field(&last)
-	*field(&last) = v
-	r.setActed(key, last)
-	return v != "" && v != prev
-}
-
-// setActed stores a; r.actedMu is held.
-func (r *Reconciler) setActed(key types.NamespacedName, a acted) {
-	if r.acted == nil {
-		r.acted = map[types.NamespacedName]acted{}
-	}
-	r.acted[key] = a
+	last := actedFromStatus(se)
+	return v != "" && v != *field(&last)
 }
 
 // actedFromStatus is what se's stored conditions say was last reported.
@@ -520,8 +507,8 @@ func actedFromStatus(se *mcsv1beta1.ServiceExport) acted {
 // setUnguarded records whether key may be published while its
 // ServiceExport has no finalizer yet.
 func (r *Reconciler) setUnguarded(key registry.ServiceKey, unguarded bool) {
-	r.actedMu.Lock()
-	defer r.actedMu.Unlock()
+	r.unguardedMu.Lock()
+	defer r.unguardedMu.Unlock()
 	if !unguarded {
 		delete(r.unguarded, key)
 		return
@@ -538,9 +525,9 @@ func (r *Reconciler) setUnguarded(key registry.ServiceKey, unguarded bool) {
 // the synced view shows (published by an earlier run whose finalizer never
 // landed). A Service with neither costs the registry nothing.
 func (r *Reconciler) withdrawGone(ctx context.Context, key registry.ServiceKey) error {
-	r.actedMu.Lock()
+	r.unguardedMu.Lock()
 	unguarded := r.unguarded[key]
-	r.actedMu.Unlock()
+	r.unguardedMu.Unlock()
 	synced := r.View != nil && r.View.HasSynced()
 	if !unguarded && (!synced || r.withdrawn(key)) {
 		return nil
@@ -556,9 +543,6 @@ func (r *Reconciler) withdrawGone(ctx context.Context, key registry.ServiceKey) 
 // forget drops what the controller keeps about a ServiceExport that is gone.
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.metrics.Forget(key)
-	r.actedMu.Lock()
-	delete(r.acted, key)
-	r.actedMu.Unlock()
 }
 
 // exportState is what the metrics count of a ServiceExport's conditions.

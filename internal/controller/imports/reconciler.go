@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,7 +69,7 @@ type Reconciler struct {
 	Now func() time.Time
 
 	// written keeps the last status write of each ServiceImport until the
-	// cache shows it.
+	// cache shows it: a reconcile starts from that status (patch.Known).
 	written patch.Written
 
 	// metrics counts the ServiceImports by state, and propagation times
@@ -81,13 +79,6 @@ type Reconciler struct {
 	// slicesIndexed says that Client's cache indexes EndpointSlices by
 	// import (sliceIndex); SetupWithManager sets it.
 	slicesIndexed bool
-
-	// clustersMu guards clusters: by ServiceImport, the source clusters the
-	// last ClustersChanged event reported (sorted). Events follow it rather
-	// than the cached ServiceImport, which may not show the last status
-	// patch yet.
-	clustersMu sync.Mutex
-	clusters   map[types.NamespacedName][]string
 
 	// zones keeps the zones of this cluster's nodes, from the Node watch.
 	zones zoneBook
@@ -136,6 +127,10 @@ type scope struct {
 	// retiring are the derived Services of an import taken over from the
 	// AWS controller that still carry its traffic (see takeover.go).
 	retiring retirement
+	// cached is the ServiceImport's status as the cache shows it: the base
+	// of the status patch (si's may be the status last written, see
+	// patch.Known).
+	cached mcsv1beta1.ServiceImportStatus
 }
 
 // recheckAt asks to look at the import again within d (at least half a
@@ -188,6 +183,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		si = nil
 	}
+	// cached is the status as the cache shows it, the base of the status
+	// patch; the reconcile starts from the status this controller last
+	// wrote, if the cache does not show it yet (the events compare with it).
+	var cached mcsv1beta1.ServiceImportStatus
+	if si != nil {
+		cached = *si.Status.DeepCopy()
+		si.Status = patch.Known(&r.written, si.UID, si.Status)
+	}
 	var foreign *mcsv1beta1.ServiceImport
 	if si != nil && !isManaged(si) {
 		foreign, si = si, nil
@@ -207,7 +210,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if foreign != nil {
 			return ctrl.Result{}, nil
 		}
-		return r.reconcileDisconnected(ctx, si, connErr)
+		return r.reconcileDisconnected(ctx, si, &cached, connErr)
 	}
 
 	exports := r.View.Exports(key)
@@ -239,7 +242,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	s := &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
-		rejected: r.View.Rejected(key), derivedName: derivedName, endpoints: r.View.Endpoints(key), retiring: retiring, svc: svc}
+		rejected: r.View.Rejected(key), derivedName: derivedName, endpoints: r.View.Endpoints(key), retiring: retiring, svc: svc, cached: cached}
 	if err := r.planHints(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -255,7 +258,7 @@ var errNotManaged = errors.New("ServiceImport not created by mcsd")
 // be stale, so nothing is created, changed or deleted. The ServiceImport only
 // records that the registry is unreachable. The connection's return brings
 // every import back (changeToImports), so nothing is retried meanwhile.
-func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.ServiceImport, connErr error) (ctrl.Result, error) {
+func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.ServiceImport, cached *mcsv1beta1.ServiceImportStatus, connErr error) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	if connErr == nil {
 		// Not connected yet: a backend delivers its first full read just
@@ -268,14 +271,13 @@ func (r *Reconciler) reconcileDisconnected(ctx context.Context, si *mcsv1beta1.S
 	if si == nil {
 		return ctrl.Result{}, nil
 	}
-	old := si.Status.DeepCopy()
 	conditions.Set(&si.Status.Conditions, si.Generation, metav1.Condition{
 		Type:    conditions.RegistryReachable,
 		Status:  metav1.ConditionFalse,
 		Reason:  conditions.ReasonRegistryUnreachable,
 		Message: fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", conditions.Cap(connErr.Error(), 512)),
 	})
-	recheck, err := r.patchStatus(ctx, si, old)
+	recheck, err := r.patchStatus(ctx, si, cached)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -404,7 +406,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 			}
 			return struct{}{}, r.adoptService(ctx, adopt, ref)
 		},
-		func() (time.Duration, error) { return r.patchStatus(ctx, s.si, old) })
+		func() (time.Duration, error) { return r.patchStatus(ctx, s.si, &s.cached) })
 	if recheck > 0 {
 		s.recheckAt(recheck)
 	}
@@ -495,8 +497,9 @@ func importUpToDate(si, desired *mcsv1beta1.ServiceImport) bool {
 		equality.Semantic.DeepEqual(si.Spec, desired.Spec)
 }
 
-// patchStatus patches si's status from old to its current one, and returns
-// when to look again at a write it skipped (see patch.StatusOnce).
+// patchStatus patches si's status from old (as the cache shows it) to its
+// current one, and returns when to look again at a write it skipped (see
+// patch.StatusOnce).
 func (r *Reconciler) patchStatus(ctx context.Context, si *mcsv1beta1.ServiceImport, old *mcsv1beta1.ServiceImportStatus) (time.Duration, error) {
 	base := si.DeepCopy()
 	base.Status = *old
@@ -556,26 +559,6 @@ func (r *Reconciler) listSlicesBy(ctx context.Context, key registry.ServiceKey, 
 // except the propagation stamps (see reconcileDelete).
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.metrics.Forget(key)
-	r.clustersMu.Lock()
-	delete(r.clusters, key)
-	r.clustersMu.Unlock()
-}
-
-// actClusters records clusters (sorted) as the source clusters of the
-// import key and returns those last acted on, or, not acted on yet (the
-// controller restarted), stored.
-func (r *Reconciler) actClusters(key types.NamespacedName, clusters, stored []string) []string {
-	r.clustersMu.Lock()
-	defer r.clustersMu.Unlock()
-	last, ok := r.clusters[key]
-	if !ok {
-		last = stored
-	}
-	if r.clusters == nil {
-		r.clusters = map[types.NamespacedName][]string{}
-	}
-	r.clusters[key] = slices.Clone(clusters)
-	return last
 }
 
 func isManaged(o metav1.Object) bool {

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
@@ -173,9 +172,9 @@ func readyCondition(s *scope) metav1.Condition {
 }
 
 // eventClusters records an event on si when its source clusters are no
-// longer those the last event reported (or, after a restart, those of old,
-// the stored status): a cache that does not show the last status patch yet
-// brings no second event for one change. A new import gets none: its
+// longer those of old, the status the reconcile started from (patch.Known:
+// a cache that does not show the last status patch yet brings no second
+// event for one change). A new import gets none: its
 // status lists its clusters, the log records its creation, and an Event
 // would be one more API write for every import in every cluster (a sixth of
 // a clusterset's writes when it starts).
@@ -188,8 +187,7 @@ func (r *Reconciler) eventClusters(si *mcsv1beta1.ServiceImport, old []mcsv1beta
 		slices.Sort(out)
 		return out
 	}
-	after := ids(si.Status.Clusters)
-	before := r.actClusters(client.ObjectKeyFromObject(si), after, ids(old))
+	after, before := ids(si.Status.Clusters), ids(old)
 	if len(before) == 0 || slices.Equal(before, after) {
 		return
 	}

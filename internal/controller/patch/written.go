@@ -126,3 +126,23 @@ func (w *Written) clock() time.Time {
 	}
 	return time.Now()
 }
+
+// Known returns the status a reconcile of the object uid starts from: the
+// status w's last write gave it while the cache (cached) still shows the
+// status that write replaced, else cached. It is the one rule for a cache
+// that lags behind the reconciler's own writes: decisions that compare with
+// the previous status (an event once per change, say) read Known, and do
+// not remember what they did beside it.
+func Known[S any](w *Written, uid types.UID, cached S) S {
+	w.mu.Lock()
+	last, ok := w.m[uid]
+	w.mu.Unlock()
+	if !ok || w.clock().Sub(last.at) > writtenFor || stored(cached) != last.from {
+		return cached
+	}
+	var out S
+	if err := json.Unmarshal([]byte(last.to), &out); err != nil {
+		return cached
+	}
+	return out
+}

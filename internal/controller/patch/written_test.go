@@ -96,3 +96,41 @@ func TestStatusOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestKnown: a reconcile starts from the status it last wrote while the
+// cache shows the status that write replaced; from the cache's otherwise.
+func TestKnown(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := mcsv1beta1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	at := metav1.NewTime(time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC))
+	stale := mcsv1beta1.ServiceExportStatus{}
+	ready := mcsv1beta1.ServiceExportStatus{Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "R", LastTransitionTime: at}}}
+	other := mcsv1beta1.ServiceExportStatus{Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "S", LastTransitionTime: at}}}
+	obj := func(s mcsv1beta1.ServiceExportStatus) *mcsv1beta1.ServiceExport {
+		return &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "a"}, Status: s}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj(stale)).WithStatusSubresource(&mcsv1beta1.ServiceExport{}).Build()
+	now := at.Time
+	w := &Written{now: func() time.Time { return now }}
+	if got := Known(w, "a", stale); !cmp.Equal(got, stale) {
+		t.Errorf("nothing written: Known = %+v, want the cache's", got)
+	}
+	if _, _, err := StatusOnce(context.Background(), c, w, obj(stale), obj(ready), func(se *mcsv1beta1.ServiceExport) any { return se.Status }); err != nil {
+		t.Fatal(err)
+	}
+	if got := Known(w, "a", stale); !cmp.Equal(got, ready) {
+		t.Errorf("cache behind: Known = %+v, want the written status", got)
+	}
+	if got := Known(w, "a", other); !cmp.Equal(got, other) {
+		t.Errorf("set to another status since: Known = %+v, want the cache's", got)
+	}
+	if got := Known(w, "b", stale); !cmp.Equal(got, stale) {
+		t.Errorf("another object: Known = %+v, want the cache's", got)
+	}
+	now = now.Add(writtenFor + time.Second)
+	if got := Known(w, "a", stale); !cmp.Equal(got, stale) {
+		t.Errorf("cache behind for long: Known = %+v, want the cache's", got)
+	}
+}
