@@ -97,6 +97,9 @@ func (o *Options) defaults() error {
 	if o.IdentityRetry == 0 {
 		o.IdentityRetry = 5 * time.Second
 	}
+	if o.TakeoverGrace == 0 {
+		o.TakeoverGrace = imports.DefaultRetireGrace
+	}
 	return nil
 }
 

@@ -151,18 +151,24 @@ func changeToExport(_ context.Context, c clusterset.Change) []reconcile.Request 
 // same Service.
 func (r *Reconciler) enqueueExported(ctx context.Context, out chan<- event.TypedGenericEvent[*mcsv1beta1.ServiceExport]) {
 	log := ctrl.LoggerFrom(ctx)
-	var keys []registry.ServiceKey
+	// Step keeps returning the cap once reached (wait.ExponentialBackoff
+	// would stop there): it retries until the registry answers.
 	backoff := wait.Backoff{Duration: cleanupRetryMin, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: cleanupRetryMax}
-	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+	var keys []registry.ServiceKey
+	for {
 		var err error
-		if keys, err = r.Registry.Exported(ctx); err != nil {
-			log.Error(err, "Listing this cluster's exports in the registry failed; retrying")
-			return false, nil
+		if keys, err = r.Registry.Exported(ctx); err == nil {
+			break
 		}
-		return true, nil
-	})
-	if err != nil {
-		return // stopped
+		delay := backoff.Step()
+		log.Error(err, "Listing this cluster's exports in the registry failed; retrying", "retryAfter", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 	for _, key := range keys {
 		r.setUnguarded(key, true)

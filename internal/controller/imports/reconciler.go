@@ -63,7 +63,8 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	// RetireGrace is how long the derived Services of an import taken over
 	// from the AWS Cloud Map MCS controller that mcsd did not adopt keep
-	// carrying its traffic (see takeover.go). Zero is DefaultRetireGrace.
+	// carrying its traffic (see takeover.go). Zero is DefaultRetireGrace; a
+	// negative grace is none.
 	RetireGrace time.Duration
 	// Now is the clock of the retirements; nil is time.Now.
 	Now func() time.Time
@@ -226,7 +227,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	derivedName, retiring := derivedServiceOf(si, key), retirementOf(si)
 	var svc *corev1.Service // the derived Service, when known without reading it
 	if foreign != nil && isAWSImport(foreign) {
-		adopted, ret, err := r.takeOver(ctx, foreign)
+		adopted, ret, err := r.takeOver(ctx, foreign, merge.Merge(exports).Spec.IPFamilies)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

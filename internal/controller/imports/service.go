@@ -62,6 +62,14 @@ func (r *Reconciler) readDerivedService(ctx context.Context, s *scope) error {
 		return fmt.Errorf("get derived Service: %w", err)
 	case isOurService(svc, s.key.Name):
 		s.svc = svc
+	case isAWSDerivedOf(svc, s.si):
+		// Adopted in a take-over that the cache does not show yet (or
+		// whose adoption failed): adopted again, as it was.
+		adopted, err := r.adoptAWSService(ctx, s.si, svc, s.res.Spec.IPFamilies)
+		if err != nil {
+			return err
+		}
+		s.svc = adopted
 	default:
 		s.foreignSvc = svc
 	}

@@ -93,22 +93,28 @@ func (r retirement) annotate(annotations map[string]string) {
 	annotations[wellknown.AnnotationRetireAfter] = r.after.UTC().Format(time.RFC3339)
 }
 
-// takeOver prepares the take-over of si, an import of the AWS controller:
-// it finds that controller's derived Services of the import, makes the first
-// that has a cluster IP mcsd's (marked as mcsd marks its own, the
-// controller's labels removed; nothing that kube-proxy reads changes) and
-// returns it (nil when none fits, such as for a headless import) and the
-// retirement of the others.
-func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport) (*corev1.Service, retirement, error) {
+// takeOver prepares the take-over of si, an import of the AWS controller,
+// whose merged exports ask for families: it finds that controller's derived
+// Services of the import, makes the first by name that can stay the
+// import's (a cluster IP, of the import's primary family) mcsd's
+// (adoptAWSService) and returns it (nil when none fits, such as for a
+// headless import) and the retirement of the others.
+func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport, families []corev1.IPFamily) (*corev1.Service, retirement, error) {
 	log := ctrl.LoggerFrom(ctx)
 	candidates, err := r.awsDerivedServices(ctx, si)
 	if err != nil {
 		return nil, retirement{}, err
 	}
-	// One adopted by an earlier try that did not finish comes first.
+	// Kubernetes does not change a Service's primary family: one of another
+	// family would have to be recreated, with another IP; it retires.
 	adoptable := func(svc *corev1.Service) bool {
-		return svc.Spec.Type == corev1.ServiceTypeClusterIP && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone
+		if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			return false
+		}
+		has, _ := importIPs(svc, nil)
+		return len(families) == 0 || (len(has) > 0 && has[0] == families[0])
 	}
+	// One adopted by an earlier try that did not finish comes first.
 	i := slices.IndexFunc(candidates, func(svc *corev1.Service) bool { return isOurService(svc, si.Name) && adoptable(svc) })
 	if i < 0 {
 		i = slices.IndexFunc(candidates, adoptable)
@@ -123,30 +129,20 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport)
 		retire = append(retire, svc.Name)
 	}
 	grace := r.RetireGrace
-	if grace <= 0 || si.Spec.Type == mcsv1beta1.Headless {
-		// No cluster IP to have been cached: they go once mcsd's slices
-		// are in place.
+	if grace == 0 {
+		grace = DefaultRetireGrace
+	}
+	if grace < 0 || si.Spec.Type == mcsv1beta1.Headless {
+		// No cluster IP to have been cached (or no grace asked for): they
+		// go once mcsd's slices are in place.
 		grace = 0
 	}
 	ret := retirement{services: retire, after: r.now().Add(grace).Truncate(time.Second)}
 	name := ""
-	if adopt != nil && !isOurService(adopt, si.Name) {
-		updated := adopt.DeepCopy()
-		if updated.Annotations == nil {
-			updated.Annotations = map[string]string{}
-		}
-		updated.Annotations[wellknown.AnnotationManaged] = "true"
-		updated.Annotations[wellknown.AnnotationServiceImport] = si.Name
-		families, _ := importIPs(adopt, nil)
-		updated.Annotations[wellknown.AnnotationIPFamilies] = joinFamilies(families)
-		delete(updated.Labels, mcsv1beta1.LabelServiceName)
-		delete(updated.Labels, mcsv1beta1.LabelSourceCluster)
-		if err := r.Client.Patch(ctx, updated, client.MergeFrom(adopt)); err != nil {
-			return nil, retirement{}, fmt.Errorf("adopt the AWS controller's derived Service %s: %w", adopt.Name, err)
-		}
-		adopt = updated
-	}
 	if adopt != nil {
+		if adopt, err = r.adoptAWSService(ctx, si, adopt, families); err != nil {
+			return nil, retirement{}, err
+		}
 		name = adopt.Name
 	}
 	log.Info("Taking over the AWS Cloud Map MCS controller's ServiceImport", "derivedService", name,
@@ -155,6 +151,40 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport)
 		"mcsd takes this import over from the AWS Cloud Map MCS controller: derived Service %q kept (its cluster IP stays the import's); %d other derived Services carry the import's endpoints until %s, then go",
 		name, len(retire), ret.after.UTC().Format(time.RFC3339))
 	return adopt, ret, nil
+}
+
+// adoptAWSService makes svc, a derived Service of the AWS controller of the
+// import si, mcsd's: marked as mcsd marks its own (with the import's
+// families as those asked for, or, when it names none, those svc has),
+// the controller's labels removed. Nothing that kube-proxy reads changes. It
+// returns svc as written; one already mcsd's is returned as it is.
+func (r *Reconciler) adoptAWSService(ctx context.Context, si *mcsv1beta1.ServiceImport, svc *corev1.Service, families []corev1.IPFamily) (*corev1.Service, error) {
+	if isOurService(svc, si.Name) {
+		return svc, nil
+	}
+	if len(families) == 0 {
+		families, _ = importIPs(svc, nil)
+	}
+	updated := svc.DeepCopy()
+	if updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	updated.Annotations[wellknown.AnnotationManaged] = "true"
+	updated.Annotations[wellknown.AnnotationServiceImport] = si.Name
+	updated.Annotations[wellknown.AnnotationIPFamilies] = joinFamilies(families)
+	delete(updated.Labels, mcsv1beta1.LabelServiceName)
+	delete(updated.Labels, mcsv1beta1.LabelSourceCluster)
+	if err := r.Client.Patch(ctx, updated, client.MergeFrom(svc)); err != nil {
+		return nil, fmt.Errorf("adopt the AWS controller's derived Service %s: %w", svc.Name, err)
+	}
+	return updated, nil
+}
+
+// isAWSDerivedOf reports whether svc is a derived Service the AWS
+// controller made for the import si (and mcsd has not marked as its own).
+func isAWSDerivedOf(svc *corev1.Service, si *mcsv1beta1.ServiceImport) bool {
+	c := metav1.GetControllerOfNoCopy(svc)
+	return si != nil && strings.HasPrefix(svc.Name, awsDerivedPrefix) && !isManaged(svc) && c != nil && c.UID == si.UID
 }
 
 // awsDerivedServices returns the AWS controller's derived Services of si,
@@ -193,7 +223,7 @@ func (r *Reconciler) awsDerivedServices(ctx context.Context, si *mcsv1beta1.Serv
 	}
 	for i := range list.Items {
 		svc := &list.Items[i]
-		if c := metav1.GetControllerOfNoCopy(svc); strings.HasPrefix(svc.Name, awsDerivedPrefix) && (!isManaged(svc) || isOurService(svc, si.Name)) && c != nil && c.UID == si.UID {
+		if c := metav1.GetControllerOfNoCopy(svc); isAWSDerivedOf(svc, si) || (isOurService(svc, si.Name) && strings.HasPrefix(svc.Name, awsDerivedPrefix) && c != nil && c.UID == si.UID) {
 			found[svc.Name] = svc
 		}
 	}
@@ -256,7 +286,7 @@ func (r *Reconciler) removeAWSSlices(ctx context.Context, s *scope) error {
 	if n > 0 {
 		ctrl.LoggerFrom(ctx).Info("Deleted the AWS controller's EndpointSlices: mcsd's are in place", "count", n)
 		// The retirement ends once the cache shows them gone.
-		s.recheckAt(time.Until(s.retiring.after))
+		s.recheckAt(s.retiring.after.Sub(r.now()))
 	}
 	return nil
 }

@@ -261,3 +261,79 @@ func TestNeedsRecreateClusterChosen(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeOverStaleServiceCache: the reconcile after a take-over may read
+// the adopted Service as the AWS controller left it (the cache shows the
+// ServiceImport's update first): it adopts it again rather than calling it
+// foreign, and the import keeps its IP and its endpoints.
+func TestTakeOverStaleServiceCache(t *testing.T) {
+	objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.ClusterSetIP,
+		[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 2)...)
+	e := newEnv(t, objs...)
+	twoClusters(e)
+	e.reconcile("web")
+	// The adopted Service as the cache may still show it.
+	svc := e.service("imported-east")
+	delete(svc.Annotations, wellknown.AnnotationManaged)
+	delete(svc.Annotations, wellknown.AnnotationServiceImport)
+	if err := e.api.Update(e.ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	e.events()
+	e.reconcile("web")
+	si := e.serviceImport("web")
+	if !slices.Equal(si.Spec.IPs, []string{"10.96.0.20"}) {
+		t.Errorf("ips = %v, want the adopted Service's", si.Spec.IPs)
+	}
+	if got := e.routed()["imported-east"]; len(got) != 3 {
+		t.Errorf("imported-east routes to %v, want the import's 3 endpoints", got)
+	}
+	if !isOurService(e.service("imported-east"), "web") {
+		t.Error("the adopted Service was not marked mcsd's again")
+	}
+	if ev := strings.Join(e.events(), "\n"); strings.Contains(ev, eventServiceConflict) {
+		t.Errorf("events = %s, want no %s", ev, eventServiceConflict)
+	}
+}
+
+// TestTakeOverFamilies: the adopted Service keeps its IP when it has the
+// import's primary family (a dual-stack import on its single-stack Service
+// is not recreated); one of another primary family retires with the rest,
+// and mcsd makes its own derived Service.
+func TestTakeOverFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		families  []corev1.IPFamily
+		wantKept  string
+		wantRetir string
+	}{
+		{"dual-stack import", []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}, "imported-east", "imported-west"},
+		{"IPv6 import", []corev1.IPFamily{corev1.IPv6Protocol}, "", "imported-east,imported-west"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.ClusterSetIP,
+				[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 2)...)
+			e := newEnv(t, objs...)
+			e.publish([]registry.Export{export("east", registry.ClusterSetIP, tc.families, port("http", corev1.ProtocolTCP, 80))},
+				endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.1.0.1"))))
+			writes := strings.Join(e.reconcile("web"), "\n")
+			e.reconcile("web")
+			si := e.serviceImport("web")
+			if got := si.Annotations[wellknown.AnnotationRetiring]; got != tc.wantRetir {
+				t.Errorf("retiring = %q, want %q", got, tc.wantRetir)
+			}
+			if tc.wantKept == "" {
+				if si.Annotations[wellknown.AnnotationDerivedService] != DerivedServiceName("web") || e.service(DerivedServiceName("web")) == nil {
+					t.Errorf("derived-service = %q, want mcsd's own %s", si.Annotations[wellknown.AnnotationDerivedService], DerivedServiceName("web"))
+				}
+				return
+			}
+			if got := si.Annotations[wellknown.AnnotationDerivedService]; got != tc.wantKept {
+				t.Errorf("derived-service = %q, want %q", got, tc.wantKept)
+			}
+			if strings.Contains(writes, "delete *v1.Service "+tc.wantKept) || !slices.Equal(si.Spec.IPs, []string{"10.96.0.20"}) {
+				t.Errorf("the adopted Service was recreated (writes %s; ips %v)", writes, si.Spec.IPs)
+			}
+		})
+	}
+}

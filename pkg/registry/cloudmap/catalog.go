@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"github.com/aws/smithy-go"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
 // namespace is a Cloud Map namespace mcsd can use.
@@ -386,31 +388,27 @@ func (b *Backend) waitOperation(ctx context.Context, id string) (map[string]stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.opts.OperationTimeout)
 	defer cancel()
-	var targets map[string]string
+	// Step keeps returning the cap once reached; the context bounds the
+	// wait (wait.ExponentialBackoff would stop at the cap).
 	poll := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: math.MaxInt32}
-	err := wait.ExponentialBackoffWithContext(ctx, poll, func(ctx context.Context) (bool, error) {
+	for {
 		out, err := b.api.GetOperation(ctx, &sd.GetOperationInput{OperationId: aws.String(id)})
 		if err != nil {
-			return false, fmt.Errorf("get operation %s: %w", id, err)
+			return nil, fmt.Errorf("get operation %s: %w", id, err)
 		}
-		op := out.Operation
-		if op == nil {
-			return false, nil
+		if op := out.Operation; op != nil {
+			b.sawOp(op.UpdateDate)
+			switch op.Status {
+			case types.OperationStatusSuccess:
+				return op.Targets, nil
+			case types.OperationStatusFail:
+				return nil, fmt.Errorf("operation %s %s: %s: %w", id, op.Type, aws.ToString(op.ErrorMessage), errOperationFailed)
+			}
 		}
-		b.sawOp(op.UpdateDate)
-		switch op.Status {
-		case types.OperationStatusSuccess:
-			targets = op.Targets
-			return true, nil
-		case types.OperationStatusFail:
-			return false, fmt.Errorf("operation %s %s: %s: %w", id, op.Type, aws.ToString(op.ErrorMessage), errOperationFailed)
+		if !lifetime.Sleep(ctx, poll.Step()) {
+			return nil, fmt.Errorf("wait for operation %s: %w", id, ctx.Err())
 		}
-		return false, nil
-	})
-	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return nil, fmt.Errorf("wait for operation %s: %w", id, err)
 	}
-	return targets, err
 }
 
 // errorCode is the Cloud Map error code of err, "" for other errors. Codes

@@ -108,7 +108,10 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 		if a.record != nil {
 			if spec, ok := decodeSpec(a.record); ok {
 				order, _ := strconv.ParseInt(a.record[attrCreation], 10, 64)
-				r.Export = &registry.Export{Cluster: cluster, Service: key, Spec: spec, Order: order}
+				// Instances of the AWS controller beside mcsd's (a take-over
+				// that did not finish) make the export not wholly mcsd's:
+				// it is published again, which withdraws them.
+				r.Export = &registry.Export{Cluster: cluster, Service: key, Spec: spec, Order: order, WrittenBy: a.awsBy}
 			}
 		} else if a.awsCount > 0 {
 			spec := registry.ServiceSpec{Type: a.awsType}

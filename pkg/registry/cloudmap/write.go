@@ -80,7 +80,8 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	return nil
 }
 
-// Exported lists the Services this cluster has exports of.
+// Exported lists the Services this cluster has records of: its exports,
+// and instances the AWS controller left for it.
 func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 	if err := b.lock(ctx); err != nil {
 		return nil, err
@@ -88,7 +89,9 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 	defer b.unlock()
 	var out []registry.ServiceKey
 	for k, o := range b.own {
-		if o.st.Spec != nil {
+		// Instances without an export (the AWS controller's that read as
+		// none) are listed too: withdrawn unless the Service is exported.
+		if o.st.Spec != nil || len(o.stored) > 0 {
 			out = append(out, k)
 		}
 	}
