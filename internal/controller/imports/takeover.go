@@ -139,11 +139,18 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport,
 	}
 	ret := retirement{services: retire, after: r.now().Add(grace).Truncate(time.Second)}
 	name := ""
+	// Adopted already: the cache showed the ServiceImport as it was before
+	// a take-over that wrote it; said once.
+	again := adopt != nil && isOurService(adopt, si.Name)
 	if adopt != nil {
 		if adopt, err = r.adoptAWSService(ctx, si, adopt, families); err != nil {
 			return nil, retirement{}, err
 		}
 		name = adopt.Name
+	}
+	if again {
+		log.V(1).Info("Taking over the AWS Cloud Map MCS controller's ServiceImport again", "derivedService", name)
+		return adopt, ret, nil
 	}
 	log.Info("Taking over the AWS Cloud Map MCS controller's ServiceImport", "derivedService", name,
 		"retiring", retire, "retireAfter", ret.after)
