@@ -80,8 +80,8 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	return nil
 }
 
-// Exported lists the Services this cluster has records of: its exports,
-// and instances the AWS controller left for it.
+// Exported lists the Services this cluster exports, and those the AWS
+// controller left instances of for it.
 func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 	if err := b.lock(ctx); err != nil {
 		return nil, err
@@ -89,9 +89,9 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 	defer b.unlock()
 	var out []registry.ServiceKey
 	for k, o := range b.own {
-		// Instances without an export (the AWS controller's that read as
-		// none) are listed too: withdrawn unless the Service is exported.
-		if o.st.Spec != nil || len(o.stored) > 0 {
+		// The AWS controller's instances that read as no export are listed
+		// too: withdrawn unless the Service is exported.
+		if o.st.Spec != nil || slices.ContainsFunc(slices.Collect(maps.Values(o.stored)), func(at map[string]string) bool { return at[attrRecord] == "" }) {
 			out = append(out, k)
 		}
 	}
