@@ -24,7 +24,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/internal/topology"
 	"github.com/mcsd-io/mcsd/test/bench/report"
-	"github.com/mcsd-io/mcsd/test/e2e/framework"
+	"github.com/mcsd-io/mcsd/test/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
 	"github.com/mcsd-io/mcsd/test/bench/report"
-	"github.com/mcsd-io/mcsd/test/e2e/framework"
+	"github.com/mcsd-io/mcsd/test/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 

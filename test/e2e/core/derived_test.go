@@ -20,7 +20,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // TestGatewayResolvesServiceImport follows a ServiceImport to its endpoints

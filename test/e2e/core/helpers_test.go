@@ -18,7 +18,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // clusterIDs are the ids of every cluster of the testbed.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // The ServiceExport's exportedLabels and exportedAnnotations, and only

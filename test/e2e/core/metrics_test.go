@@ -10,7 +10,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/metrics/metricstest"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // TestMetrics exports a Service from c1 and checks, once c2 imports it, the

@@ -19,7 +19,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 var update = flag.Bool("update", false, "write testdata/*.golden from the current output")

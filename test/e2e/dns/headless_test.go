@@ -9,7 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // A headless StatefulSet exported from c1 and c2 resolves in every cluster to

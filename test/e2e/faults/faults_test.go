@@ -19,7 +19,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/controller/export"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // A cluster that is down (its controller and its API server) for longer

@@ -22,7 +22,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/metrics/metricstest"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 

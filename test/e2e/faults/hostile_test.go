@@ -22,7 +22,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // etcdClient is a plain etcd client of the testbed's registry, as a user or

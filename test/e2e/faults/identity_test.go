@@ -15,7 +15,7 @@ import (
 
 	aboutv1beta1 "github.com/mcsd-io/mcsd/api/about/v1beta1"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // Without its cluster id a controller says what is missing and exports

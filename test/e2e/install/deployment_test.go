@@ -38,7 +38,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 

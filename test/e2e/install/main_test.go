@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/mcsd-io/mcsd/test/e2e/framework"
+	"github.com/mcsd-io/mcsd/test/framework"
 )
 
 // env is the testbed (two clusters and a registry), nil with -short.

@@ -29,7 +29,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 const timeout = 60 * time.Second

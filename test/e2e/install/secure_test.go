@@ -16,7 +16,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
-	fw "github.com/mcsd-io/mcsd/test/e2e/framework"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // TestSecureRegistryFlow: c1 and c2 each run mcsd with an identity of its

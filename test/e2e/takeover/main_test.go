@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcsd-io/mcsd/test/e2e/framework"
+	"github.com/mcsd-io/mcsd/test/framework"
 )
 
 // grace is how long the derived Services mcsd does not adopt keep carrying

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/mcsd-io/mcsd/test/e2e/framework"
+	"github.com/mcsd-io/mcsd/test/framework"
 )
 
 var env *framework.Env
