@@ -224,10 +224,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, r.reconcileDelete(ctx, key, si)
 	}
+	res := merge.Merge(exports)
 	derivedName, retiring := derivedServiceOf(si, key), retirementOf(si)
 	var svc *corev1.Service // the derived Service, when known without reading it
 	if foreign != nil && isAWSImport(foreign) {
-		adopted, ret, err := r.takeOver(ctx, foreign, merge.Merge(exports).Spec.IPFamilies)
+		adopted, ret, err := r.takeOver(ctx, foreign, res.Spec.IPFamilies)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -242,7 +243,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			"ServiceImport %s was not created by mcsd (no %s annotation): mcsd will not manage it. Delete it to let mcsd import the Service exported by the clusterset", key, wellknown.AnnotationManaged)
 		return ctrl.Result{}, nil
 	}
-	s := &scope{localCluster: r.ClusterID, key: key, res: merge.Merge(exports), si: si,
+	s := &scope{localCluster: r.ClusterID, key: key, res: res, si: si,
 		rejected: r.View.Rejected(key), derivedName: derivedName, endpoints: r.View.Endpoints(key), retiring: retiring, svc: svc, cached: cached}
 	if err := r.planHints(ctx, s); err != nil {
 		return ctrl.Result{}, err

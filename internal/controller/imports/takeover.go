@@ -190,8 +190,14 @@ func (r *Reconciler) adoptAWSService(ctx context.Context, si *mcsv1beta1.Service
 // isAWSDerivedOf reports whether svc is a derived Service the AWS
 // controller made for the import si (and mcsd has not marked as its own).
 func isAWSDerivedOf(svc *corev1.Service, si *mcsv1beta1.ServiceImport) bool {
+	return ownedAWSName(svc, si) && !isManaged(svc)
+}
+
+// ownedAWSName reports whether svc has the AWS controller's derived name
+// and the ServiceImport si as its controller.
+func ownedAWSName(svc *corev1.Service, si *mcsv1beta1.ServiceImport) bool {
 	c := metav1.GetControllerOfNoCopy(svc)
-	return si != nil && strings.HasPrefix(svc.Name, awsDerivedPrefix) && !isManaged(svc) && c != nil && c.UID == si.UID
+	return si != nil && strings.HasPrefix(svc.Name, awsDerivedPrefix) && c != nil && c.UID == si.UID
 }
 
 // awsDerivedServices returns the AWS controller's derived Services of si,
@@ -209,6 +215,9 @@ func (r *Reconciler) awsDerivedServices(ctx context.Context, si *mcsv1beta1.Serv
 	if err := json.Unmarshal([]byte(si.Annotations[wellknown.AWSAnnotationDerivedService]), &entries); err != nil {
 		ctrl.LoggerFrom(ctx).Info("Unreadable derived-service annotation of the AWS controller; using its labels only", "reason", err.Error())
 	}
+	// The AWS controller's, or one mcsd adopted for si in a take-over that
+	// did not finish.
+	candidate := func(svc *corev1.Service) bool { return !isManaged(svc) || isOurService(svc, si.Name) }
 	found := map[string]*corev1.Service{}
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Service, awsDerivedPrefix) {
@@ -220,7 +229,7 @@ func (r *Reconciler) awsDerivedServices(ctx context.Context, si *mcsv1beta1.Serv
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return nil, fmt.Errorf("get the AWS controller's derived Service: %w", err)
-		case !isManaged(svc) || isOurService(svc, si.Name):
+		case candidate(svc):
 			found[svc.Name] = svc
 		}
 	}
@@ -230,7 +239,7 @@ func (r *Reconciler) awsDerivedServices(ctx context.Context, si *mcsv1beta1.Serv
 	}
 	for i := range list.Items {
 		svc := &list.Items[i]
-		if c := metav1.GetControllerOfNoCopy(svc); isAWSDerivedOf(svc, si) || (isOurService(svc, si.Name) && strings.HasPrefix(svc.Name, awsDerivedPrefix) && c != nil && c.UID == si.UID) {
+		if ownedAWSName(svc, si) && candidate(svc) {
 			found[svc.Name] = svc
 		}
 	}
