@@ -9,6 +9,8 @@
 #   zsh                  programs that pods run and that tests exec in pods,
 #                        and those that the images the testbed knows start
 #                        (test/testbed/agent/resolve.go: netshoot's is zsh)
+#   runc (runc)          the OCI runtime that runs the images loaded into the
+#                        testbed (testbed load-image), mcsd's own among them
 #
 # Creating network namespaces needs root; so does installing. Run as root, or
 # install the packages above yourself.
@@ -17,7 +19,7 @@ set -euo pipefail
 declare -A pkg_of=(
   [ip]=iproute2 [unshare]=util-linux [nft]=nftables [socat]=socat
   [nc]=netcat-openbsd [dig]=dnsutils [nslookup]=dnsutils [busybox]=busybox
-  [curl]=curl [zsh]=zsh [bash]=bash
+  [curl]=curl [zsh]=zsh [bash]=bash [runc]=runc
 )
 missing=()
 for cmd in "${!pkg_of[@]}"; do

@@ -278,7 +278,7 @@ func Write(idx v1.ImageIndex, out, tag string) error {
 		return err
 	}
 	fmt.Printf("image index %s\n  OCI layout:     %s\n  OCI archive:    %s\n  Docker archive: %s (%s, linux/%s)\n", d, dir, archive, docker, tag, runtime.GOARCH)
-	return nil
+	return printPlatforms(idx)
 }
 
 // PlatformImage returns the image of platform p in idx.
@@ -353,5 +353,20 @@ func Push(ctx context.Context, idx v1.ImageIndex, image string, opts ...remote.O
 		return err
 	}
 	fmt.Printf("pushed %s@%s\n", ref, d)
+	return printPlatforms(idx)
+}
+
+// printPlatforms prints each platform's image digest, as a release note
+// lists them.
+func printPlatforms(idx v1.ImageIndex) error {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return err
+	}
+	for _, desc := range m.Manifests {
+		if desc.Platform != nil {
+			fmt.Printf("  %s/%s %s\n", desc.Platform.OS, desc.Platform.Architecture, desc.Digest)
+		}
+	}
 	return nil
 }

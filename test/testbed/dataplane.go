@@ -98,7 +98,7 @@ func (c *Cluster) agentConfig() (*agent.Config, bool, error) {
 		Kubeconfig:     c.Kubeconfig,
 		APIAddr:        host,
 		StateDir:       c.agentDir(),
-		SocketDir:      filepath.Join(runtimeRoot, c.tb.netnsPrefix()+"-sock", c.ID),
+		SocketDir:      c.socketDir(),
 		NodeNetns:      c.NodeNetns(),
 		PodNetnsPrefix: c.podNetnsPrefix(),
 		ClusterCIDRs:   PodCIDRsFor(c.Index),
@@ -110,6 +110,10 @@ func (c *Cluster) agentConfig() (*agent.Config, bool, error) {
 		KubeProxy: c.tb.bin.KubeProxy,
 		CoreDNS:   c.tb.bin.CoreDNS,
 		Agnhost:   c.tb.bin.Agnhost,
+		Images:    c.tb.ImageStore(),
+	}
+	if runc, err := exec.LookPath("runc"); err == nil {
+		cfg.Runc = runc
 	}
 	for n := 0; n < c.tb.opts.NodesPerCluster; n++ {
 		cfg.Nodes = append(cfg.Nodes, agent.Node{Name: c.NodeName(n), PodCIDRs: NodePodCIDRs(c.Index, n), IPs: NodeIPs(c.Index, n)})

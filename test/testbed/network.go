@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"github.com/mcsd-io/mcsd/test/testbed/agent"
 	"github.com/mcsd-io/mcsd/test/testbed/netns"
 )
 
@@ -158,6 +160,13 @@ func (tb *Testbed) registerRuntime() error {
 // removeNetwork deletes every namespace of the testbed whose state is in dir.
 func removeNetwork(ctx context.Context, dir string) error {
 	prefix := netns.Prefix(dir)
+	// The containers of image pods first (their cgroups and runc state).
+	if runc, err := exec.LookPath("runc"); err == nil {
+		socks, _ := filepath.Glob(filepath.Join(runtimeRoot, prefix+"-sock", "*"))
+		for _, sock := range socks {
+			agent.RuncCleanup(runc, agent.RuncRoot(sock))
+		}
+	}
 	err := netns.DeleteAll(ctx, prefix+"-")
 	if err == nil {
 		_ = os.RemoveAll(filepath.Join(runtimeRoot, prefix+"-sock"))
@@ -183,4 +192,10 @@ func removeOrphanNetworks(ctx context.Context, log func(format string, args ...a
 		killUnder(dir, io.Discard)
 		_ = removeNetwork(ctx, dir)
 	}
+}
+
+// socketDir holds the cluster's Unix sockets (the agent's API relay, the
+// relays of ExposeHost) and runc's state: a short path, for socket names.
+func (c *Cluster) socketDir() string {
+	return filepath.Join(runtimeRoot, c.tb.netnsPrefix()+"-sock", c.ID)
 }

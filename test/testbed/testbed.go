@@ -386,7 +386,7 @@ options:
   kubeControllerManagerPort: %d
   kubeSchedulerPort: %d
   kwokControllerPort: %d
-componentsPatches:
+%scomponentsPatches:
 - name: kube-apiserver
   extraArgs:
   - key: service-cluster-ip-range
@@ -397,8 +397,26 @@ componentsPatches:
     value: %s
 %s`, b.KubernetesVersion, strings.TrimPrefix(b.EtcdVersion, "v"), b.KwokVersion,
 		b.KubeAPIServer, b.KubeControllerManager, b.KubeScheduler, b.Kubectl, b.Etcd, b.Kwok,
-		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5],
+		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], c.apiServiceOptions(),
 		strings.Join(c.ServiceCIDRs, ","), c.PodCIDR, c.dataPlaneConfig())
+}
+
+// APIServiceIPs are the cluster IPs of cluster i's kubernetes Service
+// (default/kubernetes): the first address of each Service range.
+func APIServiceIPs(i int) []string {
+	return []string{fmt.Sprintf("10.%d.0.1", 100+i), fmt.Sprintf("fd00:100:%x::1", i)}
+}
+
+// apiServiceOptions makes, with a data plane, the API server reachable from
+// pods as in-cluster clients reach it: its certificate names the kubernetes
+// Service's cluster IPs, and the address it publishes as that Service's
+// endpoint is node 0's, where the agent relays to it.
+func (c *Cluster) apiServiceOptions() string {
+	if !c.tb.dataPlane() {
+		return ""
+	}
+	sans := APIServiceIPs(c.Index)
+	return fmt.Sprintf("  kubeApiserverCertSANs:\n  - %s\n  - %s\n", sans[0], sans[1])
 }
 
 // dataPlaneConfig adds, with a data plane, the API server's client
@@ -410,11 +428,13 @@ func (c *Cluster) dataPlaneConfig() string {
 	}
 	return fmt.Sprintf(`- name: kube-apiserver
   extraArgs:
+  - key: advertise-address
+    value: %s
   - key: kubelet-client-certificate
     value: %s
   - key: kubelet-client-key
     value: %s
-%s`, c.pkiFile("admin.crt"), c.pkiFile("admin.key"), nodeStages(c.tb.bin.KubernetesVersion))
+%s`, NodeIPs(c.Index, 0)[0], c.pkiFile("admin.crt"), c.pkiFile("admin.key"), nodeStages(c.tb.bin.KubernetesVersion))
 }
 
 // Client returns a controller-runtime client for the cluster, with the

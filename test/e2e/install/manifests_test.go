@@ -3,12 +3,7 @@ package install
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,7 +15,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/mcsd-io/mcsd/test/testbed"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // Values that select each registry in the Helm chart, as the Makefile's
@@ -38,14 +33,7 @@ var (
 type manifests []*unstructured.Unstructured
 
 // repoPath returns the absolute path of a repository file.
-func repoPath(t testing.TB, rel string) string {
-	t.Helper()
-	root, err := testbed.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(root, rel)
-}
+func repoPath(t testing.TB, rel string) string { return fw.RepoPath(t, rel) }
 
 // kustomize builds a kustomization directory as kubectl apply -k does.
 func kustomize(t testing.TB, dir string) manifests {
@@ -63,47 +51,13 @@ func kustomize(t testing.TB, dir string) manifests {
 	return decode(t, out)
 }
 
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
-)
-
-// helmBinary returns the pinned helm, built by `make helm` the first time.
-func helmBinary(t testing.TB) string {
+// helm runs the pinned helm in the repository root and returns its stdout.
+func helm(t testing.TB, args ...string) ([]byte, error) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the pinned helm (make helm); skipped with -short")
 	}
-	helmOnce.Do(func() {
-		var stdout, stderr bytes.Buffer
-		cmd := exec.Command("make", "-s", "--no-print-directory", "helm")
-		cmd.Dir = repoPath(t, ".")
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			helmErr = fmt.Errorf("make helm: %w: %s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		helmPath = lines[len(lines)-1]
-	})
-	if helmErr != nil {
-		t.Fatal(helmErr)
-	}
-	return helmPath
-}
-
-// helm runs the pinned helm in the repository root and returns its stdout.
-func helm(t testing.TB, args ...string) ([]byte, error) {
-	t.Helper()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(helmBinary(t), args...)
-	cmd.Dir = repoPath(t, ".")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.Bytes(), nil
+	return fw.Helm(t, args...)
 }
 
 // helmTemplate renders the chart as release mcsd in namespace mcsd-system,

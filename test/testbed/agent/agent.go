@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/mcsd-io/mcsd/test/testbed/images"
 	"github.com/mcsd-io/mcsd/test/testbed/netns"
 )
 
@@ -36,7 +37,8 @@ type Agent struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	nodes map[string]Node
 
-	unshare string // util-linux unshare's path
+	unshare string        // util-linux unshare's path
+	images  *images.Store // nil: no image store
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*sandbox
@@ -63,6 +65,12 @@ func New(cfg *Config, self string, log logr.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the agent needs util-linux's unshare: %w", err)
 	}
+	var store *images.Store
+	if cfg.Images != "" {
+		if store, err = images.Open(cfg.Images); err != nil {
+			return nil, err
+		}
+	}
 	nodes := map[string]Node{}
 	for _, n := range cfg.Nodes {
 		nodes[n.Name] = n
@@ -75,6 +83,7 @@ func New(cfg *Config, self string, log logr.Logger) (*Agent, error) {
 		ipam:      newIPAM(),
 		nodes:     nodes,
 		unshare:   unshare,
+		images:    store,
 		sandboxes: map[types.UID]*sandbox{},
 		byKey:     map[string]types.UID{},
 		children:  &children{log: log},
@@ -97,6 +106,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	_ = os.Remove(filepath.Join(a.cfg.StateDir, ReadyFile))
 	// Pods of an earlier run of the agent lost their processes with it:
 	// their namespaces go, and the pods are set up again below.
+	RuncCleanup(a.cfg.Runc, a.runcRoot())
 	if err := netns.DeleteAll(ctx, a.cfg.PodNetnsPrefix); err != nil {
 		return fmt.Errorf("remove pod namespaces of an earlier run: %w", err)
 	}

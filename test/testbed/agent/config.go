@@ -43,6 +43,11 @@ type Config struct {
 	Corefile string
 	// KubeProxy, CoreDNS and Agnhost are the programs' paths.
 	KubeProxy, CoreDNS, Agnhost string
+	// Images is the testbed's image store (package images): containers
+	// whose image is there run from it under Runc. Empty: none.
+	Images string
+	// Runc is the OCI runtime's path; empty when the host has none.
+	Runc string
 }
 
 // Node is one of the cluster's nodes.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -32,10 +33,33 @@ type container struct {
 	last      *corev1.ContainerStateTerminated
 	done      bool // ran to an end it is not restarted from
 	stopped   bool
+
+	oci       *ociContainer // an image container (oci.go): runs under runc
+	probes    *probes       // nil: none (probes.go)
+	retry     bool          // it could not be prepared for now: tried again (pods.go)
+	startedOK bool          // its startup probe passed (or it has none)
+	readyOK   bool          // its readiness probe passed last (or it has none)
 }
 
-func (a *Agent) newContainer(pod *corev1.Pod, sb *sandbox, spec corev1.Container) *container {
+func (a *Agent) newContainer(ctx context.Context, pod *corev1.Pod, sb *sandbox, spec corev1.Container) *container {
 	c := &container{name: spec.Name, image: spec.Image, policy: pod.Spec.RestartPolicy, dir: sb.dir}
+	img, err := a.findImage(spec.Image)
+	if err != nil {
+		c.reason, c.message = "ErrImageInspect", err.Error()
+		return c
+	}
+	if img != nil {
+		if sb.volumes == nil {
+			if err := a.prepareVolumes(ctx, pod, sb); err != nil {
+				sb.volumes = nil
+				c.reason, c.message, c.retry = ReasonConfigError, err.Error(), true
+				return c
+			}
+		}
+		a.newImageContainer(ctx, pod, sb, spec, img, c)
+		c.retry = c.argv == nil && c.reason == ReasonConfigError
+		return c
+	}
 	if spec.WorkingDir != "" {
 		if st, err := os.Stat(spec.WorkingDir); err == nil && st.IsDir() {
 			c.dir = spec.WorkingDir
@@ -48,6 +72,7 @@ func (a *Agent) newContainer(pod *corev1.Pod, sb *sandbox, spec corev1.Container
 	}
 	c.env = env
 	c.argv, c.reason, c.message = a.progs.Resolve(spec, vals)
+	c.probes = newProbes(spec)
 	return c
 }
 
@@ -74,7 +99,15 @@ func (a *Agent) startContainer(sb *sandbox, c *container, key string) {
 	if c.stopped {
 		return
 	}
-	cmd := a.command(sb, c.env, c.dir, c.argv)
+	var cmd *exec.Cmd
+	if c.probes != nil {
+		c.startedOK, c.readyOK = c.probes.startup == nil, c.probes.readiness == nil
+	}
+	if c.oci != nil {
+		cmd = a.ociCommand(c)
+	} else {
+		cmd = a.command(sb, c.env, c.dir, c.argv)
+	}
 	logf, err := os.OpenFile(filepath.Join(sb.dir, c.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err == nil {
 		cmd.Stdout, cmd.Stderr = logf, logf
@@ -90,6 +123,9 @@ func (a *Agent) startContainer(sb *sandbox, c *container, key string) {
 	}
 	c.cmd, c.running, c.startedAt, c.exited = cmd, true, started, make(chan struct{})
 	exited := c.exited
+	if c.probes != nil {
+		go a.runProbes(sb, c, key, started, exited)
+	}
 	go func() {
 		err := cmd.Wait()
 		if logf != nil {
@@ -135,16 +171,21 @@ func (c *container) stop(grace time.Duration) {
 	c.stopped = true
 	cmd, running, exited := c.cmd, c.running, c.exited
 	c.mu.Unlock()
-	if !running || cmd == nil || cmd.Process == nil {
-		return
+	if running && cmd != nil && cmd.Process != nil {
+		pgid := cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(grace):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-exited
+		}
 	}
-	pgid := cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(grace):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-exited
+	if c.oci != nil {
+		// runc killed with its container still running leaves it: kill and
+		// remove it, and its root file system.
+		c.oci.delete()
+		_ = os.RemoveAll(filepath.Join(c.oci.bundle, "rootfs"))
 	}
 }
 
@@ -153,12 +194,15 @@ func (c *container) state() corev1.ContainerStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := corev1.ContainerStatus{Name: c.name, Image: c.image, RestartCount: c.restarts}
-	started := c.running
+	started := c.running && (c.probes == nil || c.startedOK)
 	s.Started = &started
 	switch {
 	case c.running:
-		s.Ready = true
+		s.Ready = started && (c.probes == nil || c.readyOK)
 		s.ContainerID = "testbed://" + c.name
+		if c.oci != nil {
+			s.ContainerID = "runc://" + c.oci.id
+		}
 		s.State.Running = &corev1.ContainerStateRunning{}
 		s.State.Running.StartedAt.Time = c.startedAt
 		if c.last != nil {

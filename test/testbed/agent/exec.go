@@ -127,32 +127,40 @@ func (a *Agent) ExecInContainer(ctx context.Context, name string, _ types.UID, c
 	if !stopping {
 		sb.execs.Add(1)
 	}
-	sb.mu.Unlock()
-	if stopping {
-		return fmt.Errorf("pod %s is stopping", name)
-	}
-	defer sb.execs.Done()
 	var c *container
 	for _, cc := range sb.containers {
 		if cc.name == containerName {
 			c = cc
 		}
 	}
+	sb.mu.Unlock()
+	if stopping {
+		return fmt.Errorf("pod %s is stopping", name)
+	}
+	defer sb.execs.Done()
 	if c == nil {
 		return fmt.Errorf("pod %s has no container %q", name, containerName)
 	}
 	if len(cmd) == 0 {
 		return errors.New("no command")
 	}
-	path, err := exec.LookPath(cmd[0])
-	if err != nil {
-		return utilexec.CodeExitError{Err: fmt.Errorf("%q is not installed on this machine: %w", cmd[0], err), Code: 127}
+	var p *exec.Cmd
+	if c.oci != nil {
+		// In the container, with its file system, user and environment: a
+		// command its image does not hold fails as it would in a cluster.
+		p = exec.Command(a.cfg.Runc, append([]string{"--root", a.runcRoot(), "exec", c.oci.id}, cmd...)...)
+		p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	} else {
+		path, err := exec.LookPath(cmd[0])
+		if err != nil {
+			return utilexec.CodeExitError{Err: fmt.Errorf("%q is not installed on this machine: %w", cmd[0], err), Code: 127}
+		}
+		env := c.env
+		if env == nil {
+			env = []string{"PATH=" + defaultPath, "HOSTNAME=" + sb.hostname}
+		}
+		p = a.command(sb, env, c.dir, append([]string{path}, cmd[1:]...))
 	}
-	env := c.env
-	if env == nil {
-		env = []string{"PATH=" + defaultPath, "HOSTNAME=" + sb.hostname}
-	}
-	p := a.command(sb, env, c.dir, append([]string{path}, cmd[1:]...))
 	p.Stdin, p.Stdout = in, out
 	if errOut != nil {
 		p.Stderr = errOut
@@ -173,7 +181,7 @@ func (a *Agent) ExecInContainer(ctx context.Context, name string, _ types.UID, c
 		case <-done:
 		}
 	}()
-	err = p.Wait()
+	err := p.Wait()
 	close(done)
 	if errors.Is(err, exec.ErrWaitDelay) && p.ProcessState != nil {
 		// The command ended; only what it left running held the output.

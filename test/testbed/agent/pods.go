@@ -40,6 +40,9 @@ type sandbox struct {
 	readyChange time.Time
 	lastReady   bool
 	lastWritten string
+
+	volumes  map[string]string // image containers' volumes: directory by name (volumes.go)
+	writable map[string]bool   // the emptyDir volumes
 }
 
 func podIPs(p *corev1.Pod) []string {
@@ -88,6 +91,9 @@ func (a *Agent) syncPod(ctx context.Context, key string) error {
 		if sb, err = a.startSandbox(ctx, pod); err != nil {
 			return err
 		}
+	} else if a.retryContainers(ctx, pod, sb) {
+		// A kubelet retries, too: the Secret a volume needs may come later.
+		a.queue.AddAfter(key, 2*time.Second)
 	}
 	return a.writeStatus(ctx, pod, sb)
 }
@@ -148,20 +154,9 @@ func (a *Agent) startSandbox(ctx context.Context, pod *corev1.Pod) (*sandbox, er
 		a.ipam.release(uid)
 		return nil, err
 	}
-	// The containers' downward API sees the addresses the status will report.
-	view := pod.DeepCopy()
-	view.Status.PodIP = ips[0]
-	view.Status.PodIPs = nil
-	for _, ip := range ips {
-		view.Status.PodIPs = append(view.Status.PodIPs, corev1.PodIP{IP: ip})
-	}
-	view.Status.HostIP = node.IPs[0]
-	view.Status.HostIPs = nil
-	for _, ip := range node.IPs {
-		view.Status.HostIPs = append(view.Status.HostIPs, corev1.HostIP{IP: ip})
-	}
+	view := podView(pod, sb)
 	for _, c := range pod.Spec.Containers {
-		sb.containers = append(sb.containers, a.newContainer(view, sb, c))
+		sb.containers = append(sb.containers, a.newContainer(ctx, view, sb, c))
 	}
 	a.mu.Lock()
 	a.sandboxes[pod.UID] = sb
@@ -175,6 +170,55 @@ func (a *Agent) startSandbox(ctx context.Context, pod *corev1.Pod) (*sandbox, er
 	}
 	a.log.Info("pod started", "pod", key, "ips", ips, "netns", nsName)
 	return sb, nil
+}
+
+// podView is the pod as its containers' downward API sees it: with the
+// addresses its status will report.
+func podView(pod *corev1.Pod, sb *sandbox) *corev1.Pod {
+	view := pod.DeepCopy()
+	view.Status.PodIP = sb.ips[0]
+	view.Status.PodIPs = nil
+	for _, ip := range sb.ips {
+		view.Status.PodIPs = append(view.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	view.Status.HostIP = sb.node.IPs[0]
+	view.Status.HostIPs = nil
+	for _, ip := range sb.node.IPs {
+		view.Status.HostIPs = append(view.Status.HostIPs, corev1.HostIP{IP: ip})
+	}
+	return view
+}
+
+// retryContainers prepares again the image containers that could not be
+// (a ConfigMap or Secret missing, say) and starts those that now can; true
+// while one still cannot.
+func (a *Agent) retryContainers(ctx context.Context, pod *corev1.Pod, sb *sandbox) bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.stopping {
+		return false
+	}
+	pending := false
+	for i, c := range sb.containers {
+		c.mu.Lock()
+		retry := c.retry && c.argv == nil
+		c.mu.Unlock()
+		if !retry {
+			continue
+		}
+		sb.volumes = nil // written again, with what is there now
+		nc := a.newContainer(ctx, podView(pod, sb), sb, pod.Spec.Containers[i])
+		if nc.argv == nil {
+			pending = true
+			c.mu.Lock()
+			c.reason, c.message = nc.reason, nc.message
+			c.mu.Unlock()
+			continue
+		}
+		sb.containers[i] = nc
+		a.startContainer(sb, nc, pod.Namespace+"/"+pod.Name)
+	}
+	return pending
 }
 
 func within(ips, cidrs []string) bool {

@@ -35,6 +35,17 @@ func (a *Agent) startRelay(ctx context.Context) error {
 	a.children.run(ctx, "relay", filepath.Join(a.cfg.StateDir, "relay.log"), func() *exec.Cmd {
 		return exec.Command("ip", "netns", "exec", a.cfg.NodeNetns, a.progs.Self, "relay", "-listen", a.cfg.APIAddr, "-to", sock)
 	})
+	// The same port on node 0's address is the kubernetes Service's
+	// endpoint (the API server advertises it): pods' in-cluster clients
+	// reach the API server through the Service's cluster IP.
+	_, port, err := net.SplitHostPort(a.cfg.APIAddr)
+	if err != nil {
+		return fmt.Errorf("API address %q: %w", a.cfg.APIAddr, err)
+	}
+	nodeAddr := net.JoinHostPort(a.cfg.Nodes[0].IPs[0], port)
+	a.children.run(ctx, "relay-service", filepath.Join(a.cfg.StateDir, "relay.log"), func() *exec.Cmd {
+		return exec.Command("ip", "netns", "exec", a.cfg.NodeNetns, a.progs.Self, "relay", "-listen", nodeAddr, "-to", sock)
+	})
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // Programs are the host programs that containers without a command of their
@@ -65,10 +67,10 @@ type entryPoint struct {
 	argsMayBeCommand bool
 }
 
-// images is the table of images whose entry points the testbed knows, by
+// knownEntryPoints is the table of images whose entry points the testbed knows, by
 // repository (imageBase). Whatever program a row names must be on the host:
 // hack/ensure-host-tools.sh installs them.
-var images = map[string]entryPoint{
+var knownEntryPoints = map[string]entryPoint{
 	// Images with no ENTRYPOINT: the container's args are its command line.
 	"nicolaka/netshoot": {cmd: []string{"zsh"}},
 	"alpine":            {cmd: []string{"/bin/sh"}},
@@ -84,7 +86,7 @@ var images = map[string]entryPoint{
 // knownImages lists the images the testbed can run without a command, for
 // messages.
 func knownImages() string {
-	names := append([]string{"registry.k8s.io/e2e-test-images/agnhost", "registry.k8s.io/pause"}, slices.Sorted(maps.Keys(images))...)
+	names := append([]string{"registry.k8s.io/e2e-test-images/agnhost", "registry.k8s.io/pause"}, slices.Sorted(maps.Keys(knownEntryPoints))...)
 	return strings.Join(names, ", ")
 }
 
@@ -110,7 +112,7 @@ func (p Programs) Resolve(c corev1.Container, env map[string]string) (argv []str
 	case "registry.k8s.io/pause", "k8s.gcr.io/pause":
 		return []string{p.Self, "pause"}, "", ""
 	}
-	ep, ok := images[base]
+	ep, ok := knownEntryPoints[base]
 	if !ok {
 		return nil, ReasonImageNotRunnable, fmt.Sprintf("the testbed does not pull images and has no entry point for image %q "+
 			"(it knows %s); give the container a command", c.Image, knownImages())
@@ -201,17 +203,39 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // references to earlier ones expanded) and the downward API fields below.
 // An unsupported source is an error naming it.
 func Env(pod *corev1.Pod, c corev1.Container, hostname string) ([]string, map[string]string, error) {
-	vals := map[string]string{
-		"PATH":     defaultPath,
-		"HOME":     "/root",
-		"HOSTNAME": hostname,
-	}
-	order := []string{"PATH", "HOME", "HOSTNAME"}
+	return buildEnv(pod, c, [][2]string{{"PATH", defaultPath}, {"HOME", "/root"}, {"HOSTNAME", hostname}}, nil)
+}
+
+// envSource reads the ConfigMaps and Secrets that envFrom and valueFrom
+// name, in the pod's namespace.
+type envSource interface {
+	configMap(name string) (map[string]string, error)
+	secret(name string) (map[string]string, error)
+}
+
+// buildEnv is Env from base (name, value pairs, in order), reading the
+// ConfigMaps and Secrets that envFrom and valueFrom name from src (nil:
+// such a reference is an error).
+func buildEnv(pod *corev1.Pod, c corev1.Container, base [][2]string, src envSource) ([]string, map[string]string, error) {
+	vals := map[string]string{}
+	var order []string
 	set := func(k, v string) {
 		if _, ok := vals[k]; !ok {
 			order = append(order, k)
 		}
 		vals[k] = v
+	}
+	for _, kv := range base {
+		set(kv[0], kv[1])
+	}
+	for _, ef := range c.EnvFrom {
+		data, optional, err := fromSource(src, ef)
+		if err != nil && !optional {
+			return nil, nil, fmt.Errorf("envFrom: %w", err)
+		}
+		for _, k := range slices.Sorted(maps.Keys(data)) {
+			set(ef.Prefix+k, data[k])
+		}
 	}
 	for _, e := range c.Env {
 		switch {
@@ -223,8 +247,16 @@ func Env(pod *corev1.Pod, c corev1.Container, hostname string) ([]string, map[st
 				return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
 			}
 			set(e.Name, v)
+		case src != nil && (e.ValueFrom.ConfigMapKeyRef != nil || e.ValueFrom.SecretKeyRef != nil):
+			v, ok, err := keyValue(src, e.ValueFrom)
+			if err != nil {
+				return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+			if ok {
+				set(e.Name, v)
+			}
 		default:
-			return nil, nil, fmt.Errorf("env %s: the testbed supports literal values and fieldRef only", e.Name)
+			return nil, nil, fmt.Errorf("env %s: the testbed supports literal values and fieldRef only (ConfigMap and Secret keys in image containers)", e.Name)
 		}
 	}
 	out := make([]string, 0, len(order))
@@ -232,6 +264,57 @@ func Env(pod *corev1.Pod, c corev1.Container, hostname string) ([]string, map[st
 		out = append(out, k+"="+vals[k])
 	}
 	return out, vals, nil
+}
+
+// fromSource reads an envFrom source; optional says a missing one is no
+// error.
+func fromSource(src envSource, ef corev1.EnvFromSource) (map[string]string, bool, error) {
+	if src == nil {
+		return nil, false, errors.New("the testbed reads ConfigMaps and Secrets for image containers only")
+	}
+	switch {
+	case ef.ConfigMapRef != nil:
+		d, err := src.configMap(ef.ConfigMapRef.Name)
+		return d, ptr.Deref(ef.ConfigMapRef.Optional, false), err
+	case ef.SecretRef != nil:
+		d, err := src.secret(ef.SecretRef.Name)
+		return d, ptr.Deref(ef.SecretRef.Optional, false), err
+	}
+	return nil, false, errors.New("neither a ConfigMap nor a Secret")
+}
+
+// keyValue reads one key of a ConfigMap or Secret; false when an optional
+// one is missing.
+func keyValue(src envSource, from *corev1.EnvVarSource) (string, bool, error) {
+	var (
+		data     map[string]string
+		err      error
+		key      string
+		optional bool
+	)
+	if r := from.ConfigMapKeyRef; r != nil {
+		data, err = src.configMap(r.Name)
+		key, optional = r.Key, ptr.Deref(r.Optional, false)
+	} else {
+		r := from.SecretKeyRef
+		data, err = src.secret(r.Name)
+		key, optional = r.Key, ptr.Deref(r.Optional, false)
+	}
+	if err != nil {
+		return "", false, errOrOptional(err, optional)
+	}
+	v, ok := data[key]
+	if !ok {
+		return "", false, errOrOptional(fmt.Errorf("no key %q", key), optional)
+	}
+	return v, true, nil
+}
+
+func errOrOptional(err error, optional bool) error {
+	if optional {
+		return nil
+	}
+	return err
 }
 
 func fieldValue(pod *corev1.Pod, path string) (string, error) {

@@ -31,12 +31,13 @@ func run() error {
 	n := fs.Int("n", 2, "number of clusters (c1..cN)")
 	name := fs.String("name", "mcsd", "name of the testbed (its state directory)")
 	nodes := fs.Int("nodes", 2, "kwok nodes per cluster")
-	cluster := fs.String("cluster", "c1", "cluster to start CoreDNS for (coredns)")
+	cluster := fs.String("cluster", "c1", "cluster to start CoreDNS for (coredns), or whose pods reach the host's server (expose)")
 	pidFile := fs.String("pid-file", "", "file to write the CoreDNS process id to (coredns)")
+	image := fs.String("image", "", "load-image: the image's name (an OCI layout's; overrides a Docker archive's tags)")
 	noDataPlane := fs.Bool("no-dataplane", false, "up: control planes only; kwok fakes pods, nothing routes (needs no root)")
 	sharedZones := fs.Bool("shared-zones", false, "up: the same zone names (zone-a, zone-b, ...) in every cluster, as clusters of one region")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: testbed build | up [-n N] [-name NAME] [-nodes K] [-no-dataplane] | down [-name NAME] | kubeconfig [-name NAME] | coredns [-name NAME] [-cluster ID] [-pid-file FILE]")
+		fmt.Fprintln(os.Stderr, "usage: testbed build | up [-n N] [-name NAME] [-nodes K] [-no-dataplane] | down [-name NAME] | kubeconfig [-name NAME] | coredns [-name NAME] [-cluster ID] [-pid-file FILE] | load-image [-name NAME] [-image REF] ARCHIVE | expose [-name NAME] [-cluster ID] HOST:PORT")
 		fs.PrintDefaults()
 	}
 	if len(os.Args) < 2 {
@@ -92,6 +93,43 @@ func run() error {
 		return nil
 	case "coredns":
 		return startCoreDNS(ctx, *name, *cluster, *pidFile)
+	case "expose":
+		// In the foreground: the relay lives as long as this command.
+		if fs.NArg() != 1 {
+			return fmt.Errorf("expose: want the host address of one TCP server (127.0.0.1:2379, say), got %q", fs.Args())
+		}
+		tb, err := testbed.Open(ctx, testbed.Options{Name: *name, Log: os.Stderr})
+		if err != nil {
+			return fmt.Errorf("%w (start it with make testbed-up)", err)
+		}
+		c := tb.Cluster(*cluster)
+		if c == nil {
+			return fmt.Errorf("testbed %q has no cluster %s", *name, *cluster)
+		}
+		addr, err := c.ExposeHost(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "%s's pods reach %s at %s until this command stops\n", c.ID, fs.Arg(0), addr)
+		fmt.Println(addr)
+		<-ctx.Done()
+		return nil
+	case "load-image":
+		if fs.NArg() != 1 {
+			return fmt.Errorf("load-image: want one archive (a Docker archive, an OCI layout or a tar of one), got %q", fs.Args())
+		}
+		tb, err := testbed.Open(ctx, testbed.Options{Name: *name, Log: os.Stderr})
+		if err != nil {
+			return fmt.Errorf("%w (start it with make testbed-up)", err)
+		}
+		refs, err := tb.LoadImage(fs.Arg(0), *image)
+		if err != nil {
+			return err
+		}
+		for _, r := range refs {
+			fmt.Printf("loaded %s into testbed %q\n", r, *name)
+		}
+		return nil
 	default:
 		fs.Usage()
 		os.Exit(2)
