@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Brings up a local clusterset: two testbed clusters (pods run, kube-proxy
-# routes), an embedded registry and one mcsd per cluster; deploys a sample app
-# in both clusters and exports it, then a client pod in c2 curls
-# web.demo.svc.clusterset.local and gets replies from pods of both clusters.
-# Everything keeps running until `hack/demo.sh down` (make demo-down).
+# routes), an embedded registry, and mcsd installed in each cluster as a user
+# installs it: its image (make image) loaded into the testbed and run by runc,
+# from the kustomize manifests; deploys a sample app in both clusters and
+# exports it, then a client pod in c2 curls web.demo.svc.clusterset.local and
+# gets replies from pods of both clusters. Everything keeps running until
+# `hack/demo.sh down` (make demo-down).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,8 +41,10 @@ bin_root=$(hack/build-testbed.sh 2>"$state/logs/build.log") || { tail -20 "$stat
 source hack/testbed-versions.env
 kubectl="$bin_root/kubernetes/$KUBERNETES_VERSION/kubectl"
 
-log "Building mcsd"
+log "Building mcsd, and its image (make image; log: $state/logs/image.log)"
 go build -o bin/mcsd ./cmd/mcsd
+go build -o bin/testbed ./test/testbed/cmd/testbed
+go run ./hack/image build -out "$state/image" -tag mcsd:dev >"$state/logs/image.log" 2>&1 || { tail -20 "$state/logs/image.log"; exit 1; }
 
 log "Starting clusters c1 and c2, with pods that run and kube-proxy in each (log: $state/logs/testbed.log)"
 if ! kubeconfig=$(go run ./test/testbed/cmd/testbed up -n 2 -name "$name" 2>>"$state/logs/testbed.log"); then
@@ -66,11 +70,35 @@ for _ in $(seq 50); do grep -q "registry ready" "$state/logs/registry.log" && br
 echo "etcd://127.0.0.1:$reg_port" >"$state/registry-url"
 echo "registry: etcd://127.0.0.1:$reg_port (also in $state/registry-url)"
 
+log "Installing mcsd in c1 and c2 from its image, with kubectl apply -k"
+bin/testbed load-image -name "$name" "$state/image/mcsd-image-$(go env GOARCH).docker.tar"
 for c in c1 c2; do
-  echo "mcsd for $c (log: $state/logs/mcsd-$c.log)"
-  bin/mcsd --kubeconfig "$kubeconfig" --context "$c" --registry "etcd://127.0.0.1:$reg_port" \
-    --metrics-bind-address 0 --health-probe-bind-address 0 --log-development >"$state/logs/mcsd-$c.log" 2>&1 &
-  echo $! >"$state/mcsd-$c.pid"
+  # The pods reach the registry on the host's loopback through a relay in
+  # the cluster's node namespace; it runs until make demo-down.
+  bin/testbed expose -name "$name" -cluster "$c" "127.0.0.1:$reg_port" >"$state/expose-$c.addr" 2>>"$state/logs/expose-$c.log" &
+  echo $! >"$state/expose-$c.pid"
+  for _ in $(seq 50); do [[ -s "$state/expose-$c.addr" ]] && break; sleep 0.2; done
+  addr=$(cat "$state/expose-$c.addr")
+  [[ -n "$addr" ]] || { echo "no relay to the registry for $c; see $state/logs/expose-$c.log"; exit 1; }
+  # A user's own overlay: ours, with the registry's address.
+  mkdir -p "$state/overlay-$c"
+  cat >"$state/overlay-$c/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- ../../../config/default
+configMapGenerator:
+- name: mcsd-registry
+  namespace: mcsd-system
+  behavior: replace
+  literals:
+  - MCSD_REGISTRY=etcd://$addr
+YAML
+  echo "\$ kubectl --context $c apply --server-side -k $state/overlay-$c   # config/default, registry etcd://$addr"
+  k --context "$c" apply --server-side --force-conflicts -k "$state/overlay-$c" >"$state/logs/apply-$c.log" 2>&1 || { cat "$state/logs/apply-$c.log"; exit 1; }
+done
+for c in c1 c2; do
+  in_cluster "$c" -n mcsd-system rollout status deployment/mcsd --timeout=180s
 done
 
 log "Deploying the sample app (config/samples) in c1 and c2, and exporting it from both"
@@ -113,7 +141,8 @@ done
 if [[ "$seen" == *c1* && "$seen" == *c2* ]]; then
   echo "Replies came from pods of both clusters."
 else
-  echo "Replies came only from: ${seen:-nowhere}; see $state/logs/"
+  for c in c1 c2; do k --context "$c" -n mcsd-system logs deployment/mcsd >"$state/logs/mcsd-$c.log" 2>&1 || true; done
+  echo "Replies came only from: ${seen:-nowhere}; see $state/logs/ (mcsd-c1.log and mcsd-c2.log: the mcsd pods' logs)"
   exit 1
 fi
 
@@ -129,7 +158,8 @@ The clusterset keeps running. Try, in this shell:
       # then curl again: only c2's pods answer. For about a second after the scale, a request can
       # fail: kube-proxy still sends to c1's pods that are already gone, until the change reaches it.
       # c2's ServiceImport then says ENDPOINTSREADY False: c1 has no ready endpoint.
+  kubectl --context c2 -n mcsd-system logs deployment/mcsd  # mcsd, running from its image
   bin/mcsd status --registry \$(cat $state/registry-url) --context c2
-Logs: $state/logs/ (the testbed's, the registry's, each mcsd's); they stay after make demo-down.
+Logs: $state/logs/ (the testbed's, the registry's, the image build's); they stay after make demo-down.
 Stop everything with: make demo-down
 MSG

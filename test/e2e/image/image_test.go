@@ -100,6 +100,13 @@ func TestShippedImage(t *testing.T) {
 	t.Run("the container is the image's", func(t *testing.T) {
 		for id, pod := range pods {
 			c := env.TB.Cluster(id)
+			now := &corev1.Pod{}
+			if err := env.Client(t, id).Get(ctx, client.ObjectKeyFromObject(pod), now); err != nil {
+				t.Fatal(err)
+			}
+			if cs := now.Status.ContainerStatuses[0]; cs.RestartCount != 0 {
+				t.Errorf("%s: mcsd restarted %d times (last: %+v)", id, cs.RestartCount, cs.LastTerminationState.Terminated)
+			}
 			// No shell: kubectl exec fails as it would on a distroless image.
 			stdout, stderr, err := c.Exec(ctx, mcsdNS, pod.Name, "mcsd", nil, "sh", "-c", "true")
 			if err == nil {
