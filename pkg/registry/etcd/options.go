@@ -20,6 +20,8 @@ const (
 	DefaultDialTimeout    = 5 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
 	DefaultHealthInterval = 5 * time.Second
+	DefaultResyncPageSize = 1000
+	DefaultResyncJitter   = time.Second
 )
 
 // Options configure a Backend, or a read-only Watcher.
@@ -63,6 +65,22 @@ type Options struct {
 	HealthInterval time.Duration
 	// Prefix is the key prefix of all mcsd records. Default "/mcsd".
 	Prefix string
+	// UnreachableAfter is how long reads of a connected registry must keep
+	// failing before a Watch reports it unreachable (OnConnection false):
+	// a leader election or a restarted member leaves etcd unreadable for a
+	// second or two, and a report makes every importer write a condition,
+	// then write it again to clear it. Default 2 × HealthInterval.
+	UnreachableAfter time.Duration
+	// ResyncPageSize is how many keys each read of a full resync asks for:
+	// a Watch reads the clusterset in pages, all at one revision, each page
+	// within RequestTimeout, so that a large registry never makes one
+	// request too big or too slow. Default 1000.
+	ResyncPageSize int64
+	// ResyncJitter spreads the resyncs of many controllers: after its
+	// watch ends (a leader change, a compaction), a Watch waits a random
+	// time up to ResyncJitter before reading the clusterset again, so that
+	// they do not all read at once. Default 1s; negative: none.
+	ResyncJitter time.Duration
 }
 
 // Default fills the unset fields with their defaults.
@@ -81,6 +99,15 @@ func (o *Options) Default() {
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
+	}
+	if o.UnreachableAfter == 0 {
+		o.UnreachableAfter = 2 * o.HealthInterval
+	}
+	if o.ResyncPageSize <= 0 {
+		o.ResyncPageSize = DefaultResyncPageSize
+	}
+	if o.ResyncJitter == 0 {
+		o.ResyncJitter = DefaultResyncJitter
 	}
 }
 

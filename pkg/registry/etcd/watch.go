@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -89,17 +90,18 @@ type record struct {
 // run reads everything, follows changes, and starts again after any
 // failure, until ctx is done.
 //
-// A registry that was connected is reported lost only when the read after a
-// failure fails too: a leader election leaves etcd unreadable for a second
-// or two, and a report makes every importer write a status condition, then
-// write it again to clear it.
+// A registry that was connected is reported lost only when reads have kept
+// failing for UnreachableAfter (two of them at least): a leader election
+// leaves etcd unreadable for a second or two, and a report makes every
+// importer write a status condition, then write it again to clear it.
 func (w *watch) run(ctx context.Context) {
 	delay := retryMin
 	failures := 0
+	var failingSince time.Time
 	for ctx.Err() == nil {
 		rev, err := w.sync(ctx)
 		if err == nil {
-			failures = 0
+			failures, failingSince = 0, time.Time{}
 			w.setConnected(true, nil)
 			started := time.Now()
 			err = w.follow(ctx, rev)
@@ -110,18 +112,37 @@ func (w *watch) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, errResync) {
+		wait := delay
+		resync := errors.Is(err, errResync) // the watch ended; etcd was not read yet
+		if !resync {
+			if failures++; failures == 1 {
+				failingSince = time.Now()
+			}
+		}
+		switch {
+		case resync:
 			w.log.Info("watch ended, reading all records again", "reason", err.Error())
-		} else if failures++; failures >= 2 || w.connected == nil || !*w.connected {
+			// Every controller's watch ends at once on a leader change or
+			// a compaction: spread their reads.
+			wait += w.jitter()
+		case w.connected == nil || !*w.connected || failures >= 2 && time.Since(failingSince) >= w.c.opts.UnreachableAfter:
 			w.setConnected(false, err)
-		} else {
+		default:
 			w.log.Info("registry read failed, trying again before reporting it unreachable", "reason", err.Error())
 		}
-		if !lifetime.Sleep(ctx, delay) {
+		if !lifetime.Sleep(ctx, wait) {
 			return
 		}
 		delay = nextDelay(delay)
 	}
+}
+
+// jitter is a random wait up to ResyncJitter.
+func (w *watch) jitter() time.Duration {
+	if w.c.opts.ResyncJitter <= 0 {
+		return 0
+	}
+	return rand.N(w.c.opts.ResyncJitter)
 }
 
 func (w *watch) setConnected(connected bool, err error) {
@@ -143,7 +164,7 @@ func (w *watch) setConnected(connected bool, err error) {
 // sync delivers every record of the clusterset as one full Update and
 // returns the revision it read at.
 func (w *watch) sync(ctx context.Context) (int64, error) {
-	resp, err := w.read(ctx, clientv3.WithPrefix())
+	kvs, rev, err := w.readAll(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read clusterset: %w", err)
 	}
@@ -156,12 +177,12 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 		held = map[string]*mvccpb.KeyValue{}
 	}
 	// Alive records first: membership decides whether the others count.
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if kind, cluster, _ := w.c.keys.parse(string(kv.Key)); kind == kindAlive {
 			w.putAlive(&u, cluster, kv)
 		}
 	}
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		kind, cluster, svc := w.c.keys.parse(string(kv.Key))
 		if held != nil && cluster == w.c.opts.Identity.Cluster && kind != kindUnknown {
 			held[string(kv.Key)] = kv
@@ -172,10 +193,43 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 		}
 	}
 	if w.own != nil {
-		w.own.observeOwnFull(held, resp.Header.Revision)
+		w.own.observeOwnFull(held, rev)
 	}
 	w.h.OnUpdate(u)
-	return resp.Header.Revision, nil
+	return rev, nil
+}
+
+// readAll reads every key of the clusterset at one revision, in pages of
+// ResyncPageSize keys, each page a request of its own (with its own
+// RequestTimeout). A compaction between pages makes the read start again
+// (errResync).
+func (w *watch) readAll(ctx context.Context) ([]*mvccpb.KeyValue, int64, error) {
+	from, end := w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
+	var (
+		kvs []*mvccpb.KeyValue
+		rev int64
+	)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := w.readKey(ctx, from, opts...)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return nil, 0, fmt.Errorf("%w: %w", errResync, err)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		kvs = append(kvs, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return kvs, rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
 }
 
 // follow delivers the changes after rev, one Update per watch response,
@@ -259,15 +313,20 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 	}
 }
 
-// read reads the clusterset's keys (linearizable) within RequestTimeout,
+// read reads the clusterset's key (linearizable) within RequestTimeout,
 // trying each member's turn (eachMember).
 func (w *watch) read(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return w.readKey(ctx, w.c.keys.clusters(), opts...)
+}
+
+// readKey is read from key.
+func (w *watch) readKey(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
 	defer cancel()
 	var resp *clientv3.GetResponse
 	err := w.c.eachMember(ctx, func(ctx context.Context) error {
 		var err error
-		resp, err = w.c.cli.Get(ctx, w.c.keys.clusters(), opts...)
+		resp, err = w.c.cli.Get(ctx, key, opts...)
 		return err
 	})
 	return resp, err

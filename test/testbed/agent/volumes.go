@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -40,14 +41,7 @@ func (s apiSource) configMap(name string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ConfigMap %s: %w", name, err)
 	}
-	out := map[string]string{}
-	for k, v := range cm.Data {
-		out[k] = v
-	}
-	for k, v := range cm.BinaryData {
-		out[k] = string(v)
-	}
-	return out, nil
+	return keysOf(cm.Data, cm.BinaryData), nil
 }
 
 func (s apiSource) secret(name string) (map[string]string, error) {
@@ -55,14 +49,19 @@ func (s apiSource) secret(name string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", name, err)
 	}
-	out := map[string]string{}
-	for k, v := range sec.Data {
+	return keysOf(sec.StringData, sec.Data), nil
+}
+
+// keysOf merges an object's text and binary keys.
+func keysOf(text map[string]string, binary map[string][]byte) map[string]string {
+	out := maps.Clone(text)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range binary {
 		out[k] = string(v)
 	}
-	for k, v := range sec.StringData {
-		out[k] = v
-	}
-	return out, nil
+	return out
 }
 
 // prepareVolumes writes the pod's volumes under its directory; each
