@@ -153,6 +153,16 @@ BENCH_OUT ?= results/$(shell date +%Y%m%d-%H%M%S)
 bench: testbed-binaries ## Benchmark propagation latency, scale and cost on the testbed; report into results/<timestamp> (see docs/performance.md).
 	$(GO) run ./test/bench -registry $(BENCH_REGISTRY) -clusters $(CLUSTERS) -services $(SERVICES) -endpoints $(ENDPOINTS) -churn $(CHURN) -out $(BENCH_OUT) $(BENCH_ARGS)
 
+# bench-scale's parameters: make bench-scale SCALE_N=3,10,30,100,250 SCALE_SERVICES=5000
+SCALE_N ?= 3,10,30,100
+SCALE_SERVICES ?= 5000
+SCALE_K ?= 3
+SCALE_ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: ## The etcd registry under many clusters, simulated as members in one process: cold start, churn, idle cost, registry restart, a member leaving, for each N (see docs/performance.md).
+	$(GO) run ./test/bench/scale -n $(SCALE_N) -services $(SCALE_SERVICES) -k $(SCALE_K) -endpoints $(ENDPOINTS) -out $(BENCH_OUT)-scale $(SCALE_ARGS)
+
 # bench-cloudmap's size: make bench-cloudmap CLOUDMAP_SERVICES=500. Its sweep
 # runs every minute, so that the steady phase measures sweeps too; the report
 # amortizes them over the backend's default interval (15 min).

@@ -190,10 +190,10 @@ func newClient(ctx context.Context, opts Options, settle time.Duration) (*client
 		Username:             opts.Username,
 		Password:             opts.Password,
 		Logger:               zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		DialOptions: append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: retryCap(opts.TTL)},
 			MinConnectTimeout: opts.DialTimeout,
-		})},
+		})}, opts.DialOptions...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)

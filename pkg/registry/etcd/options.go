@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -44,6 +46,10 @@ type Options struct {
 	// Username and Password authenticate to etcd when auth is enabled.
 	Username string
 	Password string
+
+	// DialOptions are added to the etcd client's gRPC dial options:
+	// interceptors that count or trace its requests, say.
+	DialOptions []grpc.DialOption
 
 	// DialTimeout bounds connecting to etcd. Default 5s.
 	DialTimeout time.Duration

@@ -16,8 +16,8 @@ import (
 // clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
 const clockTicks = 100
 
-// procCPU returns the CPU seconds (user + system) process pid has used.
-func procCPU(pid int) (float64, error) {
+// ProcCPU returns the CPU seconds (user + system) process pid has used.
+func ProcCPU(pid int) (float64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -40,9 +40,14 @@ func procCPU(pid int) (float64, error) {
 	return (utime + stime) / clockTicks, nil
 }
 
-// procPeakRSS returns VmHWM of process pid: its peak resident set, bytes.
-func procPeakRSS(pid int) (uint64, error) {
+// ProcPeakRSS returns VmHWM of process pid: its peak resident set, bytes.
+func ProcPeakRSS(pid int) (uint64, error) {
 	return statusField(fmt.Sprintf("/proc/%d/status", pid), "VmHWM:")
+}
+
+// ProcRSS returns VmRSS of process pid: its resident set now, bytes.
+func ProcRSS(pid int) (uint64, error) {
+	return statusField(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
 }
 
 func statusField(path, field string) (uint64, error) {
@@ -123,7 +128,7 @@ func testbedCPU(dir string) map[string]float64 {
 		if err != nil {
 			continue
 		}
-		cpu, err := procCPU(pid)
+		cpu, err := ProcCPU(pid)
 		if err != nil {
 			continue
 		}
@@ -132,8 +137,8 @@ func testbedCPU(dir string) map[string]float64 {
 	return out
 }
 
-// machine describes this machine.
-func machine() report.Machine {
+// MachineInfo describes this machine.
+func MachineInfo() report.Machine {
 	m := report.Machine{NProc: runtime.NumCPU(), GoVersion: runtime.Version()}
 	m.MemTotal, _ = statusField("/proc/meminfo", "MemTotal:")
 	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {

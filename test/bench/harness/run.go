@@ -71,7 +71,7 @@ func Run(ctx context.Context, opts Options) (*report.Results, error) {
 			return nil, err
 		}
 	}
-	r.res = &report.Results{Started: time.Now(), Machine: machine(), Params: params(opts)}
+	r.res = &report.Results{Started: time.Now(), Machine: MachineInfo(), Params: params(opts)}
 	err := r.run(ctx)
 	r.stopControllers()
 	if r.env != nil {
@@ -300,8 +300,8 @@ func (r *run) snapshot(ctx context.Context) snapshot {
 	}
 	for id, p := range r.ctrls {
 		s.ctrlPID[id] = p.pid()
-		s.ctrlCPU[id], _ = procCPU(p.pid())
-		s.peakRSS[id], _ = procPeakRSS(p.pid())
+		s.ctrlCPU[id], _ = ProcCPU(p.pid())
+		s.peakRSS[id], _ = ProcPeakRSS(p.pid())
 		if st, err := p.stats(ctx); err == nil {
 			s.ctrlStats[id] = st
 			s.heapInuse[id] = st.HeapInuse

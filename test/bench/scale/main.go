@@ -1,0 +1,123 @@
+// Command scale is `make bench-scale`: the etcd registry under many
+// clusters, simulated as members (members.go) in this process, against an
+// embedded etcd. For each clusterset size N it measures, each against the
+// same run's floor: a cold start (every member publishes, until every
+// member holds every record), endpoint churn at a fixed rate per member
+// (put → delivered at every other member, against etcd's own put → watch
+// latency measured beside it), the idle requests per member per minute,
+// a registry restart (every watch ends; until every member has read the
+// clusterset again, with no deletion delivered and no outage reported), and
+// a member leaving (until every other member sees it gone, after its TTL).
+// The report goes to -out: results.json, report.md and scale.png.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mcsd-io/mcsd/test/bench/harness"
+)
+
+type config struct {
+	Ns          []int         `json:"clusters"`
+	Services    int           `json:"services"`
+	K           int           `json:"exportersPerService"`
+	Endpoints   int           `json:"endpointsPerExport"`
+	Churn       time.Duration `json:"churnDuration"`
+	ChurnRate   float64       `json:"churnPerMemberPerSecond"`
+	Idle        time.Duration `json:"idleDuration"`
+	TTL         time.Duration `json:"ttl"`
+	Views       int           `json:"membersWithAView"`
+	Out         string        `json:"-"`
+	Timeout     time.Duration `json:"timeout"`
+	SkipRestart bool          `json:"skipRestart"`
+	SkipLeave   bool          `json:"skipLeave"`
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg config
+	ns := flag.String("n", "3,10,30,100", "clusterset sizes, comma-separated")
+	flag.IntVar(&cfg.Services, "services", 1000, "exported Services")
+	flag.IntVar(&cfg.K, "k", 3, "clusters that export each Service (0: all)")
+	flag.IntVar(&cfg.Endpoints, "endpoints", 10, "endpoints of each export")
+	flag.DurationVar(&cfg.Churn, "churn", 20*time.Second, "how long endpoints change")
+	flag.Float64Var(&cfg.ChurnRate, "churn-rate", 1, "endpoint changes per member per second")
+	flag.DurationVar(&cfg.Idle, "idle", 30*time.Second, "how long the idle requests are counted")
+	flag.DurationVar(&cfg.TTL, "ttl", 10*time.Second, "members' lease TTL (the leave phase waits for it)")
+	flag.IntVar(&cfg.Views, "views", 10, "members that feed a real clusterset.View (the others decode and count)")
+	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on each wait")
+	flag.BoolVar(&cfg.SkipRestart, "skip-restart", false, "leave out the registry restart")
+	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
+	flag.StringVar(&cfg.Out, "out", filepath.Join("results", "scale-"+time.Now().UTC().Format("20060102-150405")), "results folder")
+	flag.Parse()
+	for _, f := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			return fmt.Errorf("-n: %q is not a clusterset size of 2 or more", f)
+		}
+		cfg.Ns = append(cfg.Ns, n)
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return err
+	}
+	res := results{Config: cfg, Machine: harness.MachineInfo(), Started: time.Now().UTC()}
+	for _, n := range cfg.Ns {
+		fmt.Fprintf(os.Stderr, "[scale] N=%d: %d services, each from %d clusters, %d endpoints each\n", n, cfg.Services, exporters(cfg.K, n), cfg.Endpoints)
+		r, err := runOne(context.Background(), cfg, n)
+		if err != nil {
+			return fmt.Errorf("clusterset of %d: %w", n, err)
+		}
+		res.Runs = append(res.Runs, r)
+		fmt.Fprintln(os.Stderr, r.line())
+		runtime.GC()
+	}
+	res.Finished = time.Now().UTC()
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Out, "results.json"), data, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Out, "report.md"), []byte(res.markdown()), 0o644); err != nil {
+		return err
+	}
+	if err := res.plot(filepath.Join(cfg.Out, "scale.png")); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "[scale] report: %s\n", filepath.Join(cfg.Out, "report.md"))
+	return nil
+}
+
+func exporters(k, n int) int {
+	if k <= 0 || k > n {
+		return n
+	}
+	return k
+}
+
+// percentile is the p-th percentile (0–100) of d, sorted in place.
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	i := int(float64(len(d)-1) * p / 100)
+	return d[i]
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
+)
+
+// A simulated member is what a controller does with the registry, without
+// Kubernetes: the real etcd backend over a client of its own (its lease and
+// alive record, Publish and PutEndpoints of records shaped like real ones,
+// its own Watch decoded as a controller decodes it), feeding a real
+// clusterset.View where memory allows. It does not: read or write a
+// Kubernetes API, reconcile imports, run kube-proxy or DNS.
+
+// member is one simulated cluster.
+type member struct {
+	id      string
+	reg     *etcd.Backend
+	calls   *callCounter
+	view    *clusterset.View // nil: the member only decodes and counts
+	cancel  context.CancelFunc
+	watched chan struct{} // closed when the watch ended
+
+	mu        sync.Mutex
+	seen      map[registry.RecordID]bool // endpoint records delivered
+	latencies []time.Duration            // other clusters' endpoint changes, put → delivered
+	measuring bool
+	fulls     int // full updates delivered
+	deletions int // records delivered as deleted
+	down      int // OnConnection(false) reports
+	gone      map[string]time.Time
+	waiting   bool      // for the next delivery of records (mark)
+	marked    time.Time // when it came
+}
+
+// callCounter counts the requests a client sends: unary calls, and every
+// message sent on a stream (a watch created or asked for progress, a lease
+// keep-alive).
+type callCounter struct{ n atomic.Int64 }
+
+func (c *callCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c.n.Add(1)
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (c *callCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &countedStream{ClientStream: s, c: c}, nil
+}
+
+type countedStream struct {
+	grpc.ClientStream
+	c *callCounter
+}
+
+func (s *countedStream) SendMsg(m any) error {
+	s.c.n.Add(1)
+	return s.ClientStream.SendMsg(m)
+}
+
+// startMember opens a member's backend and watch.
+func startMember(ctx context.Context, id, set, url string, ttl time.Duration, withView bool) (*member, error) {
+	m := &member{id: id, calls: &callCounter{}, seen: map[registry.RecordID]bool{}, gone: map[string]time.Time{}, watched: make(chan struct{})}
+	// The backend's own client, as a controller's, with its requests counted.
+	reg, err := etcd.New(ctx, etcd.Options{Identity: registry.Identity{ClusterSet: set, Cluster: id}, TTL: ttl, Endpoints: []string{url},
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(m.calls.unary), grpc.WithChainStreamInterceptor(m.calls.stream)}})
+	if err != nil {
+		return nil, fmt.Errorf("backend of %s: %w", id, err)
+	}
+	m.reg = reg
+	if withView {
+		m.view = clusterset.NewView()
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	m.cancel = cancel
+	go func() {
+		defer close(m.watched)
+		_ = reg.Watch(wctx, m)
+	}()
+	return m, nil
+}
+
+// OnUpdate implements registry.Handler.
+func (m *member) OnUpdate(u registry.Update) {
+	if m.view != nil {
+		m.view.OnUpdate(u)
+	}
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if u.Full {
+		m.fulls++
+		m.seen = map[registry.RecordID]bool{}
+	}
+	if m.waiting && (u.Full || len(u.Endpoints) > 0) {
+		m.waiting, m.marked = false, now
+	}
+	for _, e := range u.Endpoints {
+		m.seen[registry.RecordID{Cluster: e.Cluster, Service: e.Service}] = true
+		if m.measuring && e.Cluster != m.id && !e.Updated.IsZero() {
+			m.latencies = append(m.latencies, now.Sub(e.Updated))
+		}
+	}
+	for _, id := range u.DeletedEndpoints {
+		delete(m.seen, id)
+	}
+	m.deletions += len(u.DeletedEndpoints) + len(u.DeletedExports)
+	for _, c := range u.DeletedClusters {
+		if _, ok := m.gone[c]; !ok {
+			m.gone[c] = now
+		}
+	}
+}
+
+// OnConnection implements registry.Handler.
+func (m *member) OnConnection(connected bool, _ error) {
+	if !connected {
+		m.mu.Lock()
+		m.down++
+		m.mu.Unlock()
+	}
+}
+
+func (m *member) records() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.seen)
+}
+
+func (m *member) stats() (fulls, deletions, down int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fulls, m.deletions, m.down
+}
+
+func (m *member) measure(on bool) []time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.measuring = on
+	out := m.latencies
+	m.latencies = nil
+	return out
+}
+
+// mark starts waiting for the next delivery of records; markedAt tells
+// when it came.
+func (m *member) mark() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.waiting, m.marked = true, time.Time{}
+}
+
+func (m *member) markedAt() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.marked, !m.marked.IsZero()
+}
+
+func (m *member) goneAt(cluster string) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.gone[cluster]
+	return t, ok
+}
+
+// stop ends the member as a crashed controller ends: the watch and the
+// client go, its records stay until its lease expires.
+func (m *member) stop() {
+	m.cancel()
+	<-m.watched
+	_ = m.reg.Close()
+}

@@ -1,0 +1,486 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/test/bench/harness"
+	"github.com/mcsd-io/mcsd/test/testbed"
+)
+
+const clusterSet = "scale"
+
+// runResult is one clusterset size's figures.
+type runResult struct {
+	N       int `json:"clusters"`
+	Records int `json:"endpointRecords"`
+	// DBBytes is etcd's database size after the cold start.
+	DBBytes int64 `json:"dbBytes"`
+
+	// Publish is how long the members took to write every record (the
+	// write floor: etcd's own pace); Converged, until every member held
+	// every record.
+	Publish   time.Duration `json:"publish"`
+	Converged time.Duration `json:"converged"`
+
+	// Churn: endpoint changes put → delivered at every other member, and
+	// the floor (a raw etcd put → watch beside it).
+	Changes    int           `json:"changes"`
+	Deliveries int           `json:"deliveries"`
+	P50        time.Duration `json:"p50"`
+	P99        time.Duration `json:"p99"`
+	Max        time.Duration `json:"max"`
+	FloorP50   time.Duration `json:"floorP50"`
+	FloorP99   time.Duration `json:"floorP99"`
+	// ChurnCPU is the process's CPU (cores) during the churn, all members.
+	ChurnCPU float64 `json:"churnCores"`
+
+	// IdlePerMemberPerMinute is the requests each member sent per minute
+	// while nothing changed (health checks, lease keep-alives).
+	IdlePerMemberPerMinute float64 `json:"idleRequestsPerMemberPerMinute"`
+
+	// Restart: from etcd serving again until every member had read the
+	// clusterset again; deletions delivered and outages reported meanwhile.
+	Resynced         time.Duration `json:"resynced,omitempty"`
+	RestartDeletions int           `json:"restartDeletions"`
+	RestartReports   int           `json:"restartReports"`
+
+	// Leave: a member stopped; until every other member saw it gone.
+	LeaveSeen time.Duration `json:"leaveSeen,omitempty"`
+	// LeaveDeletions are the records each other member was delivered as
+	// deleted (the leaver's, and nothing else).
+	LeaveDeletions int `json:"leaveDeletionsPerMember"`
+	LeaverRecords  int `json:"leaverRecords"`
+
+	// RSS is the process's resident set after the churn (all members).
+	RSS uint64 `json:"rssBytes"`
+}
+
+// run is one clusterset size.
+type sizeRun struct {
+	cfg     config
+	n       int
+	url     string
+	dir     string
+	srv     *embedded.Server
+	members []*member
+	owned   [][]registry.ServiceKey // each member's exports
+	version []int                   // each member's churn counter
+}
+
+func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
+	dir, err := os.MkdirTemp("", "mcsd-scale-")
+	if err != nil {
+		return runResult{}, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	port, err := testbed.FreePort()
+	if err != nil {
+		return runResult{}, err
+	}
+	r := &sizeRun{cfg: cfg, n: n, dir: dir, url: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	if err := r.startEtcd(ctx); err != nil {
+		return runResult{}, err
+	}
+	defer func() { r.srv.Close() }()
+	res := runResult{N: n}
+
+	// Members: each its own client, backend and watch.
+	// Not errgroup.WithContext: its context ends with Wait, and the
+	// backends live on the context they are opened with.
+	var g errgroup.Group
+	g.SetLimit(16)
+	r.members = make([]*member, n)
+	for i := range n {
+		g.Go(func() error {
+			m, err := startMember(ctx, fmt.Sprintf("m%03d", i), clusterSet, r.url, cfg.TTL, i < cfg.Views)
+			r.members[i] = m
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return res, err
+	}
+	defer func() {
+		for _, m := range r.members {
+			if m != nil {
+				m.stop()
+			}
+		}
+	}()
+
+	if err := r.coldStart(ctx, &res); err != nil {
+		return res, err
+	}
+	if err := r.churn(ctx, &res); err != nil {
+		return res, err
+	}
+	r.idle(&res)
+	if !cfg.SkipRestart {
+		if err := r.restart(ctx, &res); err != nil {
+			return res, err
+		}
+	}
+	if !cfg.SkipLeave {
+		if err := r.leave(&res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func (r *sizeRun) startEtcd(ctx context.Context) error {
+	srv, err := embedded.Start(ctx, embedded.Config{DataDir: filepath.Join(r.dir, "etcd"), ListenClientURL: r.url, ListenPeerURL: "http://127.0.0.1:0"})
+	if err != nil {
+		return fmt.Errorf("start etcd: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := srv.WaitReady(wctx); err != nil {
+		srv.Close()
+		return fmt.Errorf("etcd ready: %w", err)
+	}
+	r.srv = srv
+	return nil
+}
+
+func spec() registry.ServiceSpec {
+	return registry.ServiceSpec{Type: registry.ClusterSetIP, Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
+}
+
+// groups are member m's endpoints of its export number e, at version v:
+// endpoint 0's address moves with v.
+func (r *sizeRun) groups(m, e, v int) []registry.EndpointGroup {
+	eps := make([]registry.Endpoint, r.cfg.Endpoints)
+	for j := range eps {
+		addr := fmt.Sprintf("10.%d.%d.%d", m%250, (e*r.cfg.Endpoints+j)/250%250, (e*r.cfg.Endpoints+j)%250+1)
+		if j == 0 && v > 0 {
+			addr = fmt.Sprintf("172.%d.%d.%d", m%250, v/250%250, v%250+1)
+		}
+		eps[j] = registry.Endpoint{Addresses: []string{addr}, Ready: true, Serving: true, Zone: fmt.Sprintf("zone-%d", j%3)}
+	}
+	return []registry.EndpointGroup{{AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []registry.EndpointPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}}, Endpoints: eps}}
+}
+
+// coldStart: every member publishes its exports; until every member holds
+// every endpoint record.
+func (r *sizeRun) coldStart(ctx context.Context, res *runResult) error {
+	k := exporters(r.cfg.K, r.n)
+	r.owned = make([][]registry.ServiceKey, r.n)
+	r.version = make([]int, r.n)
+	for s := range r.cfg.Services {
+		key := registry.ServiceKey{Namespace: fmt.Sprintf("ns-%d", s%50), Name: fmt.Sprintf("svc-%d", s)}
+		for j := range k {
+			m := (s + j) % r.n
+			r.owned[m] = append(r.owned[m], key)
+		}
+	}
+	res.Records = r.cfg.Services * k
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(32)
+	for m, keys := range r.owned {
+		g.Go(func() error {
+			for e, key := range keys {
+				if err := r.members[m].reg.Publish(gctx, key, spec(), r.groups(m, e, 0)); err != nil {
+					return fmt.Errorf("publish %s of %s: %w", key, r.members[m].id, err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	res.Publish = time.Since(start)
+	if err := r.waitAll("every member holds every record", func(m *member) bool { return m.records() == res.Records }); err != nil {
+		return err
+	}
+	res.Converged = time.Since(start)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{r.url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+	if st, err := cli.Status(ctx, r.url); err == nil {
+		res.DBBytes = st.DbSize
+	}
+	return nil
+}
+
+// waitAll polls until cond holds for every member still running.
+func (r *sizeRun) waitAll(what string, cond func(*member) bool) error {
+	deadline := time.Now().Add(r.cfg.Timeout)
+	for {
+		ok := true
+		for _, m := range r.members {
+			if m != nil && !cond(m) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var held []int
+			for _, m := range r.members {
+				if m != nil {
+					held = append(held, m.records())
+				}
+			}
+			return fmt.Errorf("%s: not within %s (endpoint records held: %v)", what, r.cfg.Timeout, held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// churn: each member changes one endpoint of one of its exports at
+// ChurnRate per second; every other member's delivery is timed, and a raw
+// etcd put → watch beside it is the floor.
+func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
+	for _, m := range r.members {
+		m.measure(true)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Churn)
+	defer cancel()
+	cpu0, _ := harness.ProcCPU(os.Getpid())
+	start := time.Now()
+	var floor []time.Duration
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); floor = r.floor(ctx) }()
+	period := time.Duration(float64(time.Second) / r.cfg.ChurnRate)
+	var mu sync.Mutex
+	var errs []error
+	for i, m := range r.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !sleepCtx(ctx, rand.N(period)) {
+				return
+			}
+			tick := time.NewTicker(period)
+			defer tick.Stop()
+			for e := 0; ; e = (e + 1) % len(r.owned[i]) {
+				r.version[i]++
+				if err := m.reg.PutEndpoints(ctx, r.owned[i][e], r.groups(i, e, r.version[i])); err != nil && ctx.Err() == nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				} else if ctx.Err() == nil {
+					mu.Lock()
+					res.Changes++
+					mu.Unlock()
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu1, _ := harness.ProcCPU(os.Getpid())
+	res.ChurnCPU = (cpu1 - cpu0) / elapsed.Seconds()
+	// The last changes' deliveries: each other member sees every change.
+	want := res.Changes * (r.n - 1)
+	var lat []time.Duration
+	settle := time.Now().Add(10 * time.Second)
+	for {
+		total := 0
+		for _, m := range r.members {
+			m.mu.Lock()
+			total += len(m.latencies)
+			m.mu.Unlock()
+		}
+		if total >= want || time.Now().After(settle) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, m := range r.members {
+		lat = append(lat, m.measure(false)...)
+	}
+	res.Deliveries = len(lat)
+	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
+	res.FloorP50, res.FloorP99 = percentile(floor, 50), percentile(floor, 99)
+	res.RSS = rss()
+	return errors.Join(errs...)
+}
+
+// floor puts a key every 50 ms with a raw client and times its arrival on
+// a raw watch: etcd's own put → watch latency at this load.
+func (r *sizeRun) floor(ctx context.Context) []time.Duration {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{r.url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = cli.Close() }()
+	const key = "/scale-floor"
+	wch := cli.Watch(ctx, key)
+	sent := map[string]time.Time{}
+	var mu sync.Mutex
+	var out []time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for resp := range wch {
+			now := time.Now()
+			for _, ev := range resp.Events {
+				mu.Lock()
+				if t, ok := sent[string(ev.Kv.Value)]; ok {
+					out = append(out, now.Sub(t))
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		v := fmt.Sprint(i)
+		mu.Lock()
+		sent[v] = time.Now()
+		mu.Unlock()
+		if _, err := cli.Put(ctx, key, v); err != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			continue
+		}
+		break
+	}
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	return out
+}
+
+// idle counts the requests the members send while nothing changes.
+func (r *sizeRun) idle(res *runResult) {
+	before := int64(0)
+	for _, m := range r.members {
+		before += m.calls.n.Load()
+	}
+	time.Sleep(r.cfg.Idle)
+	after := int64(0)
+	for _, m := range r.members {
+		after += m.calls.n.Load()
+	}
+	res.IdlePerMemberPerMinute = float64(after-before) / float64(r.n) / r.cfg.Idle.Minutes()
+}
+
+// restart stops etcd and starts it again: every watch ends, and each
+// member resumes it (the client does, from its revision) or reads the
+// clusterset again. A change is written as soon as etcd serves; until
+// every member has it.
+func (r *sizeRun) restart(ctx context.Context, res *runResult) error {
+	type stat struct{ deletions, down int }
+	before := make([]stat, r.n)
+	for i, m := range r.members {
+		_, before[i].deletions, before[i].down = m.stats()
+		m.mark()
+	}
+	r.srv.Close()
+	if err := r.startEtcd(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	writer := r.n - 1
+	r.version[writer]++
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	for {
+		err := r.members[writer].reg.PutEndpoints(wctx, r.owned[writer][0], r.groups(writer, 0, r.version[writer]))
+		if err == nil {
+			break
+		}
+		if wctx.Err() != nil {
+			return fmt.Errorf("write after the restart: %w", err)
+		}
+	}
+	if err := r.waitAll("every member resumed or read again", func(m *member) bool {
+		_, ok := m.markedAt()
+		return ok
+	}); err != nil {
+		return err
+	}
+	for i, m := range r.members {
+		t, _ := m.markedAt()
+		res.Resynced = max(res.Resynced, t.Sub(start))
+		_, d, down := m.stats()
+		res.RestartDeletions += d - before[i].deletions
+		res.RestartReports += down - before[i].down
+	}
+	return nil
+}
+
+// leave stops member 0 as a crashed controller stops; until every other
+// member saw it gone (its lease expired).
+func (r *sizeRun) leave(res *runResult) error {
+	leaver := r.members[0]
+	res.LeaverRecords = len(r.owned[0])
+	before := make([]int, r.n)
+	for i, m := range r.members {
+		_, before[i], _ = m.stats()
+	}
+	leaver.stop()
+	r.members[0] = nil
+	start := time.Now()
+	if err := r.waitAll("every member saw m000 gone", func(m *member) bool {
+		_, ok := m.goneAt(leaver.id)
+		return ok
+	}); err != nil {
+		return err
+	}
+	var last time.Time
+	for i, m := range r.members {
+		if m == nil {
+			continue
+		}
+		t, _ := m.goneAt(leaver.id)
+		if t.After(last) {
+			last = t
+		}
+		_, d, _ := m.stats()
+		res.LeaveDeletions = max(res.LeaveDeletions, d-before[i])
+	}
+	res.LeaveSeen = last.Sub(start)
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func rss() uint64 {
+	n, _ := harness.ProcRSS(os.Getpid())
+	return n
+}

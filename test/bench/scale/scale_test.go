@@ -1,0 +1,40 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// A small run, so that bench-scale keeps working: the phases end, a
+// restart of etcd delivers no deletion and reports no outage, the leaver's
+// records (and only they) are deleted at every other member, and the idle
+// cost does not grow with the clusterset.
+func TestSmallRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and runs for a minute; skipped with -short")
+	}
+	cfg := config{Services: 30, K: 2, Endpoints: 3, Churn: 2 * time.Second, ChurnRate: 2, Idle: 6 * time.Second,
+		TTL: 3 * time.Second, Views: 2, Timeout: time.Minute}
+	var idle []float64
+	for _, n := range []int{2, 6} {
+		r, err := runOne(t.Context(), cfg, n)
+		if err != nil {
+			t.Fatalf("N=%d: %v", n, err)
+		}
+		t.Log(r.line())
+		if r.Records != cfg.Services*cfg.K || r.Changes == 0 || r.Deliveries < r.Changes*(n-1) {
+			t.Errorf("N=%d: %d records, %d changes, %d deliveries; want %d records and every change delivered to the %d others",
+				n, r.Records, r.Changes, r.Deliveries, cfg.Services*cfg.K, n-1)
+		}
+		if r.RestartDeletions != 0 || r.RestartReports != 0 {
+			t.Errorf("N=%d: the restart delivered %d deletions and %d outage reports, want none", n, r.RestartDeletions, r.RestartReports)
+		}
+		if r.LeaveDeletions != 2*r.LeaverRecords {
+			t.Errorf("N=%d: a member's leaving deleted %d records at another, want its %d exports and endpoints", n, r.LeaveDeletions, 2*r.LeaverRecords)
+		}
+		idle = append(idle, r.IdlePerMemberPerMinute)
+	}
+	if idle[0] == 0 || idle[1] > idle[0]*1.25 {
+		t.Errorf("idle requests per member per minute: %v at N=2 and N=6; want the same", idle)
+	}
+}
