@@ -81,12 +81,10 @@ func TestShippedImage(t *testing.T) {
 		pods[id] = waitMcsdReady(t, id)
 	}
 
-	t.Run("traffic from c2 reaches c1's pods by the clusterset name", func(t *testing.T) {
-		const ns = "image-traffic"
-		cl1 := env.Client(t, "c1")
-		fw.Deploy(t, cl1, fw.App{Namespace: ns, Name: "web", Replicas: 2, Containers: []corev1.Container{fw.Agnhost()}})
+	t.Run("the sample app exported in c1 is reached from c2 by its clusterset name", func(t *testing.T) {
+		const ns = "demo" // config/samples'
+		kubectl(t, "c1", "apply", "-f", fw.RepoPath(t, "config/samples/app.yaml"), "-f", fw.RepoPath(t, "config/samples/serviceexport.yaml"))
 		c1Pods := env.WaitPodsReady(t, "c1", ns, map[string]string{"app": "web"}, 2, nil)
-		fw.Export(t, cl1, ns, "web")
 		fw.EnsureNamespace(t, env.Client(t, "c2"), ns)
 		client := env.StartPod(t, "c2", ns, corev1.Container{Name: "client", Image: "registry.k8s.io/pause:3.10"})
 		url := "http://web." + ns + ".svc.clusterset.local/hostname"
@@ -253,10 +251,16 @@ configMapGenerator:
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	kubectl(t, id, "apply", "--server-side", "--force-conflicts", "-k", dir)
+}
+
+// kubectl runs the testbed's kubectl against cluster id.
+func kubectl(t *testing.T, id string, args ...string) {
+	t.Helper()
 	c := env.TB.Cluster(id)
-	out, err := exec.Command(env.TB.Binaries().Kubectl, "--kubeconfig", c.Kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", dir).CombinedOutput()
+	out, err := exec.Command(env.TB.Binaries().Kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("kubectl apply -k in %s: %v\n%s", id, err, out)
+		t.Fatalf("kubectl %s in %s: %v\n%s", strings.Join(args, " "), id, err, out)
 	}
 }
 
