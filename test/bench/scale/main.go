@@ -65,7 +65,11 @@ func run() error {
 	flag.BoolVar(&cfg.SkipRestart, "skip-restart", false, "leave out the registry restart")
 	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
 	flag.StringVar(&cfg.Out, "out", filepath.Join("results", "scale-"+time.Now().UTC().Format("20060102-150405")), "results folder")
+	render := flag.String("render", "", "write report.md and scale.png of an earlier run's folder again, from its results.json")
 	flag.Parse()
+	if *render != "" {
+		return rerender(*render)
+	}
 	for _, f := range strings.Split(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 2 {
@@ -95,14 +99,32 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(cfg.Out, "results.json"), data, 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Out, "report.md"), []byte(res.markdown()), 0o644); err != nil {
+	return res.write(cfg.Out)
+}
+
+// write writes the report and the plot into dir.
+func (res results) write(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(res.markdown()), 0o644); err != nil {
 		return err
 	}
-	if err := res.plot(filepath.Join(cfg.Out, "scale.png")); err != nil {
+	if err := res.plot(filepath.Join(dir, "scale.png")); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "[scale] report: %s\n", filepath.Join(cfg.Out, "report.md"))
+	fmt.Fprintf(os.Stderr, "[scale] report: %s\n", filepath.Join(dir, "report.md"))
 	return nil
+}
+
+// rerender writes the report of dir's results.json again.
+func rerender(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(data, &res); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	return res.write(dir)
 }
 
 func exporters(k, n int) int {

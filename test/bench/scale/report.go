@@ -62,39 +62,48 @@ func kString(k int) string {
 	return fmt.Sprint(k)
 }
 
-// plot draws, against N, the churn p99 and its floor, the cold start, and
-// the idle requests per member per minute.
+// plot draws, against N on log scales, the churn p99 and its floor (ms),
+// the cold start (s) and the idle requests per member per minute.
 func (res results) plot(path string) error {
 	p := plot.New()
 	p.Title.Text = "bench-scale: cost against clusterset size"
 	p.X.Label.Text = "clusters (N)"
-	p.Y.Label.Text = "seconds  /  requests per member per minute ÷ 100"
+	p.Y.Label.Text = "ms, s, requests per member per minute (log)"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	p.Add(plotter.NewGrid())
 	lines := []struct {
 		label string
 		c     color.RGBA
 		y     func(runResult) float64
 	}{
-		{"churn p99 (s)", color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, func(r runResult) float64 { return r.P99.Seconds() }},
-		{"etcd put → watch p99 (s)", color.RGBA{R: 0x99, G: 0x99, B: 0x99, A: 0xff}, func(r runResult) float64 { return r.FloorP99.Seconds() }},
+		{"churn p99, put → every other member (ms)", color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, func(r runResult) float64 { return ms64(r.P99) }},
+		{"etcd's own put → watch p99 (ms)", color.RGBA{R: 0x99, G: 0x99, B: 0x99, A: 0xff}, func(r runResult) float64 { return ms64(r.FloorP99) }},
 		{"cold start, every member has all (s)", color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, func(r runResult) float64 { return r.Converged.Seconds() }},
-		{"idle requests / member / min ÷ 100", color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, func(r runResult) float64 { return r.IdlePerMemberPerMinute / 100 }},
+		{"idle requests per member per minute", color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, func(r runResult) float64 { return r.IdlePerMemberPerMinute }},
 	}
 	for _, l := range lines {
 		var pts plotter.XYs
 		for _, r := range res.Runs {
-			pts = append(pts, plotter.XY{X: float64(r.N), Y: l.y(r)})
+			if y := l.y(r); y > 0 {
+				pts = append(pts, plotter.XY{X: float64(r.N), Y: y})
+			}
 		}
-		line, err := plotter.NewLine(pts)
+		if len(pts) == 0 {
+			continue
+		}
+		line, points, err := plotter.NewLinePoints(pts)
 		if err != nil {
 			return err
 		}
-		line.Color = l.c
+		line.Color, points.Color = l.c, l.c
 		line.Width = vg.Points(1.5)
-		p.Add(line)
+		p.Add(line, points)
 		p.Legend.Add(l.label, line)
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
-	return p.Save(18*vg.Centimeter, 11*vg.Centimeter, path)
+	return p.Save(18*vg.Centimeter, 12*vg.Centimeter, path)
 }
+
+func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
