@@ -171,21 +171,30 @@ func (c *container) stop(grace time.Duration) {
 	c.stopped = true
 	cmd, running, exited := c.cmd, c.running, c.exited
 	c.mu.Unlock()
-	if running && cmd != nil && cmd.Process != nil {
-		pgid := cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(grace):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-exited
-		}
+	if running {
+		terminate(cmd, exited, grace)
 	}
 	if c.oci != nil {
 		// runc killed with its container still running leaves it: kill and
 		// remove it, and its root file system.
 		c.oci.delete()
 		_ = os.RemoveAll(filepath.Join(c.oci.bundle, "rootfs"))
+	}
+}
+
+// terminate sends TERM to the process group of cmd, and KILL after grace,
+// until exited closes.
+func terminate(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	pgid := cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-exited
 	}
 }
 

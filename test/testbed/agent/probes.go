@@ -126,16 +126,14 @@ func (a *Agent) setProbed(c *container, key string, set func()) {
 	a.queue.Add(key)
 }
 
-// restartContainer stops the container's process; the restart policy
-// starts it again.
+// restartContainer stops the container's process (TERM, then KILL after
+// the testbed's grace of 5 s); the restart policy starts it again.
 func (a *Agent) restartContainer(c *container, why string) {
 	c.mu.Lock()
-	cmd := c.cmd
+	cmd, exited := c.cmd, c.exited
 	c.mu.Unlock()
 	a.log.Info("container restarted", "container", c.name, "reason", why)
-	if cmd != nil && cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	}
+	terminate(cmd, exited, 5*time.Second)
 }
 
 // probeOnce runs one probe.
