@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -560,7 +561,16 @@ func processAlive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago.
+// handedOut are the ports FreePorts and FreePort returned in this process:
+// never returned twice, so that clusters started at once (each picking its
+// ports while the others' are not bound yet) do not get the same one.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago and that this process has not handed out before.
 func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -568,26 +578,34 @@ func FreePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	var out []int
-	for range n {
+	for len(out) < n {
+		if len(ls) > n+1000 {
+			return nil, errors.New("find a free port: every port offered was handed out already")
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		ls = append(ls, l) // held until the end: not offered again meanwhile
+		if port := l.Addr().(*net.TCPAddr).Port; !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			out = append(out, port)
+		}
 	}
 	return out, nil
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (see
+// FreePorts).
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := FreePorts(1)
 	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+		return 0, err
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p[0], nil
 }
 
 const defaultWait = 2 * time.Minute
