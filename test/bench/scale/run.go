@@ -353,9 +353,7 @@ func (r *sizeRun) floor(ctx context.Context) []time.Duration {
 			}
 		}
 	}()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for i := 0; ; i++ {
+	for i := 0; ctx.Err() == nil; i++ {
 		v := fmt.Sprint(i)
 		mu.Lock()
 		sent[v] = time.Now()
@@ -363,12 +361,7 @@ func (r *sizeRun) floor(ctx context.Context) []time.Duration {
 		if _, err := cli.Put(ctx, key, v); err != nil {
 			break
 		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-			continue
-		}
-		break
+		sleepCtx(ctx, 50*time.Millisecond)
 	}
 	<-done
 	mu.Lock()

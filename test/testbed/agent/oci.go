@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcsd-io/mcsd/test/testbed/images"
 	"github.com/mcsd-io/mcsd/test/testbed/netns"
@@ -236,10 +238,10 @@ func (a *Agent) imageEnv(ctx context.Context, pod *corev1.Pod, spec corev1.Conta
 		base = append(base, [2]string{"PATH", defaultPath})
 	}
 	base = append(base, [2]string{"HOSTNAME", hostname})
-	svc, err := a.cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1GetOptions)
+	svc, err := a.cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err == nil && svc.Spec.ClusterIP != "" && len(svc.Spec.Ports) > 0 {
 		host, port := svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))
-		url := "tcp://" + netJoin(host, port)
+		url := "tcp://" + net.JoinHostPort(host, port)
 		base = append(base,
 			[2]string{"KUBERNETES_SERVICE_HOST", host}, [2]string{"KUBERNETES_SERVICE_PORT", port},
 			[2]string{"KUBERNETES_SERVICE_PORT_HTTPS", port}, [2]string{"KUBERNETES_PORT", url},

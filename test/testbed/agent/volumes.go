@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 
@@ -25,10 +24,6 @@ import (
 // testbed's pods live minutes). With the pod's fsGroup, files and
 // directories belong to that group and its members can read them.
 
-var metav1GetOptions = metav1.GetOptions{}
-
-func netJoin(host, port string) string { return net.JoinHostPort(host, port) }
-
 // apiSource reads ConfigMaps and Secrets of one namespace from the API.
 type apiSource struct {
 	ctx       context.Context
@@ -37,7 +32,7 @@ type apiSource struct {
 }
 
 func (s apiSource) configMap(name string) (map[string]string, error) {
-	cm, err := s.a.cs.CoreV1().ConfigMaps(s.namespace).Get(s.ctx, name, metav1GetOptions)
+	cm, err := s.a.cs.CoreV1().ConfigMaps(s.namespace).Get(s.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("ConfigMap %s: %w", name, err)
 	}
@@ -45,7 +40,7 @@ func (s apiSource) configMap(name string) (map[string]string, error) {
 }
 
 func (s apiSource) secret(name string) (map[string]string, error) {
-	sec, err := s.a.cs.CoreV1().Secrets(s.namespace).Get(s.ctx, name, metav1GetOptions)
+	sec, err := s.a.cs.CoreV1().Secrets(s.namespace).Get(s.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", name, err)
 	}

@@ -72,15 +72,15 @@ func (s *Store) Load(path, ref string) ([]string, error) {
 		if len(tags) == 0 {
 			return nil, fmt.Errorf("docker archive %s has no tag; give the image a name", path)
 		}
+		img, err := tarball.ImageFromPath(path, nil)
+		if err != nil {
+			return nil, fmt.Errorf("read docker archive %s: %w", path, err)
+		}
 		var loaded []string
 		for _, t := range tags {
 			tag, err := name.NewTag(t)
 			if err != nil {
 				return nil, fmt.Errorf("tag %q: %w", t, err)
-			}
-			img, err := tarball.ImageFromPath(path, nil)
-			if err != nil {
-				return nil, fmt.Errorf("read docker archive %s: %w", path, err)
 			}
 			if err := s.put(tag.Name(), img); err != nil {
 				return nil, err
