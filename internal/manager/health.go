@@ -59,14 +59,17 @@ func (h *health) handler() http.Handler {
 	return mux
 }
 
-// serve listens on addr until ctx ends. "0" serves nothing.
-func (h *health) serve(ctx context.Context, addr string) (func(), error) {
-	if addr == "0" {
-		return func() {}, nil
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for health probes on %s: %w", addr, err)
+// serve listens on addr (or serves l, when set) until ctx ends. "0"
+// serves nothing.
+func (h *health) serve(ctx context.Context, addr string, l net.Listener) (func(), error) {
+	if l == nil {
+		if addr == "0" {
+			return func() {}, nil
+		}
+		var err error
+		if l, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("listen for health probes on %s: %w", addr, err)
+		}
 	}
 	srv := &http.Server{Handler: h.handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {

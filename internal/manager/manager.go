@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -60,6 +61,10 @@ type Options struct {
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz ("0" disables). Default ":8081".
 	HealthAddr string
+	// HealthListener, when set, serves /healthz and /readyz in place of
+	// HealthAddr: a listener the caller bound already (a test's, on a port
+	// no other process can take in between). Run closes it.
+	HealthListener net.Listener
 	// LeaderElection makes only one replica run the controllers.
 	LeaderElection bool
 	// LeaderElectionNamespace holds the leader lease. Default: the pod's
@@ -109,6 +114,9 @@ var errIdentityChanged = errors.New("cluster identity changed")
 // Run runs mcsd until ctx ends. When the cluster's ClusterProperties change,
 // it stops the controllers and starts them again with the new identity.
 func Run(ctx context.Context, opts Options) error {
+	if l := opts.HealthListener; l != nil {
+		defer func() { _ = l.Close() }()
+	}
 	if err := opts.defaults(); err != nil {
 		return err
 	}
@@ -118,7 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("create client: %w", err)
 	}
 	h := &health{}
-	stop, err := h.serve(ctx, opts.HealthAddr)
+	stop, err := h.serve(ctx, opts.HealthAddr, opts.HealthListener)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -254,11 +255,13 @@ func (e *Env) StartController(ctx context.Context, id string) (*Controller, erro
 	if old := e.controllers[id]; old != nil {
 		return old, nil
 	}
-	healthPort, err := testbed.FreePort()
+	// Bound here and handed over: a port picked free and bound later could
+	// be taken meanwhile by another test process.
+	healthL, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listen for %s's health probes: %w", id, err)
 	}
-	healthAddr := fmt.Sprintf("127.0.0.1:%d", healthPort)
+	healthAddr := healthL.Addr().String()
 	wc := testbed.NewWriteCounter()
 	cfg := rest.CopyConfig(c.Config)
 	cfg.QPS, cfg.Burst = 500, 1000
@@ -269,12 +272,12 @@ func (e *Env) StartController(ctx context.Context, id string) (*Controller, erro
 	ctrl := &Controller{Cluster: c, cancel: cancel, done: make(chan error, 1), writes: wc, healthURL: "http://" + healthAddr}
 	go func() {
 		err := manager.Run(ctx, manager.Options{
-			RESTConfig:    cfg,
-			OpenRegistry:  e.OpenRegistry,
-			MetricsAddr:   "0",
-			HealthAddr:    healthAddr,
-			IdentityRetry: 500 * time.Millisecond,
-			TakeoverGrace: e.opts.TakeoverGrace,
+			RESTConfig:     cfg,
+			OpenRegistry:   e.OpenRegistry,
+			MetricsAddr:    "0",
+			HealthListener: healthL,
+			IdentityRetry:  500 * time.Millisecond,
+			TakeoverGrace:  e.opts.TakeoverGrace,
 		})
 		if err != nil && ctx.Err() == nil {
 			fmt.Fprintf(os.Stderr, "mcsd in %s stopped: %v\n", id, err)
