@@ -78,6 +78,18 @@ func ResourceOf(path string) string {
 	}
 }
 
+// DiffWrites returns after-before per resource, leaving out zeros: the
+// writes between two snapshots.
+func DiffWrites(before, after map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

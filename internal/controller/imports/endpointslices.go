@@ -3,6 +3,7 @@ package imports
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/controller/parallel"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -45,49 +47,66 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	for i := range existing {
 		byName[existing[i].Name] = &existing[i]
 	}
-	var created, updated, deleted int
 	endpoints := s.endpoints
-	inPlace := true
 	desired := desiredEndpointSlices(s, endpoints)
 	desired = append(desired, retiringSlices(s, desired)...)
+	// One write per slice that differs, all at the same time: a new import
+	// from k clusters has k slices, which one after the other took k round
+	// trips.
+	var writes []func() (sliceWrite, error)
 	for _, want := range desired {
 		have, ok := byName[want.Name]
 		delete(byName, want.Name)
-		if ok && have.AddressType != want.AddressType {
-			// The address type is immutable.
-			if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
-				return false, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
-			}
-			deleted++
-			ok = false
-		}
 		switch {
+		case ok && have.AddressType != want.AddressType:
+			// The address type is immutable.
+			writes = append(writes, func() (sliceWrite, error) {
+				if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
+					return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
+				}
+				w, err := r.createSlice(ctx, want)
+				w.deleted = true
+				return w, err
+			})
 		case !ok:
-			err := r.Client.Create(ctx, want)
-			if apierrors.IsAlreadyExists(err) {
-				// The cache has not seen it yet; its creation event brings
-				// this import back to compare it.
-				log.V(1).Info("EndpointSlice exists but is not in the cache yet", "endpointSlice", klog.KObj(want))
-				inPlace = false
-				continue
-			}
-			if err != nil {
-				return false, fmt.Errorf("create EndpointSlice %s: %w", want.Name, err)
-			}
-			created++
+			writes = append(writes, func() (sliceWrite, error) { return r.createSlice(ctx, want) })
 		case !sliceUpToDate(have, want, s.sliceOwners):
 			applySlice(have, want)
-			if err := r.Client.Update(ctx, have); err != nil {
-				return false, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
-			}
-			updated++
+			writes = append(writes, func() (sliceWrite, error) {
+				if err := r.Client.Update(ctx, have); err != nil {
+					return sliceWrite{}, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
+				}
+				return sliceWrite{updated: true}, nil
+			})
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		if err := r.Client.Delete(ctx, byName[name]); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("delete EndpointSlice %s: %w", name, err)
+		have := byName[name]
+		writes = append(writes, func() (sliceWrite, error) {
+			if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
+				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", name, err)
+			}
+			return sliceWrite{deleted: true}, nil
+		})
+	}
+	done, errs := parallel.Each(maxSliceWrites, writes)
+	if err := errors.Join(errs...); err != nil {
+		return false, err
+	}
+	var created, updated, deleted int
+	inPlace := true
+	for _, w := range done {
+		switch {
+		case w.notCached:
+			inPlace = false
+		case w.created:
+			created++
+		case w.updated:
+			updated++
 		}
-		deleted++
+		if w.deleted {
+			deleted++
+		}
 	}
 	if created+updated+deleted > 0 {
 		log.V(1).Info("Wrote EndpointSlices", "created", created, "updated", updated, "deleted", deleted)
@@ -102,6 +121,31 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 		r.propagation.Applied(s.key, applied)
 	}
 	return inPlace, nil
+}
+
+// maxSliceWrites is how many EndpointSlice writes of one import are made at
+// once.
+const maxSliceWrites = 8
+
+// sliceWrite is what one EndpointSlice write did.
+type sliceWrite struct {
+	created, updated, deleted bool
+	// notCached: the slice to create exists, but the cache has not seen it.
+	notCached bool
+}
+
+// createSlice creates want. A slice that exists already is one the cache
+// has not seen yet: its creation event brings the import back to compare.
+func (r *Reconciler) createSlice(ctx context.Context, want *discoveryv1.EndpointSlice) (sliceWrite, error) {
+	err := r.Client.Create(ctx, want)
+	if apierrors.IsAlreadyExists(err) {
+		ctrl.LoggerFrom(ctx).V(1).Info("EndpointSlice exists but is not in the cache yet", "endpointSlice", klog.KObj(want))
+		return sliceWrite{notCached: true}, nil
+	}
+	if err != nil {
+		return sliceWrite{}, fmt.Errorf("create EndpointSlice %s: %w", want.Name, err)
+	}
+	return sliceWrite{created: true}, nil
 }
 
 // setSliceOwners sets the controller references the import's EndpointSlices

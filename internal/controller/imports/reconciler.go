@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,6 +84,10 @@ type Reconciler struct {
 
 	// zones keeps the zones of this cluster's nodes, from the Node watch.
 	zones zoneBook
+
+	// clusterEvents limits the ClustersChanged events (see eventClusters);
+	// SetupWithManager sets it, nil is no limit.
+	clusterEvents flowcontrol.RateLimiter
 }
 
 // scope is what the phases of one reconcile share.
@@ -414,7 +419,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (retErr erro
 	}
 	if patchErr == nil {
 		r.metrics.Set(client.ObjectKeyFromObject(s.si), importState(s.si.Status.Conditions))
-		r.eventClusters(s.si, old.Clusters)
+		r.eventClusters(ctx, s.si, old.Clusters)
 		r.eventRejected(s.si, old.Conditions)
 	}
 	return errors.Join(svcErr, importErr, slicesErr, adoptErr, patchErr)

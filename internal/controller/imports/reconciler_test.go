@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -1048,4 +1052,46 @@ func TestSliceOwners(t *testing.T) {
 		}
 	}
 	e.steady("web")
+}
+
+// A cluster that leaves changes every import it exported to at once: the
+// ClustersChanged events are rate-limited, the statuses are not.
+func TestClustersChangedEventsRateLimited(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	// Two at once, then none while the clock stands still.
+	e.r.clusterEvents = flowcontrol.NewTokenBucketRateLimiterWithClock(1, 2, clocktesting.NewFakeClock(time.Now()))
+	var keys []registry.ServiceKey
+	var exports []registry.Export
+	for i := range 5 {
+		key := registry.ServiceKey{Namespace: testNS, Name: fmt.Sprintf("web%d", i)}
+		keys = append(keys, key)
+		for _, c := range []string{"east", "west"} {
+			x := export(c, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+			x.Service = key
+			exports = append(exports, x)
+		}
+	}
+	e.publish(exports)
+	for _, key := range keys {
+		e.reconcile(key.Name)
+	}
+	for _, key := range keys {
+		if err := e.publisher("west").DeleteExport(e.ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.settle()
+	for _, key := range keys {
+		e.reconcile(key.Name)
+		si := &mcsv1beta1.ServiceImport{}
+		if err := e.api.Get(e.ctx, client.ObjectKey{Namespace: testNS, Name: key.Name}, si); err != nil {
+			t.Fatal(err)
+		}
+		if len(si.Status.Clusters) != 1 || si.Status.Clusters[0].Cluster != "east" {
+			t.Errorf("%s: status clusters %v, want east alone", key.Name, si.Status.Clusters)
+		}
+	}
+	if ev := e.events(); len(ev) != 2 {
+		t.Errorf("%d events for 5 imports that lost a cluster, want the limit's 2: %v", len(ev), ev)
+	}
 }

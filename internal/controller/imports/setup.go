@@ -7,7 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -51,6 +53,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("index EndpointSlices by import: %w", err)
 	}
 	r.slicesIndexed = true
+	r.clusterEvents = flowcontrol.NewTokenBucketRateLimiter(clusterEventsQPS, clusterEventsBurst)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
@@ -131,14 +134,27 @@ func (r *Reconciler) namespaceToImports(_ context.Context, o client.Object) []re
 // every Service the View knows and every import mcsd made (the View no
 // longer lists Services that stopped being exported while it was
 // unreachable). The ServiceImports are listed from the manager's cache.
+//
+// Only Services of namespaces this cluster has are asked for: a clusterset
+// exports Services of many namespaces that a cluster does not have, and the
+// first full read or a reconnection would otherwise queue every one (5,000
+// reconciles for 200 imports, say). A namespace that appears later brings
+// its imports (namespaceToImports): the cache holds a namespace before its
+// event is handled, so a Service the check leaves out comes with that event.
 func (r *Reconciler) changeToImports(ctx context.Context, c clusterset.Change) []reconcile.Request {
+	has := r.namespaceLookup(ctx)
 	if !c.Reachability {
+		if !has(c.Service.Namespace) {
+			return nil
+		}
 		return []reconcile.Request{request(c.Service.Namespace, c.Service.Name)}
 	}
 	// A request listed twice is queued once: the workqueue deduplicates.
 	var reqs []reconcile.Request
 	for _, k := range r.View.Keys("") {
-		reqs = append(reqs, request(k.Namespace, k.Name))
+		if has(k.Namespace) {
+			reqs = append(reqs, request(k.Namespace, k.Name))
+		}
 	}
 	list := &mcsv1beta1.ServiceImportList{}
 	if err := r.Client.List(ctx, list); err != nil {
@@ -150,6 +166,21 @@ func (r *Reconciler) changeToImports(ctx context.Context, c clusterset.Change) [
 		}
 	}
 	return reqs
+}
+
+// namespaceLookup returns whether a namespace is in the manager's cache,
+// each looked up once. A failed lookup says yes: the reconcile decides.
+func (r *Reconciler) namespaceLookup(ctx context.Context) func(string) bool {
+	seen := map[string]bool{}
+	return func(name string) bool {
+		has, ok := seen[name]
+		if !ok {
+			err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Namespace{})
+			has = !apierrors.IsNotFound(err)
+			seen[name] = has
+		}
+		return has
+	}
 }
 
 func request(namespace, name string) reconcile.Request {

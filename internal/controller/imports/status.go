@@ -1,12 +1,14 @@
 package imports
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
@@ -178,7 +180,13 @@ func readyCondition(s *scope) metav1.Condition {
 // status lists its clusters, the log records its creation, and an Event
 // would be one more API write for every import in every cluster (a sixth of
 // a clusterset's writes when it starts).
-func (r *Reconciler) eventClusters(si *mcsv1beta1.ServiceImport, old []mcsv1beta1.ClusterStatus) {
+//
+// A cluster that joins or leaves changes every import it exports to at
+// once: the events are rate-limited (clusterEventsBurst at once, then
+// clusterEventsQPS a second), so that it costs the API server the slices
+// and statuses that changed, not as many events again. The status of each
+// import still lists its clusters; a suppressed event is logged at V(1).
+func (r *Reconciler) eventClusters(ctx context.Context, si *mcsv1beta1.ServiceImport, old []mcsv1beta1.ClusterStatus) {
 	ids := func(cs []mcsv1beta1.ClusterStatus) []string {
 		out := make([]string, len(cs))
 		for i, c := range cs {
@@ -209,8 +217,18 @@ func (r *Reconciler) eventClusters(si *mcsv1beta1.ServiceImport, old []mcsv1beta
 	if len(removed) > 0 {
 		msg += "; removed " + strings.Join(removed, ", ")
 	}
+	if r.clusterEvents != nil && !r.clusterEvents.TryAccept() {
+		ctrl.LoggerFrom(ctx).V(1).Info("Not recording a ClustersChanged event: over the rate limit", "clusters", after)
+		return
+	}
 	r.eventf(si, corev1.EventTypeNormal, eventClustersChanged, "%s", conditions.Cap(msg, 1024))
 }
+
+// The rate limit of ClustersChanged events, per controller.
+const (
+	clusterEventsBurst = 25
+	clusterEventsQPS   = 1
+)
 
 // importState is the state the metrics count an import in, from its Ready
 // condition.

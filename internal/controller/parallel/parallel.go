@@ -4,7 +4,11 @@
 // returns its result; none writes state the other reads.
 package parallel
 
-import "sync"
+import (
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+)
 
 // Both runs a and b at the same time, waits for both, and returns their
 // results and errors.
@@ -18,4 +22,21 @@ func Both[A, B any](a func() (A, error), b func() (B, error)) (A, error, B, erro
 	rb, errB := b()
 	wg.Wait()
 	return ra, errA, rb, errB
+}
+
+// Each runs fns, at most limit at a time, waits for all, and returns each
+// one's result and error, in the order of fns.
+func Each[T any](limit int, fns []func() (T, error)) ([]T, []error) {
+	out := make([]T, len(fns))
+	errs := make([]error, len(fns))
+	var g errgroup.Group
+	g.SetLimit(max(limit, 1))
+	for i, f := range fns {
+		g.Go(func() error {
+			out[i], errs[i] = f()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return out, errs
 }

@@ -32,6 +32,7 @@ type API interface {
 	GetInstance(ctx context.Context, in *sd.GetInstanceInput, optFns ...func(*sd.Options)) (*sd.GetInstanceOutput, error)
 	GetService(ctx context.Context, in *sd.GetServiceInput, optFns ...func(*sd.Options)) (*sd.GetServiceOutput, error)
 	GetNamespace(ctx context.Context, in *sd.GetNamespaceInput, optFns ...func(*sd.Options)) (*sd.GetNamespaceOutput, error)
+	UpdateService(ctx context.Context, in *sd.UpdateServiceInput, optFns ...func(*sd.Options)) (*sd.UpdateServiceOutput, error)
 }
 
 var _ API = (*sd.Client)(nil)

@@ -48,14 +48,6 @@ const (
 	// attrSpec is the prefix of the chunks of the export's compact JSON:
 	// MCSD_SPEC_0, MCSD_SPEC_1, ...
 	attrSpec = "MCSD_SPEC_"
-	// attrHeartbeat is the Unix time in ms of the last heartbeat.
-	attrHeartbeat = "MCSD_HEARTBEAT"
-	// attrTTL is the cluster's TTL in ms: how long after its last heartbeat
-	// its records are ignored.
-	attrTTL = "MCSD_TTL"
-	// attrSince is the Unix time in ms when the cluster's records last
-	// became live (registry.Cluster.Since), on its heartbeat.
-	attrSince = "MCSD_SINCE"
 	// attrEndpointsUpdated is the Unix time in ms of the last change of the
 	// cluster's endpoints (registry.Endpoints.Updated), on its service
 	// record.
@@ -67,9 +59,8 @@ const (
 )
 
 const (
-	recordService   = "service"
-	recordEndpoint  = "endpoint"
-	recordHeartbeat = "heartbeat"
+	recordService  = "service"
+	recordEndpoint = "endpoint"
 
 	// controllerName is the K8S_CONTROLLER value of mcsd's instances.
 	controllerName = "mcsd"
@@ -77,9 +68,6 @@ const (
 	// its instances carries no K8S_CONTROLLER (its value there is the
 	// controller's name and version).
 	awsControllerName = "aws-cloud-map-mcs-controller-for-k8s"
-	// heartbeatService is the Cloud Map service of the heartbeats in the
-	// system namespace.
-	heartbeatService = "heartbeats"
 	// recordsService is the Cloud Map service of the service records in
 	// the system namespace, out of the view of the AWS controller, which
 	// reads every instance of an exported Service's Cloud Map service as an
@@ -177,9 +165,6 @@ func recordKey(attrs map[string]string) (registry.ServiceKey, bool) {
 	k := registry.ServiceKey{Namespace: attrs[attrNamespace], Name: attrs[attrService]}
 	return k, attrs[attrRecord] == recordService && validName(k.Namespace) && validName(k.Name)
 }
-
-// heartbeatID is the id of a cluster's heartbeat instance.
-func heartbeatID(prefix string) string { return prefix }
 
 // endpointInstanceID is the id of the instance of one address and port:
 // "<prefix>.<proto>-<address with . and : as _>-<port>" as the AWS controller

@@ -34,6 +34,9 @@ type service struct {
 	Name string
 	NS   namespace
 	Ours bool
+	// Desc is the service's description when it was read (a heartbeat
+	// service's is the heartbeat).
+	Desc string
 }
 
 func newNamespace(s types.NamespaceSummary) namespace {
@@ -91,6 +94,7 @@ func listServices(ctx context.Context, api API, ns namespace) ([]service, error)
 				Name: aws.ToString(s.Name),
 				NS:   ns,
 				Ours: aws.ToString(s.Description) == createdBy,
+				Desc: aws.ToString(s.Description),
 			})
 		}
 	}
@@ -225,7 +229,7 @@ func (b *Backend) ensureServiceOnce(ctx context.Context, nsName, name string) (s
 		return service{}, fmt.Errorf("create service %s/%s: %w", nsName, name, err)
 	}
 	b.log.Info("created service", "namespace", nsName, "name", name)
-	svc := service{ID: aws.ToString(out.Service.Id), Name: name, NS: ns, Ours: true}
+	svc := service{ID: aws.ToString(out.Service.Id), Name: name, NS: ns, Ours: true, Desc: createdBy}
 	b.dir.addService(svc)
 	return svc, nil
 }
@@ -258,7 +262,7 @@ func (r *reader) resolveService(ctx context.Context, id string) (service, bool, 
 		n := out.Namespace
 		ns = newNamespace(types.NamespaceSummary{Id: n.Id, Name: n.Name, Type: n.Type, Description: n.Description, Properties: n.Properties})
 	}
-	svc := service{ID: id, Name: aws.ToString(s.Name), NS: ns, Ours: aws.ToString(s.Description) == createdBy}
+	svc := service{ID: id, Name: aws.ToString(s.Name), NS: ns, Ours: aws.ToString(s.Description) == createdBy, Desc: aws.ToString(s.Description)}
 	r.dir.addService(svc)
 	return svc, true, nil
 }

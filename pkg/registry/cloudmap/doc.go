@@ -15,10 +15,13 @@
 // holding its export (so that an export without endpoints is visible) and
 // its creation time, which is the export's Order and survives restarts.
 //
-// Cloud Map has no leases: each cluster refreshes a heartbeat instance in the
-// system namespace every TTL/3, and watchers deliver the records of a
-// cluster whose heartbeat is older than the TTL as deleted. A cluster that
-// starts after its heartbeat expired deletes its old instances first.
+// Cloud Map has no leases: each cluster rewrites a heartbeat, the
+// description of a service of its own in the system namespace, every TTL/3,
+// and watchers deliver the records of a cluster whose heartbeat is older
+// than the TTL as deleted. A heartbeat is no instance operation, so the
+// change feed does not see it: one ListServices reads every cluster's. A
+// cluster that starts after its heartbeat expired deletes its old instances
+// first.
 //
 // Watch follows a change feed: every PollInterval one ListOperations of the
 // account and region lists the instance operations since the last poll,

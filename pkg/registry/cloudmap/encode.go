@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -33,23 +32,6 @@ func (e encoder) base(record string, created int64) map[string]string {
 		attrController:   controllerName,
 		attrRecord:       record,
 	}
-}
-
-// heartbeat is the heartbeat instance at Unix time nowMs of a cluster with
-// the given TTL whose records are live since sinceMs.
-func (e encoder) heartbeat(nowMs, sinceMs int64, ttl time.Duration) instance {
-	attrs := map[string]string{
-		attrClusterID:    e.id.Cluster,
-		attrClusterSetID: e.id.ClusterSet,
-		attrController:   controllerName,
-		attrRecord:       recordHeartbeat,
-		attrHeartbeat:    strconv.FormatInt(nowMs, 10),
-		attrTTL:          strconv.FormatInt(ttl.Milliseconds(), 10),
-	}
-	if sinceMs > 0 {
-		attrs[attrSince] = strconv.FormatInt(sinceMs, 10)
-	}
-	return instance{ID: heartbeatID(e.prefix), Attrs: attrs}
 }
 
 // state is what one cluster publishes about one Service.

@@ -98,7 +98,6 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 	// What to read: each service once, the records one by one.
 	var read []string
 	recordIDs := map[string]bool{}
-	beats := false
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(w.ops)) {
 		op := w.ops[id]
@@ -107,10 +106,6 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 			continue
 		}
 		switch t := op.target; t.service {
-		case b.systemService(heartbeatService).ID:
-			// A known cluster's heartbeat is read every TTL/3 anyway: only
-			// a new cluster's is read at once.
-			beats = beats || !w.beatIDs[t.instance]
 		case b.systemService(recordsService).ID:
 			recordIDs[t.instance] = true
 		default:
@@ -122,12 +117,8 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 			if c == nil {
 				continue
 			}
-			if c.svc.NS.Name == b.opts.SystemNamespace && c.svc.Name == recordsService {
+			if c.svc.NS.Name == b.opts.SystemNamespace {
 				recordIDs[t.instance] = true
-				continue
-			}
-			if c.svc.NS.Name == b.opts.SystemNamespace && c.svc.Name == heartbeatService {
-				beats = true
 				continue
 			}
 			read = append(read, t.service)
@@ -141,10 +132,13 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 	if err := w.readServices(ctx, read, false); err != nil {
 		return err
 	}
-	if err := w.readRecords(ctx, slices.Sorted(maps.Keys(recordIDs))); err != nil {
+	records := slices.Sorted(maps.Keys(recordIDs))
+	if err := w.readRecords(ctx, records); err != nil {
 		return err
 	}
-	if beats {
+	// A known cluster's heartbeat is read every TTL/3 anyway: only a new
+	// cluster's is read at once.
+	if w.newCluster(read, records) {
 		if err := w.readHeartbeats(ctx); err != nil {
 			return err
 		}
@@ -175,7 +169,8 @@ func (w *watcher) feedService(ctx context.Context, id string) (*serviceCache, er
 		return nil, err
 	}
 	if svc.NS.Name == b.opts.SystemNamespace {
-		if svc.Name == heartbeatService || svc.Name == recordsService {
+		// Only the records service holds instances there.
+		if svc.Name == recordsService {
 			if b.systemService(svc.Name).ID == "" {
 				b.setSystemService(svc)
 			}

@@ -276,3 +276,67 @@ func TestServiceRecordMoved(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatsCostNoCallEach checks that other clusters' heartbeats cost
+// an idle watcher no call per heartbeat (they are service descriptions,
+// which the change feed does not list, read in one ListServices), that
+// they keep the clusters alive, and that a cluster that starts is seen at
+// once, not at the next periodic read of the heartbeats.
+func TestHeartbeatsCostNoCallEach(t *testing.T) {
+	srv := moto(t)
+	ctx := t.Context()
+	cs := randName("beats")
+	// Heartbeats every 2 s, read every 2 s.
+	const ttl = 6 * time.Second
+	members := []string{"a", "b", "c", "d"}
+	for _, id := range members {
+		openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: id}, ttl))
+	}
+	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, ttl)
+	opts.SweepInterval = time.Hour
+	w, counting := countingWatcher(t, opts)
+	rec := registrytest.StartWatch(t, w)
+	rec.WaitFor(t, 15*time.Second, "every member alive", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Clusters) == len(members)
+	})
+	start := time.Now()
+	getOps, lists := counting.get(OpGetOperation), counting.get(OpListServices)
+	// Two and a half TTLs: a cluster whose heartbeats were not read would
+	// be deleted.
+	rec.Quiet(t, 5*ttl/2, "every member alive", func(e registrytest.Event) bool {
+		return e.Update != nil && len(e.Update.DeletedClusters) > 0
+	})
+	elapsed := time.Since(start)
+	if n := counting.get(OpGetOperation) - getOps; n != 0 {
+		t.Errorf("%d GetOperation calls while %d clusters beat for %s, want none", n, len(members), elapsed.Round(time.Second))
+	}
+	if n, most := counting.get(OpListServices)-lists, int(elapsed/(ttl/3))+2; n > most {
+		t.Errorf("%d ListServices calls in %s, want at most %d (one per read of the heartbeats)", n, elapsed.Round(time.Second), most)
+	}
+
+	// A new cluster, in a clusterset whose heartbeats are read every 10 s:
+	// its first records lead the feed to its heartbeat at once.
+	cs2 := randName("join")
+	opts = motoOptions(srv, registry.Identity{ClusterSet: cs2}, 30*time.Second)
+	opts.SweepInterval = time.Hour
+	w2, counting2 := countingWatcher(t, opts)
+	rec2 := registrytest.StartWatch(t, w2)
+	rec2.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	// Right after a periodic read of the heartbeats: the next is 10 s away.
+	read := counting2.get(OpListServices)
+	deadline := time.Now().Add(15 * time.Second)
+	for counting2.get(OpListServices) == read && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	joined := time.Now()
+	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	e := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs2, Cluster: "e"}, 30*time.Second))
+	mustDo(t, e.PutExport(ctx, key, webSpec))
+	rec2.WaitFor(t, 15*time.Second, "the new cluster's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[registry.RecordID{Cluster: "e", Service: key}]
+		return ok
+	})
+	if d := time.Since(joined); d > 8*time.Second {
+		t.Errorf("the new cluster's export was seen %s after its backend started, want it within a few polls, before the next periodic read of the heartbeats", d.Round(time.Millisecond))
+	}
+}

@@ -115,6 +115,13 @@ func (l *limitedAPI) DeleteService(ctx context.Context, in *sd.DeleteServiceInpu
 	return l.api.DeleteService(ctx, in, tagged(ctx, optFns)...)
 }
 
+func (l *limitedAPI) UpdateService(ctx context.Context, in *sd.UpdateServiceInput, optFns ...func(*sd.Options)) (*sd.UpdateServiceOutput, error) {
+	if err := l.wait(ctx, OpUpdateService); err != nil {
+		return nil, err
+	}
+	return l.api.UpdateService(ctx, in, tagged(ctx, optFns)...)
+}
+
 func (l *limitedAPI) GetOperation(ctx context.Context, in *sd.GetOperationInput, optFns ...func(*sd.Options)) (*sd.GetOperationOutput, error) {
 	if err := l.wait(ctx, OpGetOperation); err != nil {
 		return nil, err

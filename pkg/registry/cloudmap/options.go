@@ -45,6 +45,7 @@ const (
 	OpGetInstance               = "GetInstance"
 	OpGetService                = "GetService"
 	OpGetNamespace              = "GetNamespace"
+	OpUpdateService             = "UpdateService"
 )
 
 // RateLimit is a token bucket: QPS calls a second on average, Burst at once.
@@ -74,6 +75,7 @@ func DefaultRateLimits() map[string]RateLimit {
 		OpGetInstance:               {QPS: 50, Burst: 100},
 		OpGetService:                {QPS: 10, Burst: 20},
 		OpGetNamespace:              {QPS: 5, Burst: 10},
+		OpUpdateService:             {QPS: 2, Burst: 10},
 	}
 }
 
@@ -185,6 +187,8 @@ func (o *Options) Validate() error {
 	var errs []error
 	if err := o.Identity.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("identity: %w", err))
+	} else if !newEncoder(o.Identity).heartbeatFits() {
+		errs = append(errs, fmt.Errorf("identity: the cluster and clusterset ids are too long together for the heartbeat (a Cloud Map description of at most %d characters)", maxDescription))
 	}
 	return errors.Join(append(errs, o.validateReader())...)
 }

@@ -14,29 +14,24 @@ import (
 // start takes over the cluster's records, or deletes them when its
 // heartbeat has expired, and writes the heartbeat.
 func (b *Backend) start(ctx context.Context) error {
-	for _, name := range []string{heartbeatService, recordsService} {
+	var beatSvc service
+	for _, name := range []string{recordsService, beatServiceName(b.enc.prefix)} {
 		svc, err := b.ensureService(ctx, b.opts.SystemNamespace, name)
 		if err != nil {
 			return fmt.Errorf("%s service: %w", name, err)
 		}
 		b.setSystemService(svc)
+		beatSvc = svc
 	}
 	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet, attrClusterID: b.opts.Identity.Cluster}
-	beats, err := b.discover(ctx, b.systemService(heartbeatService), query)
-	if err != nil {
-		return fmt.Errorf("read own heartbeat: %w", err)
-	}
 	// The records live while the heartbeat is younger than the TTL the
 	// previous run published with it.
 	var last, since int64
 	ttl := b.opts.TTL
-	for _, in := range beats {
-		if in.ID == heartbeatID(b.enc.prefix) {
-			last, _ = strconv.ParseInt(in.Attrs[attrHeartbeat], 10, 64)
-			since, _ = strconv.ParseInt(in.Attrs[attrSince], 10, 64)
-			if v, err := strconv.ParseInt(in.Attrs[attrTTL], 10, 64); err == nil && v > 0 {
-				ttl = time.Duration(v) * time.Millisecond
-			}
+	if hb, ok := decodeHeartbeat(beatSvc.Desc); ok && hb.ClusterSet == b.opts.Identity.ClusterSet && hb.Cluster == b.opts.Identity.Cluster {
+		last, since = hb.At, hb.Since
+		if hb.TTL > 0 {
+			ttl = time.Duration(hb.TTL) * time.Millisecond
 		}
 	}
 	alive := last > 0 && b.now().Sub(time.UnixMilli(last)) <= ttl

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,7 +42,6 @@ func (r *reader) watch(ctx context.Context, h registry.Handler) error {
 		services: map[string]*serviceCache{},
 		records:  map[string]instance{},
 		beats:    map[string]*beat{},
-		beatIDs:  map[string]bool{},
 		ops:      map[string]*feedOp{},
 	}
 	for {
@@ -78,11 +77,9 @@ type watcher struct {
 	// records caches the service records of the records service, by
 	// instance id.
 	records map[string]instance
-	// heartbeats caches the heartbeat service.
+	// beats are the heartbeats read, by cluster.
 	beats       map[string]*beat
 	beatsReadAt time.Time
-	// beatIDs are the ids of the heartbeat instances read.
-	beatIDs map[string]bool
 
 	// ops are the operations the change feed listed in its last window,
 	// by id; feedFrom is when its next window starts on the local clock,
@@ -178,8 +175,8 @@ func (w *watcher) poll(ctx context.Context) error {
 	}
 	// Heartbeats change every TTL/3: reading them as often (the shortest
 	// TTL of the clusterset's) keeps every live cluster alive, whatever
-	// the feed misses, at one call whatever the number of clusters. The
-	// feed reads them at once for a new cluster only.
+	// the feed misses, at one call per 100 clusters. The feed reads them at
+	// once for a new cluster only.
 	if b.now().Sub(w.beatsReadAt) >= w.beatsEvery() {
 		if err := w.readHeartbeats(feedCtx); err != nil {
 			return err
@@ -230,7 +227,7 @@ func (w *watcher) sweep(ctx context.Context) error {
 			listedSvc[svc.ID] = true
 			b.dir.addService(svc)
 			switch {
-			case system && (svc.Name == heartbeatService || svc.Name == recordsService):
+			case system && svc.Name == recordsService:
 				if b.systemService(svc.Name).ID != svc.ID {
 					b.setSystemService(svc)
 				}
@@ -379,50 +376,94 @@ func (w *watcher) beatsEvery() time.Duration {
 	return every
 }
 
-// readHeartbeats reads the clusterset's heartbeats. Without a heartbeat
-// service (none found yet), no mcsd cluster is alive.
+// readHeartbeats reads the clusterset's heartbeats: the descriptions of the
+// heartbeat services of the system namespace, one ListServices per 100
+// clusters. Until the system namespace is known (a sweep lists it, the feed
+// finds it with the first record written there), no mcsd cluster is alive.
 func (w *watcher) readHeartbeats(ctx context.Context) error {
 	b := w.b
-	svc := b.systemService(heartbeatService)
 	now := b.now()
-	if svc.ID == "" {
+	ns, ok := b.dir.namespaceNamed(b.opts.SystemNamespace)
+	if !ok {
 		w.beatsReadAt = now
 		return nil
 	}
-	insts, err := b.discover(ctx, svc, map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet})
-	if isNotFound(err) {
-		insts, err = nil, nil
+	beats, err := w.listHeartbeats(ctx, ns)
+	if err == nil && len(beats) == 0 && len(w.beats) > 0 {
+		// None where clusters were alive: the namespace may have been
+		// deleted and created again under a new id. Look it up by name.
+		var found bool
+		if ns, found, err = b.findNamespace(ctx, b.opts.SystemNamespace); err == nil && found {
+			beats, err = w.listHeartbeats(ctx, ns)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("read heartbeats: %w", err)
 	}
 	w.beatsReadAt = now
-	// A heartbeat instance that disappears (its namespace deleted, say) is
+	// A heartbeat service that disappears (its namespace deleted, say) is
 	// not a death: the cluster expires when its last heartbeat does.
-	for _, in := range insts {
-		cluster := in.Attrs[attrClusterID]
-		ms, err := strconv.ParseInt(in.Attrs[attrHeartbeat], 10, 64)
-		if cluster == "" || in.Attrs[attrRecord] != recordHeartbeat || err != nil {
-			continue
-		}
+	for _, hb := range beats {
 		ttl := b.opts.TTL
-		if v, err := strconv.ParseInt(in.Attrs[attrTTL], 10, 64); err == nil && v > 0 {
-			ttl = time.Duration(v) * time.Millisecond
+		if hb.TTL > 0 {
+			ttl = time.Duration(hb.TTL) * time.Millisecond
 		}
-		since, _ := strconv.ParseInt(in.Attrs[attrSince], 10, 64)
-		w.beatIDs[in.ID] = true
-		hb := w.beats[cluster]
+		seen := w.beats[hb.Cluster]
 		switch {
-		case hb == nil:
-			w.beats[cluster] = &beat{ms: ms, since: since, ttl: ttl, firstSeen: now}
-		case hb.ms != ms:
-			hb.ms = ms
-			hb.since = since
-			hb.ttl = ttl
-			hb.changedAt = now
+		case seen == nil:
+			w.beats[hb.Cluster] = &beat{ms: hb.At, since: hb.Since, ttl: ttl, firstSeen: now}
+		case seen.ms != hb.At:
+			seen.ms = hb.At
+			seen.since = hb.Since
+			seen.ttl = ttl
+			seen.changedAt = now
 		}
 	}
 	return nil
+}
+
+// listHeartbeats lists the services of the system namespace ns and returns
+// the heartbeats of the clusterset among them.
+func (w *watcher) listHeartbeats(ctx context.Context, ns namespace) ([]heartbeat, error) {
+	b := w.b
+	svcs, err := listServices(ctx, b.api, ns)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []heartbeat
+	for _, svc := range svcs {
+		b.dir.addService(svc)
+		hb, ok := decodeHeartbeat(svc.Desc)
+		if ok && strings.HasPrefix(svc.Name, beatServicePrefix) && hb.ClusterSet == b.opts.Identity.ClusterSet {
+			out = append(out, hb)
+		}
+	}
+	return out, nil
+}
+
+// newCluster reports whether the services ids or the service records
+// recordIDs, as just read, hold a record of an mcsd cluster whose heartbeat
+// the watcher has not read: a cluster that has just started, whose records
+// are delivered once its heartbeat is read.
+func (w *watcher) newCluster(ids, recordIDs []string) bool {
+	unknown := func(in instance) bool {
+		c := in.Attrs[attrClusterID]
+		return c != "" && in.Attrs[attrRecord] != "" && in.Attrs[attrClusterSetID] == w.b.opts.Identity.ClusterSet && w.beats[c] == nil
+	}
+	for _, id := range ids {
+		if c := w.services[id]; c != nil && slices.ContainsFunc(c.instances, unknown) {
+			return true
+		}
+	}
+	for _, id := range recordIDs {
+		if in, ok := w.records[id]; ok && unknown(in) {
+			return true
+		}
+	}
+	return false
 }
 
 // forbidden marks an access-denied error of Cloud Map as registry.ErrForbidden,

@@ -375,3 +375,62 @@ func (p *controllerProc) get(ctx context.Context, url string, into any) error {
 	}
 	return json.NewDecoder(resp.Body).Decode(into)
 }
+
+// Controller is one cluster's mcsd as the benchmark runs it (a process of
+// this executable, its API writes counted), for other benchmarks: `make
+// bench-scale` runs its real clusters with it.
+type Controller struct{ p *controllerProc }
+
+// StartEtcdController starts cluster c's mcsd on the etcd registry at url
+// with lease ttl; its log goes to logDir/<cluster>.log. The executable must
+// call MaybeRunController first thing in main.
+func StartEtcdController(c *testbed.Cluster, url string, ttl time.Duration, logDir string) (*Controller, error) {
+	ports, err := testbed.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	p, err := startController(controllerConfig{
+		Cluster: c.ID, Kubeconfig: c.Kubeconfig, QPS: 1000, Burst: 2000,
+		Registry: RegistryEtcd, EtcdURL: url, TTL: ttl,
+		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+	}, logDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{p: p}, nil
+}
+
+// WaitReady waits until the controller has read the registry and synced
+// its caches.
+func (c *Controller) WaitReady(ctx context.Context, timeout time.Duration) error {
+	return c.p.waitReady(ctx, timeout)
+}
+
+// Writes are the API writes the controller made so far, by resource
+// ("endpointslices", "serviceimports/status", "events", ...).
+func (c *Controller) Writes(ctx context.Context) (map[string]int, error) {
+	st, err := c.p.stats(ctx)
+	return st.Writes, err
+}
+
+// Reconciles are the reconciles the controller named controller ran so
+// far, every result, and the seconds they took.
+func (c *Controller) Reconciles(ctx context.Context, controller string) (n, seconds float64, err error) {
+	st, err := c.p.stats(ctx)
+	for k, v := range st.Metrics {
+		switch {
+		case !strings.Contains(k, "controller="+controller):
+		case strings.HasPrefix(k, "controller_runtime_reconcile_total{"):
+			n += v
+		case strings.HasPrefix(k, "controller_runtime_reconcile_time_seconds_sum{"):
+			seconds += v
+		}
+	}
+	return n, seconds, err
+}
+
+// PID is the controller's process id.
+func (c *Controller) PID() int { return c.p.pid() }
+
+// Stop ends the controller as mcsd ends on SIGTERM.
+func (c *Controller) Stop() { c.p.stop() }

@@ -19,9 +19,9 @@ import (
 	"github.com/mcsd-io/mcsd/test/bench/report"
 )
 
-// floorNamespace holds the floor phase's objects, which no ServiceExport
+// FloorNamespace holds the floor phase's objects, which no ServiceExport
 // names.
-const floorNamespace = "bench-floor"
+const FloorNamespace = "bench-floor"
 
 // floorWrites names the writes the floor phase makes for one import, in
 // the resource/subresource form of the controllers' counters.
@@ -40,9 +40,9 @@ var floorWrites = []string{"services", "serviceimports", "endpointslices", "serv
 func (r *run) floorPhase(ctx context.Context) error {
 	r.stopControllers()
 	for _, c := range r.clusters {
-		err := r.wl.clients[c.ID].Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: floorNamespace}})
+		err := r.wl.clients[c.ID].Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: FloorNamespace}})
 		if client.IgnoreAlreadyExists(err) != nil {
-			return fmt.Errorf("create namespace %s in %s: %w", floorNamespace, c.ID, err)
+			return fmt.Errorf("create namespace %s in %s: %w", FloorNamespace, c.ID, err)
 		}
 	}
 	n := r.opts.Services
@@ -67,7 +67,7 @@ func (r *run) floorPhase(ctx context.Context) error {
 				wg.Go(func() {
 					cl := r.wl.clients[c.ID]
 					errs[ci] = r.wl.parallel(ctx, 0, n, func(ctx context.Context, i int) error {
-						if err := floorImport(ctx, cl, c.ID, i, r.opts.Endpoints, nil); err != nil {
+						if err := FloorImport(ctx, cl, []string{c.ID}, i, r.opts.Endpoints, nil); err != nil {
 							return err
 						}
 						writes[c.ID].Add(int64(len(floorWrites)))
@@ -128,7 +128,7 @@ func (r *run) floorOneAtATime(ctx context.Context, first int) ([]float64, error)
 		errs := make([]error, len(r.clusters))
 		for ci, c := range r.clusters {
 			wg.Go(func() {
-				errs[ci] = floorImport(ctx, r.wl.clients[c.ID], c.ID, i, r.opts.Endpoints, func() {
+				errs[ci] = FloorImport(ctx, r.wl.clients[c.ID], []string{c.ID}, i, r.opts.Endpoints, func() {
 					mu.Lock()
 					out = append(out, time.Since(start).Seconds())
 					mu.Unlock()
@@ -141,13 +141,15 @@ func (r *run) floorOneAtATime(ctx context.Context, first int) ([]float64, error)
 	return out, err
 }
 
-// floorImport makes the writes of one new import, i, in cluster cl, and
-// calls whole, when not nil, once the import is whole: its ServiceImport,
-// with the Service's IP, and its EndpointSlice written.
-func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpoints int, whole func()) error {
+// FloorImport makes, in the cluster of cl, the writes of one new import
+// number i of the clusters sources (an EndpointSlice for each), in the
+// import controller's order, and calls whole, when not nil, once the import
+// is whole: its ServiceImport, with the Service's IP, and its EndpointSlices
+// written. Its objects are in FloorNamespace, which must exist.
+func FloorImport(ctx context.Context, cl client.Client, sources []string, i, endpoints int, whole func()) error {
 	name := fmt.Sprintf("floor-%05d", i)
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: FloorNamespace},
 		Spec: corev1.ServiceSpec{
 			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
 			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort), Protocol: corev1.ProtocolTCP}},
@@ -157,7 +159,7 @@ func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpo
 		return fmt.Errorf("create Service %s: %w", name, err)
 	}
 	si := &mcsv1beta1.ServiceImport{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: floorNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: FloorNamespace},
 		Spec: mcsv1beta1.ServiceImportSpec{
 			Type:       mcsv1beta1.ClusterSetIP,
 			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
@@ -172,18 +174,19 @@ func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpo
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
 		}
 	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + cluster, Namespace: floorNamespace,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(svc, corev1.SchemeGroupVersion.WithKind("Service"))},
-			Labels:          map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy, mcsv1beta1.LabelSourceCluster: cluster}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](targetPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
-		Endpoints:   eps,
+	writes := []func() error{func() error { return wrap("create ServiceImport "+name, cl.Create(ctx, si)) }}
+	for _, cluster := range sources {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-" + cluster, Namespace: FloorNamespace,
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(svc, corev1.SchemeGroupVersion.WithKind("Service"))},
+				Labels:          map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy, mcsv1beta1.LabelSourceCluster: cluster}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](targetPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
+			Endpoints:   eps,
+		}
+		writes = append(writes, func() error { return wrap("create EndpointSlice "+slice.Name, cl.Create(ctx, slice)) })
 	}
-	if err := both(
-		func() error { return wrap("create ServiceImport "+name, cl.Create(ctx, si)) },
-		func() error { return wrap("create EndpointSlice "+slice.Name, cl.Create(ctx, slice)) },
-	); err != nil {
+	if err := all(writes...); err != nil {
 		return err
 	}
 	if whole != nil {
@@ -194,12 +197,14 @@ func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpo
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 	}}
 	base := si.DeepCopy()
-	si.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: cluster}}
+	for _, cluster := range sources {
+		si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: cluster})
+	}
 	si.Status.Conditions = []metav1.Condition{{
 		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "floor",
 		LastTransitionTime: metav1.Now(), ObservedGeneration: si.Generation,
 	}}
-	return both(
+	return all(
 		func() error { return wrap("update Service "+name, cl.Update(ctx, svc)) },
 		func() error {
 			return wrap("patch ServiceImport "+name+" status", cl.Status().Patch(ctx, si, client.MergeFrom(base)))
@@ -207,14 +212,15 @@ func floorImport(ctx context.Context, cl client.Client, cluster string, i, endpo
 	)
 }
 
-// both runs a and b at the same time and returns their errors.
-func both(a, b func() error) error {
-	var errA error
+// all runs fs at the same time and returns their errors.
+func all(fs ...func() error) error {
+	errs := make([]error, len(fs))
 	var wg sync.WaitGroup
-	wg.Go(func() { errA = a() })
-	errB := b()
+	for i, f := range fs {
+		wg.Go(func() { errs[i] = f() })
+	}
 	wg.Wait()
-	return errors.Join(errA, errB)
+	return errors.Join(errs...)
 }
 
 // wrap wraps a non-nil err with what failed.

@@ -161,3 +161,26 @@ func (s *cloudMapServer) close() {
 	s.proxy.Close()
 	s.moto.Stop()
 }
+
+// CloudMapServer is moto behind a proxy that counts the Cloud Map calls by
+// operation (the sweep's apart, "sweep <operation>"), for other benchmarks:
+// `make bench-scale -registry cloudmap` runs its members on it.
+type CloudMapServer struct{ s *cloudMapServer }
+
+// StartCloudMapServer starts moto (hack/moto) and the counting proxy.
+func StartCloudMapServer(ctx context.Context) (*CloudMapServer, error) {
+	s, err := newCloudMapServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &CloudMapServer{s: s}, nil
+}
+
+// URL is the endpoint for the backends: the counting proxy.
+func (c *CloudMapServer) URL() string { return c.s.url() }
+
+// Calls are the calls so far, by operation.
+func (c *CloudMapServer) Calls() map[string]float64 { return c.s.counters(context.Background()) }
+
+// Close stops the proxy and moto.
+func (c *CloudMapServer) Close() { c.s.close() }

@@ -24,6 +24,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/mcsd-io/mcsd/test/bench/harness"
 )
 
@@ -41,9 +44,21 @@ type config struct {
 	Timeout     time.Duration `json:"timeout"`
 	SkipRestart bool          `json:"skipRestart"`
 	SkipLeave   bool          `json:"skipLeave"`
+	// Real testbed clusters running mcsd join the simulated members; they
+	// have (and import) the first RealNamespaces of the 50 namespaces.
+	Real           int `json:"realClusters"`
+	RealNamespaces int `json:"realNamespaces"`
+	// Registry is "etcd" or "cloudmap" (Cloud Map members on moto).
+	Registry         string        `json:"registry"`
+	CloudMapServices int           `json:"cloudMapServices,omitempty"`
+	CloudMapIdle     time.Duration `json:"cloudMapIdle,omitempty"`
+	CloudMapChanges  int           `json:"cloudMapChanges,omitempty"`
 }
 
 func main() {
+	// The real clusters' controllers are processes of this executable.
+	harness.MaybeRunController()
+	ctrllog.SetLogger(logr.Discard())
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-scale:", err)
 		os.Exit(1)
@@ -64,11 +79,23 @@ func run() error {
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on each wait")
 	flag.BoolVar(&cfg.SkipRestart, "skip-restart", false, "leave out the registry restart")
 	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
+	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
+	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")
+	flag.StringVar(&cfg.Registry, "registry", "etcd", "etcd, or cloudmap: Cloud Map members on moto (idle calls and change latency only)")
+	flag.IntVar(&cfg.CloudMapServices, "cloudmap-services", 20, "with -registry cloudmap: exported Services")
+	flag.DurationVar(&cfg.CloudMapIdle, "cloudmap-idle", 2*time.Minute, "with -registry cloudmap: how long idle calls are counted")
+	flag.IntVar(&cfg.CloudMapChanges, "cloudmap-changes", 15, "with -registry cloudmap: endpoint changes timed, one every 1 to 3 s")
 	flag.StringVar(&cfg.Out, "out", filepath.Join("results", "scale-"+time.Now().UTC().Format("20060102-150405")), "results folder")
 	render := flag.String("render", "", "write report.md and scale.png of an earlier run's folder again, from its results.json")
 	flag.Parse()
 	if *render != "" {
 		return rerender(*render)
+	}
+	if cfg.Registry != "etcd" && cfg.Registry != "cloudmap" {
+		return fmt.Errorf("-registry must be etcd or cloudmap, not %q", cfg.Registry)
+	}
+	if cfg.Real < 0 || cfg.RealNamespaces < 1 || cfg.RealNamespaces > namespaces {
+		return fmt.Errorf("-real must be 0 or more and -real-namespaces 1 to %d", namespaces)
 	}
 	for _, f := range strings.Split(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -82,6 +109,16 @@ func run() error {
 	}
 	res := results{Config: cfg, Machine: harness.MachineInfo(), Started: time.Now().UTC()}
 	for _, n := range cfg.Ns {
+		if cfg.Registry == "cloudmap" {
+			fmt.Fprintf(os.Stderr, "[scale] cloudmap N=%d: %d services, each from %d clusters\n", n, cfg.CloudMapServices, exporters(cfg.K, n))
+			r, err := runCloudMap(context.Background(), cfg, n)
+			if err != nil {
+				return fmt.Errorf("cloud map clusterset of %d: %w", n, err)
+			}
+			res.CloudMap = append(res.CloudMap, r)
+			fmt.Fprintln(os.Stderr, r.line())
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "[scale] N=%d: %d services, each from %d clusters, %d endpoints each\n", n, cfg.Services, exporters(cfg.K, n), cfg.Endpoints)
 		r, err := runOne(context.Background(), cfg, n)
 		if err != nil {
@@ -107,8 +144,10 @@ func (res results) write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(res.markdown()), 0o644); err != nil {
 		return err
 	}
-	if err := res.plot(filepath.Join(dir, "scale.png")); err != nil {
-		return err
+	if len(res.Runs) > 0 {
+		if err := res.plot(filepath.Join(dir, "scale.png")); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(os.Stderr, "[scale] report: %s\n", filepath.Join(dir, "report.md"))
 	return nil

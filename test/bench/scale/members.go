@@ -24,8 +24,8 @@ import (
 // member is one simulated cluster.
 type member struct {
 	id      string
-	reg     *etcd.Backend
-	calls   *callCounter
+	reg     registry.Registry
+	calls   *callCounter     // the etcd client's requests; nil on Cloud Map
 	view    *clusterset.View // nil: the member only decodes and counts
 	cancel  context.CancelFunc
 	watched chan struct{} // closed when the watch ended
@@ -38,8 +38,11 @@ type member struct {
 	deletions int // records delivered as deleted
 	down      int // OnConnection(false) reports
 	gone      map[string]time.Time
-	waiting   bool      // for the next delivery of records (mark)
-	marked    time.Time // when it came
+	// arrived is when each address of other clusters' endpoints was first
+	// delivered while measuring.
+	arrived map[string]time.Time
+	waiting bool      // for the next delivery of records (mark)
+	marked  time.Time // when it came
 }
 
 // callCounter counts the requests a client sends: unary calls, and every
@@ -70,16 +73,23 @@ func (s *countedStream) SendMsg(m any) error {
 	return s.ClientStream.SendMsg(m)
 }
 
-// startMember opens a member's backend and watch.
-func startMember(ctx context.Context, id, set, url string, ttl time.Duration, withView bool) (*member, error) {
-	m := &member{id: id, calls: &callCounter{}, seen: map[registry.RecordID]bool{}, gone: map[string]time.Time{}, watched: make(chan struct{})}
-	// The backend's own client, as a controller's, with its requests counted.
+// startEtcdMember opens a member's etcd backend, as a controller opens it,
+// with its requests counted, and its watch.
+func startEtcdMember(ctx context.Context, id, set, url string, ttl time.Duration, withView bool) (*member, error) {
+	calls := &callCounter{}
 	reg, err := etcd.New(ctx, etcd.Options{Identity: registry.Identity{ClusterSet: set, Cluster: id}, TTL: ttl, Endpoints: []string{url},
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(m.calls.unary), grpc.WithChainStreamInterceptor(m.calls.stream)}})
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(calls.unary), grpc.WithChainStreamInterceptor(calls.stream)}})
 	if err != nil {
 		return nil, fmt.Errorf("backend of %s: %w", id, err)
 	}
-	m.reg = reg
+	m := startMember(ctx, id, reg, withView)
+	m.calls = calls
+	return m, nil
+}
+
+// startMember starts the watch of a member whose backend is reg.
+func startMember(ctx context.Context, id string, reg registry.Registry, withView bool) *member {
+	m := &member{id: id, reg: reg, seen: map[registry.RecordID]bool{}, gone: map[string]time.Time{}, arrived: map[string]time.Time{}, watched: make(chan struct{})}
 	if withView {
 		m.view = clusterset.NewView()
 	}
@@ -89,7 +99,7 @@ func startMember(ctx context.Context, id, set, url string, ttl time.Duration, wi
 		defer close(m.watched)
 		_ = reg.Watch(wctx, m)
 	}()
-	return m, nil
+	return m
 }
 
 // OnUpdate implements registry.Handler.
@@ -111,6 +121,17 @@ func (m *member) OnUpdate(u registry.Update) {
 		m.seen[registry.RecordID{Cluster: e.Cluster, Service: e.Service}] = true
 		if m.measuring && e.Cluster != m.id && !e.Updated.IsZero() {
 			m.latencies = append(m.latencies, now.Sub(e.Updated))
+		}
+		if m.measuring && e.Cluster != m.id {
+			for _, g := range e.Groups {
+				for _, ep := range g.Endpoints {
+					for _, a := range ep.Addresses {
+						if _, ok := m.arrived[a]; !ok {
+							m.arrived[a] = now
+						}
+					}
+				}
+			}
 		}
 	}
 	for _, id := range u.DeletedEndpoints {

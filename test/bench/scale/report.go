@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,17 +22,30 @@ type results struct {
 	Started  time.Time      `json:"started"`
 	Finished time.Time      `json:"finished"`
 	Runs     []runResult    `json:"runs"`
+	CloudMap []cloudMapRun  `json:"cloudMap,omitempty"`
 }
 
 func (r runResult) line() string {
 	return fmt.Sprintf("[scale] N=%d: converged %s (writes %s); churn p50 %s p99 %s (floor p50 %s p99 %s); idle %.1f req/member/min; resync %s (%d deletions, %d reports); leave seen %s",
 		r.N, r.Converged.Round(time.Millisecond), r.Publish.Round(time.Millisecond), ms(r.P50), ms(r.P99), ms(r.FloorP50), ms(r.FloorP99),
-		r.IdlePerMemberPerMinute, r.Resynced.Round(time.Millisecond), r.RestartDeletions, r.RestartReports, r.LeaveSeen.Round(time.Millisecond))
+		r.IdlePerMemberPerMinute, r.Resynced.Round(time.Millisecond), r.RestartDeletions, r.RestartReports, r.LeaveSeen.Round(time.Millisecond)) + r.Real.line()
+}
+
+func (x *realResult) line() string {
+	if x == nil {
+		return ""
+	}
+	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
+		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
+		x.SliceWritesPerChange, x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, x.LeaverSlices, x.LeaveGone.Round(time.Millisecond), counts(x.LeaveWrites))
 }
 
 func ms(d time.Duration) string { return report.MS(d.Seconds()) }
 
 func (res results) markdown() string {
+	if len(res.CloudMap) > 0 {
+		return res.cloudMapMarkdown()
+	}
 	var b strings.Builder
 	c := res.Config
 	fmt.Fprintf(&b, "# bench-scale: the etcd registry under N simulated clusters\n\n")
@@ -51,8 +66,76 @@ func (res results) markdown() string {
 			r.LeaveDeletions, r.LeaverRecords*2, report.Bytes(r.RSS))
 	}
 	b.WriteString("\nThe floor is the registry's own: a raw etcd client's put, timed to its arrival on a raw watch, every 50 ms during the churn. \"Writes\" is how long the members took to write every record: etcd's pace, the floor of the cold start. The 50 ms in the churn target stands for the API write floor of a real cluster, which this registry-only run does not have.\n")
+	if res.hasReal() {
+		b.WriteString(res.realMarkdown())
+	}
 	b.WriteString("\n![scale](scale.png)\n")
 	return b.String()
+}
+
+func (res results) hasReal() bool {
+	for _, r := range res.Runs {
+		if r.Real != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// realMarkdown is the table of the real clusters' figures.
+func (res results) realMarkdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Real clusters among the members\n\n%d testbed clusters (API server, etcd, kube-controller-manager; no data plane) run mcsd on the same registry; they have, and import, the Services of %d of the 50 namespaces, and their controllers hold the whole clusterset.\n\n", res.Config.Real, res.Config.RealNamespaces)
+	b.WriteString("| N | imports (objects) per real cluster | join: ready / every import whole | join floor (same objects, written by the harness) | whole ≤ 1.1 × floor? | change → real EndpointSlice p50 / p99 (samples) | API write → watch p50 / p99 | p99 ≤ 2 × registry floor p99 + API floor p99? | EndpointSlice writes per change per cluster | other writes during the churn | controller CPU (cores, busiest) | controller peak RSS | registry restart: deletions / writes | leaver: slices gone (its slices) / writes / other deletions |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range res.Runs {
+		x := r.Real
+		if x == nil {
+			continue
+		}
+		joinOK, churnOK := yes(x.Join <= x.JoinFloor*11/10), yes(x.P99 <= 2*r.FloorP99+x.APIFloorP99)
+		fmt.Fprintf(&b, "| %d | %d (%d) | %s / %s | %s | %s | %s / %s (%d) | %s / %s | %s | %.2f | %s | %.3f | %s | %d / %s | %s (%d) / %s / %d |\n",
+			r.N, x.Imports, x.Objects, x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), joinOK,
+			ms(x.P50), ms(x.P99), x.Samples, ms(x.APIFloorP50), ms(x.APIFloorP99), churnOK, x.SliceWritesPerChange, counts(x.OtherWrites),
+			x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, counts(x.RestartWrites),
+			x.LeaveGone.Round(time.Millisecond), x.LeaverSlices, counts(x.LeaveWrites), x.LeaveOtherDeletions)
+	}
+	b.WriteString("\nThe join is timed from the controllers' start (both real clusters at once); its floor is the harness writing the same ServiceImports, derived Services and EndpointSlices in both clusters at once, with the import controller's concurrency and in its order. The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch. Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
+	return b.String()
+}
+
+// cloudMapMarkdown is the report of a -registry cloudmap run.
+func (res results) cloudMapMarkdown() string {
+	var b strings.Builder
+	c := res.Config
+	fmt.Fprintf(&b, "# bench-scale: Cloud Map under N simulated clusters\n\n")
+	fmt.Fprintf(&b, "%s. Each member is the Cloud Map backend as a controller opens it (default poll interval, sweep interval and TTL), on moto behind a counting proxy. %d Services, each exported by %s clusters with 3 endpoints; idle calls counted over %s (sweeps excluded); %d endpoint changes, 1 to 3 s apart. Started %s, took %s.\n\n",
+		res.Machine, c.CloudMapServices, kString(c.K), c.CloudMapIdle, c.CloudMapChanges, res.Started.Format(time.RFC3339), res.Finished.Sub(res.Started).Round(time.Second))
+	b.WriteString("| N | idle calls per member per minute | ≤ 60? | by operation | change → every other member p50 / p99 (deliveries) | p50 ≤ 3 s? |\n|---|---|---|---|---|---|\n")
+	for _, r := range res.CloudMap {
+		fmt.Fprintf(&b, "| %d | %.1f | %s | %s | %s / %s (%d) | %s |\n", r.N, r.IdlePerMemberPerMinute, yes(r.IdlePerMemberPerMinute <= 60),
+			perOp(r.IdleByOperation), ms(r.P50), ms(r.P99), r.Deliveries, yes(r.P50 <= 3*time.Second))
+	}
+	return b.String()
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+// counts is a map of counts as "key n, key n".
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func kString(k int) string {

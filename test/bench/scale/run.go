@@ -24,6 +24,10 @@ import (
 
 const clusterSet = "scale"
 
+// namespaces is how many namespaces the Services are spread over (Service
+// s is in ns-<s mod namespaces>).
+const namespaces = 50
+
 // runResult is one clusterset size's figures.
 type runResult struct {
 	N       int `json:"clusters"`
@@ -68,6 +72,9 @@ type runResult struct {
 
 	// RSS is the process's resident set after the churn (all members).
 	RSS uint64 `json:"rssBytes"`
+
+	// Real are the real clusters' figures, when the run had any.
+	Real *realResult `json:"real,omitempty"`
 }
 
 // run is one clusterset size.
@@ -80,7 +87,10 @@ type sizeRun struct {
 	members []*member
 	owned   [][]registry.ServiceKey // each member's exports
 	version []int                   // each member's churn counter
+	real    *realSet                // nil: no real cluster
 }
+
+func (r *sizeRun) memberID(i int) string { return fmt.Sprintf("m%03d", i) }
 
 func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 	dir, err := os.MkdirTemp("", "mcsd-scale-")
@@ -98,6 +108,16 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 	}
 	defer func() { r.srv.Close() }()
 	res := runResult{N: n}
+	if cfg.Real > 0 {
+		res.Real = &realResult{}
+		err := r.startReal(ctx)
+		if r.real != nil {
+			defer r.real.close(ctx)
+		}
+		if err != nil {
+			return res, err
+		}
+	}
 
 	// Members: each its own client, backend and watch.
 	// Not errgroup.WithContext: its context ends with Wait, and the
@@ -107,7 +127,7 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 	r.members = make([]*member, n)
 	for i := range n {
 		g.Go(func() error {
-			m, err := startMember(ctx, fmt.Sprintf("m%03d", i), clusterSet, r.url, cfg.TTL, i < cfg.Views)
+			m, err := startEtcdMember(ctx, r.memberID(i), clusterSet, r.url, cfg.TTL, i < cfg.Views)
 			r.members[i] = m
 			return err
 		})
@@ -126,6 +146,11 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 	if err := r.coldStart(ctx, &res); err != nil {
 		return res, err
 	}
+	if r.real != nil {
+		if err := r.join(ctx, res.Real); err != nil {
+			return res, err
+		}
+	}
 	if err := r.churn(ctx, &res); err != nil {
 		return res, err
 	}
@@ -136,7 +161,7 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 		}
 	}
 	if !cfg.SkipLeave {
-		if err := r.leave(&res); err != nil {
+		if err := r.leave(ctx, &res); err != nil {
 			return res, err
 		}
 	}
@@ -162,12 +187,17 @@ func spec() registry.ServiceSpec {
 	return registry.ServiceSpec{Type: registry.ClusterSetIP, Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
 }
 
-// groups are member m's endpoints of its export number e, at version v:
-// endpoint 0's address moves with v.
+// groups are member m's endpoints of its export number e, at version v.
 func (r *sizeRun) groups(m, e, v int) []registry.EndpointGroup {
-	eps := make([]registry.Endpoint, r.cfg.Endpoints)
+	return endpointGroups(r.cfg.Endpoints, m, e, v)
+}
+
+// endpointGroups are n endpoints of member m's export number e, at version
+// v: endpoint 0's address moves with v.
+func endpointGroups(n, m, e, v int) []registry.EndpointGroup {
+	eps := make([]registry.Endpoint, n)
 	for j := range eps {
-		addr := fmt.Sprintf("10.%d.%d.%d", m%250, (e*r.cfg.Endpoints+j)/250%250, (e*r.cfg.Endpoints+j)%250+1)
+		addr := fmt.Sprintf("10.%d.%d.%d", m%250, (e*n+j)/250%250, (e*n+j)%250+1)
 		if j == 0 && v > 0 {
 			addr = fmt.Sprintf("172.%d.%d.%d", m%250, v/250%250, v%250+1)
 		}
@@ -184,7 +214,7 @@ func (r *sizeRun) coldStart(ctx context.Context, res *runResult) error {
 	r.owned = make([][]registry.ServiceKey, r.n)
 	r.version = make([]int, r.n)
 	for s := range r.cfg.Services {
-		key := registry.ServiceKey{Namespace: fmt.Sprintf("ns-%d", s%50), Name: fmt.Sprintf("svc-%d", s)}
+		key := registry.ServiceKey{Namespace: namespace(s % namespaces), Name: fmt.Sprintf("svc-%d", s)}
 		for j := range k {
 			m := (s + j) % r.n
 			r.owned[m] = append(r.owned[m], key)
@@ -265,9 +295,26 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); floor = r.floor(ctx) }()
-	period := time.Duration(float64(time.Second) / r.cfg.ChurnRate)
 	var mu sync.Mutex
 	var errs []error
+	var realWrites map[string]int
+	var realCPU []float64
+	if r.real != nil {
+		var err error
+		if realWrites, err = r.real.writes(ctx); err != nil {
+			return err
+		}
+		realCPU = r.real.usage()
+		wg.Go(func() {
+			if err := r.real.apiFloor(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	period := time.Duration(float64(time.Second) / r.cfg.ChurnRate)
+	realChanges := 0
 	for i, m := range r.members {
 		wg.Add(1)
 		go func() {
@@ -279,13 +326,21 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 			defer tick.Stop()
 			for e := 0; ; e = (e + 1) % len(r.owned[i]) {
 				r.version[i]++
-				if err := m.reg.PutEndpoints(ctx, r.owned[i][e], r.groups(i, e, r.version[i])); err != nil && ctx.Err() == nil {
+				key, groups := r.owned[i][e], r.groups(i, e, r.version[i])
+				inReal := r.real != nil && r.inReal(key)
+				if inReal {
+					r.real.put(groups[0].Endpoints[0].Addresses[0])
+				}
+				if err := m.reg.PutEndpoints(ctx, key, groups); err != nil && ctx.Err() == nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
 				} else if ctx.Err() == nil {
 					mu.Lock()
 					res.Changes++
+					if inReal {
+						realChanges++
+					}
 					mu.Unlock()
 				}
 				select {
@@ -323,7 +378,40 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
 	res.FloorP50, res.FloorP99 = percentile(floor, 50), percentile(floor, 99)
 	res.RSS = rss()
+	if r.real != nil {
+		if err := r.realChurn(context.WithoutCancel(ctx), res.Real, realChanges, realWrites, realCPU, elapsed); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// realChurn takes the real clusters' churn figures, once every change
+// reached every real cluster (or 30 s passed).
+func (r *sizeRun) realChurn(ctx context.Context, res *realResult, changes int, writes0 map[string]int, cpu0 []float64, elapsed time.Duration) error {
+	cpu := r.real.usage()
+	for i := range cpu {
+		res.CPU = max(res.CPU, (cpu[i]-cpu0[i])/elapsed.Seconds())
+	}
+	if err := waitFor(ctx, 30*time.Second, "every change in every real cluster", r.real.arrivedAll); err != nil {
+		return err
+	}
+	lat, floor := r.real.latencies()
+	res.Changes, res.Samples = changes, len(lat)
+	res.P50, res.P99 = percentile(lat, 50), percentile(lat, 99)
+	res.APIFloorP50, res.APIFloorP99 = percentile(floor, 50), percentile(floor, 99)
+	writes, err := r.real.settledWrites(ctx)
+	if err != nil {
+		return err
+	}
+	d := testbed.DiffWrites(writes0, writes)
+	if changes > 0 {
+		res.SliceWritesPerChange = float64(d["endpointslices"]) / float64(changes*len(r.real.clusters))
+	}
+	delete(d, "endpointslices")
+	res.OtherWrites = d
+	res.PeakRSS = r.real.peakRSS()
+	return nil
 }
 
 // floor puts a key every 50 ms with a raw client and times its arrival on
@@ -394,17 +482,32 @@ func (r *sizeRun) restart(ctx context.Context, res *runResult) error {
 		_, before[i].deletions, before[i].down = m.stats()
 		m.mark()
 	}
+	writer, e := r.n-1, 0
+	var realDeleted, realWrites map[string]int
+	if r.real != nil {
+		// The change written after the restart is in a real cluster's
+		// namespace, so that it shows when they have caught up.
+		writer, e = r.realExport()
+		realDeleted = r.real.deletions()
+		var err error
+		if realWrites, err = r.real.writes(ctx); err != nil {
+			return err
+		}
+	}
 	r.srv.Close()
 	if err := r.startEtcd(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
-	writer := r.n - 1
 	r.version[writer]++
+	groups := r.groups(writer, e, r.version[writer])
+	if r.real != nil {
+		r.real.put(groups[0].Endpoints[0].Addresses[0])
+	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	for {
-		err := r.members[writer].reg.PutEndpoints(wctx, r.owned[writer][0], r.groups(writer, 0, r.version[writer]))
+		err := r.members[writer].reg.PutEndpoints(wctx, r.owned[writer][e], groups)
 		if err == nil {
 			break
 		}
@@ -425,17 +528,57 @@ func (r *sizeRun) restart(ctx context.Context, res *runResult) error {
 		res.RestartDeletions += d - before[i].deletions
 		res.RestartReports += down - before[i].down
 	}
+	if r.real == nil {
+		return nil
+	}
+	if err := waitFor(ctx, r.cfg.Timeout, "the change after the restart in every real cluster", r.real.arrivedAll); err != nil {
+		return err
+	}
+	want := r.realImports()
+	for _, rc := range r.real.clusters {
+		if !rc.whole(want, r.cfg.Endpoints) {
+			return fmt.Errorf("after the registry restart, %s's imports are not whole", rc.c.ID)
+		}
+	}
+	writes, err := r.real.settledWrites(ctx)
+	if err != nil {
+		return err
+	}
+	res.Real.RestartWrites = testbed.DiffWrites(realWrites, writes)
+	res.Real.RestartDeletions = total(testbed.DiffWrites(realDeleted, r.real.deletions()))
 	return nil
+}
+
+// realExport is a member and the index of one of its exports that the
+// real clusters import.
+func (r *sizeRun) realExport() (int, int) {
+	for m := r.n - 1; m > 0; m-- {
+		for e, key := range r.owned[m] {
+			if r.inReal(key) {
+				return m, e
+			}
+		}
+	}
+	return r.n - 1, 0
 }
 
 // leave stops member 0 as a crashed controller stops; until every other
 // member saw it gone (its lease expired).
-func (r *sizeRun) leave(res *runResult) error {
+func (r *sizeRun) leave(ctx context.Context, res *runResult) error {
 	leaver := r.members[0]
 	res.LeaverRecords = len(r.owned[0])
 	before := make([]int, r.n)
 	for i, m := range r.members {
 		_, before[i], _ = m.stats()
+	}
+	var realDeleted, realWrites map[string]int
+	if r.real != nil {
+		realDeleted = r.real.deletions()
+		var err error
+		if realWrites, err = r.real.writes(ctx); err != nil {
+			return err
+		}
+		res.Real.LeaverSlices = r.real.leaverSlices(leaver.id)
 	}
 	leaver.stop()
 	r.members[0] = nil
@@ -459,6 +602,23 @@ func (r *sizeRun) leave(res *runResult) error {
 		res.LeaveDeletions = max(res.LeaveDeletions, d-before[i])
 	}
 	res.LeaveSeen = last.Sub(start)
+	if r.real == nil {
+		return nil
+	}
+	if err := waitFor(ctx, r.cfg.Timeout, "the leaver's EndpointSlices deleted in every real cluster", func() bool {
+		return r.real.leaverSlices(leaver.id) == 0
+	}); err != nil {
+		return err
+	}
+	res.Real.LeaveGone = time.Since(start)
+	writes, err := r.real.settledWrites(ctx)
+	if err != nil {
+		return err
+	}
+	res.Real.LeaveWrites = testbed.DiffWrites(realWrites, writes)
+	d := testbed.DiffWrites(realDeleted, r.real.deletions())
+	delete(d, "EndpointSlice of "+leaver.id)
+	res.Real.LeaveOtherDeletions = total(d)
 	return nil
 }
 

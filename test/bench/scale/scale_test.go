@@ -1,9 +1,18 @@
 package main
 
 import (
+	"os"
 	"testing"
 	"time"
+
+	"github.com/mcsd-io/mcsd/test/bench/harness"
 )
+
+func TestMain(m *testing.M) {
+	// The real clusters' controllers are processes of this test binary.
+	harness.MaybeRunController()
+	os.Exit(m.Run())
+}
 
 // A small run, so that bench-scale keeps working: the phases end, a
 // restart of etcd delivers no deletion and reports no outage, the leaver's
@@ -13,10 +22,15 @@ func TestSmallRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and runs for a minute; skipped with -short")
 	}
-	cfg := config{Services: 30, K: 2, Endpoints: 3, Churn: 2 * time.Second, ChurnRate: 2, Idle: 6 * time.Second,
+	cfg := config{Services: 30, K: 2, Endpoints: 3, Churn: 4 * time.Second, ChurnRate: 2, Idle: 6 * time.Second,
 		TTL: 3 * time.Second, Views: 2, Timeout: time.Minute}
 	var idle []float64
 	for _, n := range []int{2, 6} {
+		if n == 6 {
+			// A real cluster running mcsd among the members, importing two
+			// namespaces.
+			cfg.Real, cfg.RealNamespaces = 1, 2
+		}
 		r, err := runOne(t.Context(), cfg, n)
 		if err != nil {
 			t.Fatalf("N=%d: %v", n, err)
@@ -33,8 +47,32 @@ func TestSmallRun(t *testing.T) {
 			t.Errorf("N=%d: a member's leaving deleted %d records at another, want its %d exports and endpoints", n, r.LeaveDeletions, 2*r.LeaverRecords)
 		}
 		idle = append(idle, r.IdlePerMemberPerMinute)
+		if x := r.Real; x != nil {
+			checkReal(t, x)
+		}
 	}
 	if idle[0] == 0 || idle[1] > idle[0]*1.25 {
 		t.Errorf("idle requests per member per minute: %v at N=2 and N=6; want the same", idle)
+	}
+}
+
+// checkReal checks the real cluster's figures: it joined, each endpoint
+// change cost it one EndpointSlice write, the registry restart deleted
+// nothing, and the leaver cost it its EndpointSlices' deletions and the
+// statuses, nothing else.
+func checkReal(t *testing.T, x *realResult) {
+	t.Helper()
+	if x.Imports == 0 || x.Join == 0 {
+		t.Errorf("real cluster: %d imports, joined in %s; want imports, whole", x.Imports, x.Join)
+	}
+	if x.Changes == 0 || x.SliceWritesPerChange != 1 {
+		t.Errorf("real cluster: %d changes cost %.2f EndpointSlice writes each, want changes and 1", x.Changes, x.SliceWritesPerChange)
+	}
+	if x.RestartDeletions != 0 {
+		t.Errorf("real cluster: the registry restart deleted %d objects, want none", x.RestartDeletions)
+	}
+	if x.LeaverSlices == 0 || x.LeaveOtherDeletions != 0 || x.LeaveWrites["endpointslices"] != x.LeaverSlices {
+		t.Errorf("real cluster: the leaver's %d EndpointSlices cost writes %v and %d other deletions; want one write each and none",
+			x.LeaverSlices, x.LeaveWrites, x.LeaveOtherDeletions)
 	}
 }

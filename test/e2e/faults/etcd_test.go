@@ -148,7 +148,7 @@ func (s *etcdScenario) converge(t *testing.T, fault string, repaired time.Time, 
 	after := allWrites()
 	var writes []string
 	for _, id := range clusterIDs() {
-		d := diffWrites(s.writes[id], after[id])
+		d := testbed.DiffWrites(s.writes[id], after[id])
 		writes = append(writes, fmt.Sprintf("%s %v", id, d))
 		// The scale-up is one EndpointSlice update in each cluster; the
 		// fault itself costs no write but, should etcd stay unreadable
@@ -283,7 +283,7 @@ func TestAPIServerRestartUnderController(t *testing.T) {
 	if ok, msg := sameObjects(objects, now); !ok {
 		t.Errorf("%s: objects recreated across the API server's restart: %s", restarted, msg)
 	}
-	d := diffWrites(before, env.Controller(restarted).Writes())
+	d := testbed.DiffWrites(before, env.Controller(restarted).Writes())
 	t.Logf("writes of %s's controller across the restart: %v", restarted, d)
 	// The change is an EndpointSlice update (one per address type at
 	// most; attempts that failed while the API server was away aside);

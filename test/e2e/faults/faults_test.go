@@ -20,6 +20,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/controller/export"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	fw "github.com/mcsd-io/mcsd/test/framework"
+	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
 // A cluster that is down (its controller and its API server) for longer
@@ -104,7 +105,7 @@ func TestControllerRestartWithinTTL(t *testing.T) {
 		if id == restarted {
 			continue
 		}
-		d := diffWrites(before[id], after[id])
+		d := testbed.DiffWrites(before[id], after[id])
 		if w := churn(d); len(w) != 0 {
 			t.Errorf("while %s's controller restarted, %s's controller wrote %v (all writes: %v)", restarted, id, w, d)
 		}

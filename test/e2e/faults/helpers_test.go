@@ -299,17 +299,6 @@ func allWrites() map[string]map[string]int {
 	return out
 }
 
-// diffWrites returns after-before per resource, leaving out zeros.
-func diffWrites(before, after map[string]int) map[string]int {
-	out := map[string]int{}
-	for k, v := range after {
-		if d := v - before[k]; d != 0 {
-			out[k] = d
-		}
-	}
-	return out
-}
-
 // churn returns the writes of d to churnResources, and the failed attempts
 // of such writes.
 func churn(d map[string]int) map[string]int {

@@ -1,0 +1,602 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/test/bench/harness"
+	"github.com/mcsd-io/mcsd/test/testbed"
+)
+
+// Real clusters among the simulated members: testbed clusters (a real API
+// server, its etcd and kube-controller-manager; no data plane) each running
+// mcsd as the benchmark runs it, on the same registry as the members. They
+// import the Services of the first RealNamespaces namespaces (the only
+// ones they have), while their controllers watch, and hold, the whole
+// clusterset. Their figures: the join (a controller started after the
+// clusterset is up, until every import is whole, against the API write
+// floor of the same objects), endpoint changes reaching their
+// EndpointSlices (against the registry floor plus an API write → watch
+// floor), the API writes each change costs, the controllers' CPU and peak
+// RSS, what a registry restart and a member leaving cost them.
+
+// realResult is the real clusters' figures for one clusterset size.
+type realResult struct {
+	Clusters int `json:"clusters"`
+	// Imports is how many imports each real cluster has (each from K
+	// clusters): Objects is the objects they are (a ServiceImport, a
+	// derived Service and an EndpointSlice per source cluster each).
+	Imports int `json:"imports"`
+	Objects int `json:"objects"`
+
+	// JoinFloor is how long the harness took to write the same objects
+	// itself, in every real cluster at once with the controller's
+	// concurrency; Join, the controllers started until every real cluster
+	// had every import whole; JoinReady, until they were ready (the
+	// process started, the registry read, caches synced, leadership taken).
+	JoinFloor time.Duration `json:"joinFloor"`
+	Join      time.Duration `json:"join"`
+	JoinReady time.Duration `json:"joinReady"`
+	// JoinWrites are the real controllers' API writes until every import
+	// was whole, by resource; JoinReconciles, their import reconciles.
+	JoinWrites        map[string]int `json:"joinWrites,omitempty"`
+	JoinReconciles    float64        `json:"joinReconciles"`
+	JoinReconcileTime float64        `json:"joinReconcileSeconds"`
+
+	// Churn: a member's change of an endpoint in a real cluster's namespace
+	// until that cluster's EndpointSlice has it; the API floor is an
+	// EndpointSlice update → its arrival on a watch of the same cluster,
+	// every 200 ms during the churn.
+	Changes     int           `json:"changes"`
+	Samples     int           `json:"samples"`
+	P50         time.Duration `json:"p50"`
+	P99         time.Duration `json:"p99"`
+	APIFloorP50 time.Duration `json:"apiFloorP50"`
+	APIFloorP99 time.Duration `json:"apiFloorP99"`
+	// SliceWritesPerChange are the EndpointSlice writes one change cost
+	// an importing cluster; OtherWrites, every other API write the
+	// controllers made during the churn, by resource.
+	SliceWritesPerChange float64        `json:"sliceWritesPerChange"`
+	OtherWrites          map[string]int `json:"otherWrites,omitempty"`
+	// CPU is the busiest controller's cores during the churn; PeakRSS the
+	// largest peak resident set of a controller, over the whole run.
+	CPU     float64 `json:"cores"`
+	PeakRSS uint64  `json:"peakRSS"`
+
+	// RestartDeletions are imports and EndpointSlices deleted in the real
+	// clusters while the registry restarted; RestartWrites, their
+	// controllers' API writes meanwhile (a reachability report would be a
+	// ServiceImport status write per import).
+	RestartDeletions int            `json:"restartDeletions"`
+	RestartWrites    map[string]int `json:"restartWrites,omitempty"`
+	// Leave: the leaver's EndpointSlices in the real clusters, until
+	// every one was deleted (after its TTL); the writes it cost them, by
+	// resource (events included).
+	LeaverSlices int            `json:"leaverSlices"`
+	LeaveGone    time.Duration  `json:"leaveGone,omitempty"`
+	LeaveWrites  map[string]int `json:"leaveWrites,omitempty"`
+	// LeaveOtherDeletions are deletions in the real clusters of anything
+	// but the leaver's EndpointSlices.
+	LeaveOtherDeletions int `json:"leaveOtherDeletions"`
+}
+
+// realCluster is one testbed cluster with its mcsd and a watch of what
+// mcsd writes in it.
+type realCluster struct {
+	c    *testbed.Cluster
+	cl   client.Client
+	ctrl *harness.Controller
+	stop context.CancelFunc
+
+	mu        sync.Mutex
+	slices    map[string]int       // "ns/import/source" → endpoints
+	ready     map[string]bool      // "ns/import": ServiceImport with its IPs
+	arrived   map[string]time.Time // churn addresses, first seen in a slice
+	deletions map[string]int       // deleted objects, by kind and source cluster
+}
+
+func sliceKey(ns, name, source string) string { return ns + "/" + name + "/" + source }
+
+// realSet is the real clusters of one clusterset size.
+type realSet struct {
+	tb       *testbed.Testbed
+	clusters []*realCluster
+	logs     string
+
+	mu   sync.Mutex
+	puts map[string]time.Time // churn addresses → when their put began
+}
+
+// startReal starts n testbed clusters in the clusterset, with the
+// namespaces that import (no controller yet).
+func (r *sizeRun) startReal(ctx context.Context) error {
+	tb, err := testbed.Start(ctx, testbed.Options{Name: fmt.Sprintf("scale-%d", os.Getpid()), Clusters: r.cfg.Real,
+		ClusterSetID: clusterSet, NoDataPlane: true, Ephemeral: true, Log: os.Stderr})
+	if err != nil {
+		return fmt.Errorf("start the real clusters: %w", err)
+	}
+	logs := filepath.Join(r.dir, "logs")
+	if r.cfg.Out != "" {
+		logs = filepath.Join(r.cfg.Out, fmt.Sprintf("logs-N%d", r.n))
+	}
+	rs := &realSet{tb: tb, logs: logs, puts: map[string]time.Time{}}
+	r.real = rs
+	if err := os.MkdirAll(rs.logs, 0o755); err != nil {
+		return err
+	}
+	for _, c := range tb.Clusters {
+		rc := &realCluster{c: c, slices: map[string]int{}, ready: map[string]bool{}, arrived: map[string]time.Time{}, deletions: map[string]int{}}
+		if rc.cl, err = c.Client(); err != nil {
+			return err
+		}
+		rs.clusters = append(rs.clusters, rc)
+		names := []string{harness.FloorNamespace}
+		for i := range r.cfg.RealNamespaces {
+			names = append(names, namespace(i))
+		}
+		for _, ns := range names {
+			if err := client.IgnoreAlreadyExists(rc.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})); err != nil {
+				return fmt.Errorf("create namespace %s in %s: %w", ns, c.ID, err)
+			}
+		}
+		if err := rc.watch(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close stops the controllers and the clusters.
+func (rs *realSet) close(ctx context.Context) {
+	for _, rc := range rs.clusters {
+		if rc.ctrl != nil {
+			rc.ctrl.Stop()
+		}
+		if rc.stop != nil {
+			rc.stop()
+		}
+	}
+	if err := rs.tb.Close(context.WithoutCancel(ctx)); err != nil {
+		fmt.Fprintln(os.Stderr, "[scale] close the real clusters:", err)
+	}
+}
+
+// watch follows the cluster's EndpointSlices and ServiceImports.
+func (rc *realCluster) watch(ctx context.Context) error {
+	ca, err := cache.New(rc.c.Config, cache.Options{Scheme: testbed.Scheme})
+	if err != nil {
+		return err
+	}
+	sl, err := ca.GetInformer(ctx, &discoveryv1.EndpointSlice{})
+	if err != nil {
+		return err
+	}
+	if _, err := sl.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { rc.onSlice(o, false) },
+		UpdateFunc: func(_, o any) { rc.onSlice(o, false) },
+		DeleteFunc: func(o any) { rc.onSlice(o, true) },
+	}); err != nil {
+		return err
+	}
+	si, err := ca.GetInformer(ctx, &mcsv1beta1.ServiceImport{})
+	if err != nil {
+		return err
+	}
+	if _, err := si.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { rc.onImport(o, false) },
+		UpdateFunc: func(_, o any) { rc.onImport(o, false) },
+		DeleteFunc: func(o any) { rc.onImport(o, true) },
+	}); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	rc.stop = cancel
+	go func() { _ = ca.Start(cctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		return fmt.Errorf("watch %s: caches did not sync", rc.c.ID)
+	}
+	return nil
+}
+
+func (rc *realCluster) onSlice(o any, deleted bool) {
+	if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	s, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	source := s.Labels[mcsv1beta1.LabelSourceCluster]
+	key := sliceKey(s.Namespace, s.Labels[mcsv1beta1.LabelServiceName], source)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if deleted {
+		if s.Namespace != harness.FloorNamespace {
+			delete(rc.slices, key)
+			rc.deletions["EndpointSlice of "+source]++
+		}
+		return
+	}
+	if s.Namespace != harness.FloorNamespace {
+		rc.slices[key] = len(s.Endpoints)
+	}
+	for _, e := range s.Endpoints {
+		for _, a := range e.Addresses {
+			if _, seen := rc.arrived[a]; !seen && (strings.HasPrefix(a, "172.") || strings.HasPrefix(a, "192.168.")) {
+				rc.arrived[a] = now
+			}
+		}
+	}
+}
+
+func (rc *realCluster) onImport(o any, deleted bool) {
+	if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	si, ok := o.(*mcsv1beta1.ServiceImport)
+	if !ok || si.Namespace == harness.FloorNamespace {
+		return
+	}
+	key := si.Namespace + "/" + si.Name
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if deleted {
+		delete(rc.ready, key)
+		rc.deletions["ServiceImport"]++
+		return
+	}
+	rc.ready[key] = len(si.Spec.IPs) > 0
+}
+
+// whole reports whether every import of want is whole: its ServiceImport
+// has its IPs and each source cluster's EndpointSlice has its endpoints.
+func (rc *realCluster) whole(want map[registry.ServiceKey][]string, endpoints int) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for key, sources := range want {
+		if !rc.ready[key.Namespace+"/"+key.Name] {
+			return false
+		}
+		for _, src := range sources {
+			if rc.slices[sliceKey(key.Namespace, key.Name, src)] != endpoints {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (rc *realCluster) deleted() map[string]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range rc.deletions {
+		out[k] = v
+	}
+	return out
+}
+
+// namespace is the namespace of Service number s's namespace index.
+func namespace(i int) string { return fmt.Sprintf("ns-%d", i) }
+
+// realImports are the imports each real cluster must have: the exports of
+// its namespaces, with their source clusters.
+func (r *sizeRun) realImports() map[registry.ServiceKey][]string {
+	want := map[registry.ServiceKey][]string{}
+	for m, keys := range r.owned {
+		for _, key := range keys {
+			if r.inReal(key) {
+				want[key] = append(want[key], r.memberID(m))
+			}
+		}
+	}
+	return want
+}
+
+func (r *sizeRun) inReal(key registry.ServiceKey) bool {
+	for i := range r.cfg.RealNamespaces {
+		if key.Namespace == namespace(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// join writes the real clusters' imports as a floor, then starts their
+// controllers and waits until every import is whole in every one.
+func (r *sizeRun) join(ctx context.Context, res *realResult) error {
+	want := r.realImports()
+	k := 0
+	for _, s := range want {
+		k = max(k, len(s))
+	}
+	res.Clusters, res.Imports = len(r.real.clusters), len(want)
+	res.Objects = len(want) * 2
+	for _, s := range want {
+		res.Objects += len(s)
+	}
+	// The floor: the same objects, written by the harness itself with the
+	// controller's concurrency, in every real cluster at once.
+	sources := make([]string, k)
+	for i := range sources {
+		sources[i] = fmt.Sprintf("floor%d", i)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(r.real.clusters))
+	for ci, rc := range r.real.clusters {
+		wg.Go(func() {
+			next := make(chan int)
+			var inner sync.WaitGroup
+			var mu sync.Mutex
+			for range imports.MaxConcurrentReconciles {
+				inner.Go(func() {
+					for i := range next {
+						if err := harness.FloorImport(ctx, rc.cl, sources, i, r.cfg.Endpoints, nil); err != nil {
+							mu.Lock()
+							errs[ci] = errors.Join(errs[ci], err)
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			for i := range len(want) {
+				next <- i
+			}
+			close(next)
+			inner.Wait()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("join floor: %w", err)
+	}
+	res.JoinFloor = time.Since(start)
+
+	start = time.Now()
+	for _, rc := range r.real.clusters {
+		ctrl, err := harness.StartEtcdController(rc.c, r.url, r.cfg.TTL, r.real.logs)
+		if err != nil {
+			return err
+		}
+		rc.ctrl = ctrl
+	}
+	for _, rc := range r.real.clusters {
+		if err := rc.ctrl.WaitReady(ctx, r.cfg.Timeout); err != nil {
+			return err
+		}
+	}
+	res.JoinReady = time.Since(start)
+	for _, rc := range r.real.clusters {
+		if err := waitFor(ctx, r.cfg.Timeout, "every import whole in "+rc.c.ID, func() bool { return rc.whole(want, r.cfg.Endpoints) }); err != nil {
+			return err
+		}
+	}
+	res.Join = time.Since(start)
+	w, err := r.real.writes(ctx)
+	if err != nil {
+		return err
+	}
+	res.JoinWrites = w
+	for _, rc := range r.real.clusters {
+		n, secs, err := rc.ctrl.Reconciles(ctx, imports.ControllerName)
+		if err != nil {
+			return err
+		}
+		res.JoinReconciles += n
+		res.JoinReconcileTime += secs
+	}
+	return nil
+}
+
+// put records that the churn is about to put address addr.
+func (rs *realSet) put(addr string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.puts[addr] = time.Now()
+}
+
+// writes are every real controller's API writes so far, summed by resource.
+func (rs *realSet) writes(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	for _, rc := range rs.clusters {
+		w, err := rc.ctrl.Writes(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("writes of %s: %w", rc.c.ID, err)
+		}
+		for k, v := range w {
+			// Leader election renews its lease every few seconds,
+			// whatever changes.
+			if !strings.HasPrefix(k, "leases") {
+				out[k] += v
+			}
+		}
+	}
+	return out, nil
+}
+
+// apiFloor updates an EndpointSlice in every real cluster every 200 ms
+// until ctx ends, with an address that its watch times.
+func (rs *realSet) apiFloor(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(rs.clusters))
+	for ci, rc := range rs.clusters {
+		wg.Go(func() {
+			s := &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: "api-floor", Namespace: harness.FloorNamespace},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+			}
+			for i := 0; ctx.Err() == nil; i++ {
+				addr := fmt.Sprintf("192.168.%d.%d", i/250%250, i%250+1)
+				s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{addr}}}
+				rs.put(addr)
+				var err error
+				if i == 0 {
+					err = rc.cl.Create(ctx, s)
+				} else {
+					err = rc.cl.Update(ctx, s)
+				}
+				if err != nil && ctx.Err() == nil {
+					errs[ci] = fmt.Errorf("API floor in %s: %w", rc.c.ID, err)
+					return
+				}
+				sleepCtx(ctx, 200*time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// latencies are, over every real cluster, the arrival of each address put
+// since the churn began: the members' changes (172.*) and the API floor's
+// (192.168.*).
+func (rs *realSet) latencies() (changes, floor []time.Duration) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, rc := range rs.clusters {
+		rc.mu.Lock()
+		for addr, t := range rc.arrived {
+			put, ok := rs.puts[addr]
+			if !ok {
+				continue
+			}
+			if strings.HasPrefix(addr, "192.168.") {
+				floor = append(floor, t.Sub(put))
+			} else {
+				changes = append(changes, t.Sub(put))
+			}
+		}
+		rc.mu.Unlock()
+	}
+	return changes, floor
+}
+
+// arrivedAll reports whether every real cluster has every churn address
+// put, once settled (the floor's own addresses are in one cluster only).
+func (rs *realSet) arrivedAll() bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, rc := range rs.clusters {
+		rc.mu.Lock()
+		for addr := range rs.puts {
+			if _, ok := rc.arrived[addr]; !ok && strings.HasPrefix(addr, "172.") {
+				rc.mu.Unlock()
+				return false
+			}
+		}
+		rc.mu.Unlock()
+	}
+	return true
+}
+
+// usage is the real controllers' CPU seconds so far, by cluster.
+func (rs *realSet) usage() []float64 {
+	out := make([]float64, len(rs.clusters))
+	for i, rc := range rs.clusters {
+		out[i], _ = harness.ProcCPU(rc.ctrl.PID())
+	}
+	return out
+}
+
+// peakRSS is the largest peak resident set of a real controller.
+func (rs *realSet) peakRSS() uint64 {
+	var peak uint64
+	for _, rc := range rs.clusters {
+		if n, err := harness.ProcPeakRSS(rc.ctrl.PID()); err == nil {
+			peak = max(peak, n)
+		}
+	}
+	return peak
+}
+
+func (rs *realSet) deletions() map[string]int {
+	out := map[string]int{}
+	for _, rc := range rs.clusters {
+		for k, v := range rc.deleted() {
+			out[k] += v
+		}
+	}
+	return out
+}
+
+// settledWrites are the real controllers' writes once they have not
+// changed for a second (or 20 s passed): what a change cost them, its
+// status and events included.
+func (rs *realSet) settledWrites(ctx context.Context) (map[string]int, error) {
+	last, err := rs.writes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if !sleepCtx(ctx, time.Second) {
+			return nil, ctx.Err()
+		}
+		now, err := rs.writes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if total(now) == total(last) {
+			return now, nil
+		}
+		last = now
+	}
+	return last, nil
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// waitFor polls cond every 50 ms until it holds, or timeout.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %s", what, timeout)
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// leaverSlices are the EndpointSlices of member id in the real clusters.
+func (rs *realSet) leaverSlices(id string) int {
+	n := 0
+	for _, rc := range rs.clusters {
+		rc.mu.Lock()
+		for key := range rc.slices {
+			if strings.HasSuffix(key, "/"+id) {
+				n++
+			}
+		}
+		rc.mu.Unlock()
+	}
+	return n
+}
