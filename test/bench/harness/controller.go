@@ -47,7 +47,8 @@ type controllerConfig struct {
 	QPS        float32
 	Burst      int
 	// Registry is "etcd" or "cloudmap".
-	Registry      string
+	Registry string
+	// EtcdURL is the registry's client URLs, comma-separated.
 	EtcdURL       string
 	TTL           time.Duration
 	CloudMapURL   string
@@ -138,7 +139,7 @@ func (cfg controllerConfig) openRegistry(ctx context.Context, id registry.Identi
 			SweepInterval: cfg.SweepInterval,
 		})
 	default:
-		return etcdregistry.New(ctx, etcdregistry.Options{Identity: id, Endpoints: []string{cfg.EtcdURL}, TTL: cfg.TTL})
+		return etcdregistry.New(ctx, etcdregistry.Options{Identity: id, Endpoints: strings.Split(cfg.EtcdURL, ","), TTL: cfg.TTL})
 	}
 }
 
@@ -381,17 +382,17 @@ func (p *controllerProc) get(ctx context.Context, url string, into any) error {
 // bench-scale` runs its real clusters with it.
 type Controller struct{ p *controllerProc }
 
-// StartEtcdController starts cluster c's mcsd on the etcd registry at url
+// StartEtcdController starts cluster c's mcsd on the etcd registry at urls
 // with lease ttl; its log goes to logDir/<cluster>.log. The executable must
 // call MaybeRunController first thing in main.
-func StartEtcdController(c *testbed.Cluster, url string, ttl time.Duration, logDir string) (*Controller, error) {
+func StartEtcdController(c *testbed.Cluster, urls []string, ttl time.Duration, logDir string) (*Controller, error) {
 	ports, err := testbed.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	p, err := startController(controllerConfig{
 		Cluster: c.ID, Kubeconfig: c.Kubeconfig, QPS: 1000, Burst: 2000,
-		Registry: RegistryEtcd, EtcdURL: url, TTL: ttl,
+		Registry: RegistryEtcd, EtcdURL: strings.Join(urls, ","), TTL: ttl,
 		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 	}, logDir)
 	if err != nil {

@@ -1,14 +1,19 @@
 // Command scale is `make bench-scale`: the etcd registry under many
 // clusters, simulated as members (members.go) in this process, against an
-// embedded etcd. For each clusterset size N it measures, each against the
-// same run's floor: a cold start (every member publishes, until every
-// member holds every record), endpoint churn at a fixed rate per member
-// (put → delivered at every other member, against etcd's own put → watch
-// latency measured beside it), the idle requests per member per minute,
-// a registry restart (every watch ends; until every member has read the
-// clusterset again, with no deletion delivered and no outage reported), and
-// a member leaving (until every other member sees it gone, after its TTL).
-// The report goes to -out: results.json, report.md and scale.png.
+// embedded etcd (or three etcd processes, -registry-members 3). For each
+// clusterset size N it measures, each against the same run's floor: a cold
+// start (every member publishes, until every member holds every record),
+// endpoint churn at a fixed rate per member (put → delivered at every other
+// member, against etcd's own put → watch latency measured beside it), the
+// idle requests per member per minute, a registry restart (every watch
+// ends; until every member has read the clusterset again, with no deletion
+// delivered and no outage reported), with three members the leader killed,
+// and a member leaving (until every other member sees it gone, after its
+// TTL). Real testbed clusters running mcsd join the members (real.go,
+// -real): their join, EndpointSlice writes, CPU and RSS, and what each phase
+// costs them. -registry cloudmap runs Cloud Map members on moto instead
+// (cloudmap.go): idle calls and change latency. The report goes to -out:
+// results.json, report.md and scale.png.
 package main
 
 import (
@@ -48,6 +53,9 @@ type config struct {
 	// have (and import) the first RealNamespaces of the 50 namespaces.
 	Real           int `json:"realClusters"`
 	RealNamespaces int `json:"realNamespaces"`
+	// RegistryMembers is the etcd registry's members: 1 is an embedded
+	// etcd; more are etcd processes, and the run kills the leader.
+	RegistryMembers int `json:"registryMembers"`
 	// Registry is "etcd" or "cloudmap" (Cloud Map members on moto).
 	Registry         string        `json:"registry"`
 	CloudMapServices int           `json:"cloudMapServices,omitempty"`
@@ -81,6 +89,7 @@ func run() error {
 	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
 	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")
+	flag.IntVar(&cfg.RegistryMembers, "registry-members", 1, "etcd members: 1 (embedded), or 3 (etcd processes; the run also kills the leader)")
 	flag.StringVar(&cfg.Registry, "registry", "etcd", "etcd, or cloudmap: Cloud Map members on moto (idle calls and change latency only)")
 	flag.IntVar(&cfg.CloudMapServices, "cloudmap-services", 20, "with -registry cloudmap: exported Services")
 	flag.DurationVar(&cfg.CloudMapIdle, "cloudmap-idle", 2*time.Minute, "with -registry cloudmap: how long idle calls are counted")

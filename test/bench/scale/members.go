@@ -75,9 +75,9 @@ func (s *countedStream) SendMsg(m any) error {
 
 // startEtcdMember opens a member's etcd backend, as a controller opens it,
 // with its requests counted, and its watch.
-func startEtcdMember(ctx context.Context, id, set, url string, ttl time.Duration, withView bool) (*member, error) {
+func startEtcdMember(ctx context.Context, id, set string, urls []string, ttl time.Duration, withView bool) (*member, error) {
 	calls := &callCounter{}
-	reg, err := etcd.New(ctx, etcd.Options{Identity: registry.Identity{ClusterSet: set, Cluster: id}, TTL: ttl, Endpoints: []string{url},
+	reg, err := etcd.New(ctx, etcd.Options{Identity: registry.Identity{ClusterSet: set, Cluster: id}, TTL: ttl, Endpoints: urls,
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(calls.unary), grpc.WithChainStreamInterceptor(calls.stream)}})
 	if err != nil {
 		return nil, fmt.Errorf("backend of %s: %w", id, err)

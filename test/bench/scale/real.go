@@ -373,7 +373,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 
 	start = time.Now()
 	for _, rc := range r.real.clusters {
-		ctrl, err := harness.StartEtcdController(rc.c, r.url, r.cfg.TTL, r.real.logs)
+		ctrl, err := harness.StartEtcdController(rc.c, r.urls, r.cfg.TTL, r.real.logs)
 		if err != nil {
 			return err
 		}

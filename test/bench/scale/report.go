@@ -28,7 +28,16 @@ type results struct {
 func (r runResult) line() string {
 	return fmt.Sprintf("[scale] N=%d: converged %s (writes %s); churn p50 %s p99 %s (floor p50 %s p99 %s); idle %.1f req/member/min; resync %s (%d deletions, %d reports); leave seen %s",
 		r.N, r.Converged.Round(time.Millisecond), r.Publish.Round(time.Millisecond), ms(r.P50), ms(r.P99), ms(r.FloorP50), ms(r.FloorP99),
-		r.IdlePerMemberPerMinute, r.Resynced.Round(time.Millisecond), r.RestartDeletions, r.RestartReports, r.LeaveSeen.Round(time.Millisecond)) + r.Real.line()
+		r.IdlePerMemberPerMinute, r.Resynced.Round(time.Millisecond), r.RestartDeletions, r.RestartReports, r.LeaveSeen.Round(time.Millisecond)) +
+		r.LeaderKill.line("leader killed") + r.Real.line()
+}
+
+func (d *disruption) line(what string) string {
+	if d == nil {
+		return ""
+	}
+	return fmt.Sprintf("\n[scale]   %s: every member current in %s (%d full reads, %d deletions, %d reports; real clusters %d deletions, writes %s)",
+		what, d.Took.Round(time.Millisecond), d.Fulls, d.Deletions, d.Reports, d.RealDeletions, counts(d.RealWrites))
 }
 
 func (x *realResult) line() string {
@@ -66,6 +75,7 @@ func (res results) markdown() string {
 			r.LeaveDeletions, r.LeaverRecords*2, report.Bytes(r.RSS))
 	}
 	b.WriteString("\nThe floor is the registry's own: a raw etcd client's put, timed to its arrival on a raw watch, every 50 ms during the churn. \"Writes\" is how long the members took to write every record: etcd's pace, the floor of the cold start. The 50 ms in the churn target stands for the API write floor of a real cluster, which this registry-only run does not have.\n")
+	b.WriteString(res.disruptionsMarkdown())
 	if res.hasReal() {
 		b.WriteString(res.realMarkdown())
 	}
@@ -117,6 +127,25 @@ func (res results) cloudMapMarkdown() string {
 			perOp(r.IdleByOperation), ms(r.P50), ms(r.P99), r.Deliveries, yes(r.P50 <= 3*time.Second))
 	}
 	return b.String()
+}
+
+// disruptionsMarkdown is the table of the registry's leader kill, when the
+// run had one.
+func (res results) disruptionsMarkdown() string {
+	var b strings.Builder
+	row := func(n int, what string, d *disruption) {
+		if d == nil {
+			return
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %d / %d | %d / %s |\n", n, what, d.Took.Round(time.Millisecond), d.Fulls, d.Deletions, d.Reports, d.RealDeletions, counts(d.RealWrites))
+	}
+	for _, r := range res.Runs {
+		row(r.N, fmt.Sprintf("leader of %d members killed", res.Config.RegistryMembers), r.LeaderKill)
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\n## Registry disruptions\n\n| N | what | until every member has a change written after it | members that read the clusterset again in full | deletions / outage reports delivered | real clusters: deletions / writes |\n|---|---|---|---|---|---|\n" + b.String()
 }
 
 func yes(ok bool) string {

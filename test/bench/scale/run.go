@@ -20,6 +20,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
 	"github.com/mcsd-io/mcsd/test/bench/harness"
 	"github.com/mcsd-io/mcsd/test/testbed"
+	"github.com/mcsd-io/mcsd/test/testbed/etcdcluster"
 )
 
 const clusterSet = "scale"
@@ -62,6 +63,8 @@ type runResult struct {
 	Resynced         time.Duration `json:"resynced,omitempty"`
 	RestartDeletions int           `json:"restartDeletions"`
 	RestartReports   int           `json:"restartReports"`
+	// LeaderKill is a three-member registry's leader killed.
+	LeaderKill *disruption `json:"leaderKill,omitempty"`
 
 	// Leave: a member stopped; until every other member saw it gone.
 	LeaveSeen time.Duration `json:"leaveSeen,omitempty"`
@@ -83,7 +86,9 @@ type sizeRun struct {
 	n       int
 	url     string
 	dir     string
-	srv     *embedded.Server
+	srv     *embedded.Server     // the single-member registry, or
+	cluster *etcdcluster.Cluster // the registry of RegistryMembers
+	urls    []string             // the registry's client URLs
 	members []*member
 	owned   [][]registry.ServiceKey // each member's exports
 	version []int                   // each member's churn counter
@@ -106,7 +111,7 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 	if err := r.startEtcd(ctx); err != nil {
 		return runResult{}, err
 	}
-	defer func() { r.srv.Close() }()
+	defer r.stopEtcd()
 	res := runResult{N: n}
 	if cfg.Real > 0 {
 		res.Real = &realResult{}
@@ -127,7 +132,7 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 	r.members = make([]*member, n)
 	for i := range n {
 		g.Go(func() error {
-			m, err := startEtcdMember(ctx, r.memberID(i), clusterSet, r.url, cfg.TTL, i < cfg.Views)
+			m, err := startEtcdMember(ctx, r.memberID(i), clusterSet, r.urls, cfg.TTL, i < cfg.Views)
 			r.members[i] = m
 			return err
 		})
@@ -159,6 +164,11 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 		if err := r.restart(ctx, &res); err != nil {
 			return res, err
 		}
+		if r.cluster != nil {
+			if err := r.killLeader(ctx, &res); err != nil {
+				return res, err
+			}
+		}
 	}
 	if !cfg.SkipLeave {
 		if err := r.leave(ctx, &res); err != nil {
@@ -168,7 +178,30 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 	return res, nil
 }
 
+func (r *sizeRun) stopEtcd() {
+	if r.cluster != nil {
+		r.cluster.Close()
+		return
+	}
+	r.srv.Close()
+}
+
+// startEtcd starts the registry: an embedded etcd, or a cluster of
+// RegistryMembers etcd processes (the testbed's etcd binary).
 func (r *sizeRun) startEtcd(ctx context.Context) error {
+	if r.cfg.RegistryMembers > 1 {
+		bins, err := testbed.EnsureBinaries(ctx, nil)
+		if err != nil {
+			return err
+		}
+		c, err := etcdcluster.Start(ctx, etcdcluster.Config{Binary: bins.Etcd, Dir: filepath.Join(r.dir, "etcd"), Members: r.cfg.RegistryMembers})
+		if err != nil {
+			return fmt.Errorf("start etcd: %w", err)
+		}
+		r.cluster, r.urls, r.url = c, c.ClientURLs(), c.ClientURLs()[0]
+		return nil
+	}
+	r.urls = []string{r.url}
 	srv, err := embedded.Start(ctx, embedded.Config{DataDir: filepath.Join(r.dir, "etcd"), ListenClientURL: r.url, ListenPeerURL: "http://127.0.0.1:0"})
 	if err != nil {
 		return fmt.Errorf("start etcd: %w", err)
@@ -471,32 +504,91 @@ func (r *sizeRun) idle(res *runResult) {
 	res.IdlePerMemberPerMinute = float64(after-before) / float64(r.n) / r.cfg.Idle.Minutes()
 }
 
-// restart stops etcd and starts it again: every watch ends, and each
-// member resumes it (the client does, from its revision) or reads the
-// clusterset again. A change is written as soon as etcd serves; until
-// every member has it.
+// restart stops etcd (every member of it) and starts it again: every watch
+// ends, and each member resumes it (the client does, from its revision) or
+// reads the clusterset again. A change is written as soon as etcd serves;
+// until every member has it.
 func (r *sizeRun) restart(ctx context.Context, res *runResult) error {
-	type stat struct{ deletions, down int }
+	d, err := r.disrupt(ctx, "the restart", func() error {
+		if r.cluster != nil {
+			r.cluster.KillAll()
+			return r.cluster.RestartAll(ctx)
+		}
+		r.srv.Close()
+		return r.startEtcd(ctx)
+	})
+	res.Resynced, res.RestartDeletions, res.RestartReports = d.Took, d.Deletions, d.Reports
+	if res.Real != nil {
+		res.Real.RestartWrites, res.Real.RestartDeletions = d.RealWrites, d.RealDeletions
+	}
+	return err
+}
+
+// killLeader kills the leader of the three-member registry: the watches on
+// it end and move to another member once one is elected. A change is
+// written as soon as the registry takes writes; until every member has
+// it. The member starts again afterwards.
+func (r *sizeRun) killLeader(ctx context.Context, res *runResult) error {
+	leader, err := r.cluster.WaitLeader(ctx)
+	if err != nil {
+		return err
+	}
+	d, err := r.disrupt(ctx, "the leader's death", func() error {
+		r.cluster.Kill(leader)
+		return nil
+	})
+	res.LeaderKill = &d
+	if err != nil {
+		return err
+	}
+	if err := r.cluster.Restart(leader); err != nil {
+		return err
+	}
+	return r.cluster.WaitHealthy(ctx)
+}
+
+// disruption is what a disruption of the registry cost.
+type disruption struct {
+	// Took is from the registry taking writes again until every member
+	// had the change written then.
+	Took time.Duration `json:"took"`
+	// Deletions and Reports are the records delivered as deleted and the
+	// outages reported (OnConnection(false)) meanwhile, over every member;
+	// Fulls, the members that read the clusterset again in full.
+	Deletions int `json:"deletions"`
+	Reports   int `json:"reports"`
+	Fulls     int `json:"fullReads"`
+	// RealDeletions and RealWrites are what it cost the real clusters.
+	RealDeletions int            `json:"realDeletions"`
+	RealWrites    map[string]int `json:"realWrites,omitempty"`
+}
+
+// disrupt runs do, writes a change, and waits until every member, and
+// every real cluster, has that change.
+func (r *sizeRun) disrupt(ctx context.Context, what string, do func() error) (disruption, error) {
+	var d disruption
+	type stat struct{ fulls, deletions, down int }
 	before := make([]stat, r.n)
 	for i, m := range r.members {
-		_, before[i].deletions, before[i].down = m.stats()
-		m.mark()
+		if m != nil {
+			before[i].fulls, before[i].deletions, before[i].down = m.stats()
+			m.mark()
+		}
 	}
 	writer, e := r.n-1, 0
 	var realDeleted, realWrites map[string]int
 	if r.real != nil {
-		// The change written after the restart is in a real cluster's
-		// namespace, so that it shows when they have caught up.
+		// The change written afterwards is in a real cluster's namespace,
+		// so that it shows when they have caught up.
 		writer, e = r.realExport()
 		realDeleted = r.real.deletions()
 		var err error
 		if realWrites, err = r.real.writes(ctx); err != nil {
-			return err
+			return d, err
 		}
 	}
-	r.srv.Close()
-	if err := r.startEtcd(ctx); err != nil {
-		return err
+	if err := do(); err != nil {
+		return d, fmt.Errorf("%s: %w", what, err)
 	}
 	start := time.Now()
 	r.version[writer]++
@@ -512,41 +604,45 @@ func (r *sizeRun) restart(ctx context.Context, res *runResult) error {
 			break
 		}
 		if wctx.Err() != nil {
-			return fmt.Errorf("write after the restart: %w", err)
+			return d, fmt.Errorf("write after %s: %w", what, err)
 		}
 	}
-	if err := r.waitAll("every member resumed or read again", func(m *member) bool {
+	if err := r.waitAll("every member resumed or read again after "+what, func(m *member) bool {
 		_, ok := m.markedAt()
 		return ok
 	}); err != nil {
-		return err
+		return d, err
 	}
 	for i, m := range r.members {
+		if m == nil {
+			continue
+		}
 		t, _ := m.markedAt()
-		res.Resynced = max(res.Resynced, t.Sub(start))
-		_, d, down := m.stats()
-		res.RestartDeletions += d - before[i].deletions
-		res.RestartReports += down - before[i].down
+		d.Took = max(d.Took, t.Sub(start))
+		fulls, dels, down := m.stats()
+		d.Fulls += fulls - before[i].fulls
+		d.Deletions += dels - before[i].deletions
+		d.Reports += down - before[i].down
 	}
 	if r.real == nil {
-		return nil
+		return d, nil
 	}
-	if err := waitFor(ctx, r.cfg.Timeout, "the change after the restart in every real cluster", r.real.arrivedAll); err != nil {
-		return err
+	if err := waitFor(ctx, r.cfg.Timeout, "the change after "+what+" in every real cluster", r.real.arrivedAll); err != nil {
+		return d, err
 	}
 	want := r.realImports()
 	for _, rc := range r.real.clusters {
 		if !rc.whole(want, r.cfg.Endpoints) {
-			return fmt.Errorf("after the registry restart, %s's imports are not whole", rc.c.ID)
+			return d, fmt.Errorf("after %s, %s's imports are not whole", what, rc.c.ID)
 		}
 	}
 	writes, err := r.real.settledWrites(ctx)
 	if err != nil {
-		return err
+		return d, err
 	}
-	res.Real.RestartWrites = testbed.DiffWrites(realWrites, writes)
-	res.Real.RestartDeletions = total(testbed.DiffWrites(realDeleted, r.real.deletions()))
-	return nil
+	d.RealWrites = testbed.DiffWrites(realWrites, writes)
+	d.RealDeletions = total(testbed.DiffWrites(realDeleted, r.real.deletions()))
+	return d, nil
 }
 
 // realExport is a member and the index of one of its exports that the
