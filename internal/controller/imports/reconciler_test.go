@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	clocktesting "k8s.io/utils/clock/testing"
-
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -20,9 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/flowcontrol"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
@@ -1093,5 +1093,44 @@ func TestClustersChangedEventsRateLimited(t *testing.T) {
 	}
 	if ev := e.events(); len(ev) != 2 {
 		t.Errorf("%d events for 5 imports that lost a cluster, want the limit's 2: %v", len(ev), ev)
+	}
+}
+
+// The View's changes queue only the Services of namespaces this cluster
+// has: a reconnection does not queue the whole clusterset. A namespace
+// created later brings its imports (namespaceToImports).
+func TestChangesQueueOnlyLocalNamespaces(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	local := registry.ServiceKey{Namespace: testNS, Name: "web"}
+	elsewhere := registry.ServiceKey{Namespace: "elsewhere", Name: "web"}
+	var exports []registry.Export
+	for _, key := range []registry.ServiceKey{local, elsewhere} {
+		x := export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+		x.Service = key
+		exports = append(exports, x)
+	}
+	e.publish(exports)
+	names := func(reqs []reconcile.Request) []string {
+		var out []string
+		for _, r := range reqs {
+			out = append(out, r.String())
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	if got := names(e.r.changeToImports(e.ctx, clusterset.Change{Reachability: true})); !slices.Equal(got, []string{testNS + "/web"}) {
+		t.Errorf("a reachability change queues %v, want %s/web alone", got, testNS)
+	}
+	if got := e.r.changeToImports(e.ctx, clusterset.Change{Service: elsewhere}); len(got) != 0 {
+		t.Errorf("a change in a namespace this cluster lacks queues %v, want nothing", got)
+	}
+	if err := e.api.Create(e.ctx, namespace("elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(e.r.namespaceToImports(e.ctx, namespace("elsewhere"))); !slices.Equal(got, []string{"elsewhere/web"}) {
+		t.Errorf("the namespace's creation queues %v, want elsewhere/web", got)
+	}
+	if got := names(e.r.changeToImports(e.ctx, clusterset.Change{Service: elsewhere})); !slices.Equal(got, []string{"elsewhere/web"}) {
+		t.Errorf("a change once the namespace exists queues %v, want elsewhere/web", got)
 	}
 }
