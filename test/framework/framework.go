@@ -47,6 +47,10 @@ type Options struct {
 	OpenRegistry func(ctx context.Context, id registry.Identity) (registry.Registry, error)
 	// WithoutControllers makes Main start no mcsd: the tests start their own.
 	WithoutControllers bool
+	// ShortWithout makes Main, under -short (make test-unit), run the tests
+	// with no environment: ready is not called, and the tests that need the
+	// environment skip with NeedEnv. make test runs without -short.
+	ShortWithout bool
 	// RegistryMembers, when more than 1, runs the registry as an etcd
 	// cluster of that many members, each a process of the testbed's etcd
 	// binary (Env.EtcdCluster injects faults), instead of the embedded

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -13,6 +14,12 @@ import (
 // (CoreDNS, say); runs the tests; and tears everything down, even when they
 // fail. It returns the exit code for os.Exit.
 func Main(m *testing.M, opts Options, ready func(context.Context, *Env) error) int {
+	if opts.ShortWithout {
+		flag.Parse()
+		if testing.Short() {
+			return m.Run()
+		}
+	}
 	ctx := context.Background()
 	env, err := Start(ctx, opts)
 	if err != nil {
@@ -37,4 +44,13 @@ func Main(m *testing.M, opts Options, ready func(context.Context, *Env) error) i
 		}
 	}
 	return m.Run()
+}
+
+// NeedEnv skips t when the package runs without its environment (-short,
+// Options.ShortWithout): env is nil then.
+func NeedEnv(t testing.TB, env *Env) {
+	t.Helper()
+	if env == nil {
+		t.Skip("needs the testbed; skipped with -short")
+	}
 }

@@ -14,14 +14,21 @@ import (
 // start takes over the cluster's records, or deletes them when its
 // heartbeat has expired, and writes the heartbeat.
 func (b *Backend) start(ctx context.Context) error {
-	var beatSvc service
-	for _, name := range []string{recordsService, beatServiceName(b.enc.prefix)} {
+	ensure := func(name string) (service, error) {
 		svc, err := b.ensureService(ctx, b.opts.SystemNamespace, name)
 		if err != nil {
-			return fmt.Errorf("%s service: %w", name, err)
+			return service{}, fmt.Errorf("%s service: %w", name, err)
 		}
 		b.setSystemService(svc)
-		beatSvc = svc
+		return svc, nil
+	}
+	if _, err := ensure(recordsService); err != nil {
+		return err
+	}
+	// The heartbeat service's description is the last heartbeat.
+	beatSvc, err := ensure(beatServiceName(b.enc.prefix))
+	if err != nil {
+		return err
 	}
 	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet, attrClusterID: b.opts.Identity.Cluster}
 	// The records live while the heartbeat is younger than the TTL the

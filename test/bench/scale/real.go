@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -294,7 +295,8 @@ func (rc *realCluster) deleted() map[string]int {
 	return out
 }
 
-// namespace is the namespace of Service number s's namespace index.
+// namespace is the name of namespace number i (Service s is in number s
+// mod namespaces).
 func namespace(i int) string { return fmt.Sprintf("ns-%d", i) }
 
 // realImports are the imports each real cluster must have: the exports of
@@ -344,25 +346,12 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	errs := make([]error, len(r.real.clusters))
 	for ci, rc := range r.real.clusters {
 		wg.Go(func() {
-			next := make(chan int)
-			var inner sync.WaitGroup
-			var mu sync.Mutex
-			for range imports.MaxConcurrentReconciles {
-				inner.Go(func() {
-					for i := range next {
-						if err := harness.FloorImport(ctx, rc.cl, sources, i, r.cfg.Endpoints, nil); err != nil {
-							mu.Lock()
-							errs[ci] = errors.Join(errs[ci], err)
-							mu.Unlock()
-						}
-					}
-				})
-			}
+			var g errgroup.Group
+			g.SetLimit(imports.MaxConcurrentReconciles)
 			for i := range len(want) {
-				next <- i
+				g.Go(func() error { return harness.FloorImport(ctx, rc.cl, sources, i, r.cfg.Endpoints, nil) })
 			}
-			close(next)
-			inner.Wait()
+			errs[ci] = g.Wait()
 		})
 	}
 	wg.Wait()

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 // cost does not grow with the clusterset.
 func TestSmallRun(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts etcd and runs for a minute; skipped with -short")
+		t.Skip("starts etcd and a testbed cluster and runs for a minute; skipped with -short")
 	}
 	cfg := config{Services: 30, K: 2, Endpoints: 3, Churn: 4 * time.Second, ChurnRate: 2, Idle: 6 * time.Second,
 		TTL: 3 * time.Second, Views: 2, Timeout: time.Minute}

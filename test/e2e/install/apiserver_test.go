@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcsd-io/mcsd/internal/manager"
+	fw "github.com/mcsd-io/mcsd/test/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
@@ -19,7 +20,7 @@ const fieldOwner = client.FieldOwner("mcsd-install-test")
 // applied for real, so that what lives in the namespace and the custom
 // resources validate.
 func TestManifestsAcceptedByAPIServer(t *testing.T) {
-	needTestbed(t)
+	fw.NeedEnv(t, env)
 	renders := map[string]func(t *testing.T) manifests{
 		"helm etcd":     func(t *testing.T) manifests { return helmTemplate(t, helmEtcd...) },
 		"helm cloudmap": func(t *testing.T) manifests { return helmTemplate(t, helmCloudMap...) },

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	fw "github.com/mcsd-io/mcsd/test/framework"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,7 +29,7 @@ var chartCRDs = []string{"clusterproperties.about.k8s.io", "serviceexports.multi
 // CRD changes it in the cluster, and helm uninstall removes the release but
 // keeps the CRDs and the ServiceImports stored in them.
 func TestHelmUpgradesAndKeepsCRDs(t *testing.T) {
-	needTestbed(t)
+	fw.NeedEnv(t, env)
 	const release, ns = "mcsd-helm", "mcsd-helm"
 	c := env.TB.Cluster("c2")
 	cl := crdClient(t, c.Config)

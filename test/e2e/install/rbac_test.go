@@ -50,7 +50,7 @@ var notExercised = map[string]string{
 // one grant less (EndpointSlices create) in c2, the import gets no
 // EndpointSlices until the grant is back.
 func TestShippedRBAC(t *testing.T) {
-	needTestbed(t)
+	fw.NeedEnv(t, env)
 	ctx := context.Background()
 	m := kustomize(t, repoPath(t, "config/default"))
 	var rbac manifests

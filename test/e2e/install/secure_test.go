@@ -24,7 +24,7 @@ import (
 // prefix only, against an etcd that requires TLS client certificates and has
 // auth on; an export of c1 is imported in c2 with its endpoints.
 func TestSecureRegistryFlow(t *testing.T) {
-	needTestbed(t)
+	fw.NeedEnv(t, env)
 	ctx := context.Background()
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
