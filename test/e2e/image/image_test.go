@@ -24,7 +24,6 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
-	"github.com/mcsd-io/mcsd/test/framework"
 	fw "github.com/mcsd-io/mcsd/test/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
@@ -42,7 +41,7 @@ var mcsdLabels = map[string]string{"app.kubernetes.io/name": "mcsd"}
 // in c1 with kubectl apply -k and in c2 with helm install, and carries
 // traffic from c2 to c1 through the two mcsd pods it runs.
 func TestShippedImage(t *testing.T) {
-	framework.NeedEnv(t, env)
+	fw.NeedEnv(t, env)
 	ctx := t.Context()
 	work := t.TempDir()
 
