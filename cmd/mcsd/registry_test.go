@@ -19,6 +19,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded/embeddedtest"
 )
 
 // syncBuffer is a bytes.Buffer a running command writes to while the test
@@ -161,13 +162,7 @@ func startRegistry(t *testing.T, ready string, args ...string) *syncBuffer {
 
 // TestSetupAuth prepares a plain etcd with passwords and auth, then again.
 func TestSetupAuth(t *testing.T) {
-	srv, err := embedded.Start(t.Context(), embedded.Config{DataDir: filepath.Join(t.TempDir(), "etcd"),
-		ListenClientURL: "http://127.0.0.1:0", ListenPeerURL: "http://127.0.0.1:0", UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	waitReady(t, srv)
+	srv := embeddedtest.Start(t, embedded.Config{})
 	url := registryURL(srv.ClientURL())
 	out, err := execute(t, "registry", "setup-auth", "--registry", url, "--clusterset", "prod", "--cluster", "east",
 		"--passwords", "--enable-auth", "--root-password", "secret")
@@ -205,15 +200,5 @@ func TestSetupAuth(t *testing.T) {
 	// Without root's credentials once auth is on: refused.
 	if out, err := execute(t, "registry", "setup-auth", "--registry", url, "--clusterset", "prod", "--cluster", "x"); err == nil {
 		t.Errorf("setup-auth without credentials succeeded:\n%s", out)
-	}
-}
-
-// waitReady waits until s serves clients.
-func waitReady(t *testing.T, s *embedded.Server) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded/embeddedtest"
 )
 
 // TestCollectFromEtcd reads a real registry: two clusters on leases export
@@ -21,21 +21,7 @@ func TestCollectFromEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
-	srv, err := embedded.Start(t.Context(), embedded.Config{
-		DataDir:         filepath.Join(t.TempDir(), "etcd"),
-		ListenClientURL: "http://127.0.0.1:0",
-		ListenPeerURL:   "http://127.0.0.1:0",
-		UnsafeNoFsync:   true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := srv.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	srv := embeddedtest.Start(t, embedded.Config{})
 	opts := func(cluster string) etcd.Options {
 		return etcd.Options{Identity: registry.Identity{ClusterSet: "prod", Cluster: cluster}, Endpoints: []string{srv.ClientURL()}, TTL: 5 * time.Second}
 	}

@@ -8,6 +8,15 @@ import (
 	"testing"
 )
 
+// Keep is the ready function of Main for a package that only keeps the
+// Env: it sets *env.
+func Keep(env **Env) func(context.Context, *Env) error {
+	return func(_ context.Context, e *Env) error {
+		*env = e
+		return nil
+	}
+}
+
 // Main runs a test package in one environment, from its TestMain: it starts
 // the environment and, unless opts.WithoutControllers, mcsd in every
 // cluster; calls ready, which keeps the Env for the tests and may start more

@@ -516,6 +516,16 @@ func deleteTestbed(ctx context.Context, dir string, bin Binaries, log io.Writer)
 
 // killUnder kills every process whose command line starts with a path in dir.
 func killUnder(dir string, log io.Writer) {
+	for pid, argv0 := range ProcessesUnder(dir) {
+		fmt.Fprintf(log, "[testbed] killing leftover process %d %s\n", pid, argv0)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// ProcessesUnder returns the processes whose program is a path in dir: pid
+// → that path.
+func ProcessesUnder(dir string) map[int]string {
+	out := map[int]string{}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		data, err := os.ReadFile(p)
@@ -530,9 +540,9 @@ func killUnder(dir string, log io.Writer) {
 		if err != nil {
 			continue
 		}
-		fmt.Fprintf(log, "[testbed] killing leftover process %d %s\n", pid, argv0)
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		out[pid] = argv0
 	}
+	return out
 }
 
 // removeStale deletes ephemeral testbeds whose owning process is gone.

@@ -8,4 +8,10 @@
 // EndpointSlices labelled endpointslice.kubernetes.io/managed-by with
 // wellknown.ManagedBy are the ones the import controller writes; they are
 // never exported again.
+//
+// Its Reconcile is package skeleton's five steps, in export.go: fetch (the
+// ServiceExport), finalize (deletion, or the finalizer to add), compute (the
+// Service's records, spec.go), apply (the registry writes, records.go, with
+// the finalizer beside them, finalizer.go) and patchStatus (the conditions,
+// status.go).
 package export

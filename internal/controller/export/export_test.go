@@ -14,10 +14,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,6 +27,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/memory"
@@ -178,13 +177,7 @@ type env struct {
 
 func newEnv(t *testing.T, objs ...client.Object) *env {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := mcsv1beta1.Install(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := ctrltest.Scheme(t)
 	e := &env{t: t, reg: newTestRegistry(t), view: clusterset.NewView(), rec: record.NewFakeRecorder(100)}
 	count := func() { e.writes.Add(1) }
 	e.c = fake.NewClientBuilder().
@@ -264,17 +257,7 @@ func (e *env) syncView(others ...registry.Export) {
 }
 
 // events drains the recorded events.
-func (e *env) events() []string {
-	var out []string
-	for {
-		select {
-		case ev := <-e.rec.Events:
-			out = append(out, ev)
-		default:
-			return out
-		}
-	}
-}
+func (e *env) events() []string { return ctrltest.Events(e.rec) }
 
 // assertCondition checks a condition's status and reason, and that it
 // observed the ServiceExport's generation.

@@ -2,24 +2,15 @@ package export
 
 import (
 	"context"
-	"net/http"
 	"testing"
 
-	"k8s.io/utils/ptr"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 )
 
@@ -76,26 +67,7 @@ func TestNotStatusOnly(t *testing.T) {
 }
 
 func TestSetupWithManager(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := mcsv1beta1.Install(scheme); err != nil {
-		t.Fatal(err)
-	}
-	// The manager is built but never started: nothing reaches this address.
-	mgr, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		MapperProvider:         staticMapper,
-		// Controller names are checked process-wide; with -count > 1 the
-		// same test builds the controller again.
-		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatalf("NewManager: %v", err)
-	}
+	mgr := ctrltest.UnstartedManager(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := &Reconciler{Client: mgr.GetClient(), Registry: newTestRegistry(t), View: clusterset.NewView(), ClusterID: thisID}
@@ -105,13 +77,4 @@ func TestSetupWithManager(t *testing.T) {
 	if err := (&Reconciler{Client: mgr.GetClient()}).SetupWithManager(ctx, mgr); err == nil {
 		t.Error("SetupWithManager accepted a Reconciler without Registry, View and ClusterID")
 	}
-}
-
-// staticMapper maps the kinds the controller indexes without asking an API
-// server (there is none): the cache's indexes need their REST mapping when
-// they are registered.
-func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
-	m := meta.NewDefaultRESTMapper(nil)
-	m.Add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), meta.RESTScopeNamespace)
-	return m, nil
 }

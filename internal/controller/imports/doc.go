@@ -7,4 +7,12 @@
 // It deletes nothing while the registry is unreachable or not yet read, and
 // it never touches a ServiceImport, Service or EndpointSlice it did not
 // create.
+//
+// Its Reconcile is package skeleton's five steps, in reconciler.go: fetch (the
+// ServiceImport and the View's records of the Service), finalize (the import
+// of a Service no longer exported goes, delete.go), compute (the merge and the
+// topology hints, hints.go), apply (the derived Service, the ServiceImport and
+// the EndpointSlices: service.go, serviceimport.go, endpointslices.go; an
+// import of the AWS controller is taken over first, takeover.go) and
+// patchStatus (status.go).
 package imports

@@ -470,3 +470,27 @@ func cloneString(s *string) *string {
 	}
 	return ptr.To(*s)
 }
+
+// listEndpointSlices lists the EndpointSlices mcsd wrote for key.
+func (r *Reconciler) listEndpointSlices(ctx context.Context, key registry.ServiceKey) ([]discoveryv1.EndpointSlice, error) {
+	return r.listSlicesBy(ctx, key, wellknown.ManagedBy)
+}
+
+// listSlicesBy lists the EndpointSlices of the import key that managedBy
+// (mcsd, or the AWS controller) wrote.
+func (r *Reconciler) listSlicesBy(ctx context.Context, key registry.ServiceKey, managedBy string) ([]discoveryv1.EndpointSlice, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	opts := []client.ListOption{client.InNamespace(key.Namespace), client.MatchingLabels{
+		mcsv1beta1.LabelServiceName: key.Name,
+		discoveryv1.LabelManagedBy:  managedBy,
+	}}
+	if r.slicesIndexed && managedBy == wellknown.ManagedBy {
+		// The same slices, found through the index rather than by matching
+		// the labels of every slice in the namespace.
+		opts = append(opts, client.MatchingFields{sliceIndex: key.Name})
+	}
+	if err := r.Client.List(ctx, list, opts...); err != nil {
+		return nil, fmt.Errorf("list EndpointSlices managed by %s: %w", managedBy, err)
+	}
+	return list.Items, nil
+}

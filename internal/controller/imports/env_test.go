@@ -15,9 +15,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +24,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/memory"
@@ -75,13 +74,7 @@ type env struct {
 
 func newEnv(t *testing.T, objs ...client.Object) *env {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := mcsv1beta1.Install(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := ctrltest.Scheme(t)
 	api := fake.NewClientBuilder().WithScheme(scheme).
 		WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
 		WithObjects(objs...).Build()
@@ -363,17 +356,7 @@ func (e *env) allocate(name string, ips ...string) {
 }
 
 // events drains the recorded events.
-func (e *env) events() []string {
-	var out []string
-	for {
-		select {
-		case ev := <-e.rec.Events:
-			out = append(out, ev)
-		default:
-			return out
-		}
-	}
-}
+func (e *env) events() []string { return ctrltest.Events(e.rec) }
 
 // Registry records.
 

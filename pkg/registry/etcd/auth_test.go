@@ -23,6 +23,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded/embeddedtest"
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
@@ -42,18 +43,12 @@ func startSecure(t *testing.T) *secureEtcd {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "certs")
 	must(t, embedded.WriteCerts(dir, []string{"127.0.0.1"}, []embedded.ClientCert{{Name: "root", CommonName: etcd.RootUser}}))
-	s, err := embedded.Start(t.Context(), embedded.Config{
-		DataDir:         filepath.Join(t.TempDir(), "etcd"),
+	s := embeddedtest.Start(t, embedded.Config{
 		ListenClientURL: "https://127.0.0.1:0",
-		ListenPeerURL:   "http://127.0.0.1:0",
 		CertFile:        filepath.Join(dir, embedded.ServerCertFile),
 		KeyFile:         filepath.Join(dir, embedded.ServerKeyFile),
 		TrustedCAFile:   filepath.Join(dir, embedded.CACertFile),
-		UnsafeNoFsync:   true,
 	})
-	must(t, err)
-	t.Cleanup(s.Close)
-	waitReady(t, s)
 	e := &secureEtcd{srv: s, dir: dir}
 	e.root = e.client(t, "root", "", "")
 	return e

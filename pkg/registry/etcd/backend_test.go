@@ -1,7 +1,6 @@
 package etcd_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded/embeddedtest"
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
@@ -378,31 +378,7 @@ func TestServerRestart(t *testing.T) {
 
 func startServer(t *testing.T, dir, url string) *embedded.Server {
 	t.Helper()
-	if url == "" {
-		url = "http://127.0.0.1:0"
-	}
-	s, err := embedded.Start(t.Context(), embedded.Config{
-		DataDir:         dir,
-		ListenClientURL: url,
-		ListenPeerURL:   "http://127.0.0.1:0",
-		UnsafeNoFsync:   true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	waitReady(t, s)
-	return s
-}
-
-// waitReady waits until s serves clients.
-func waitReady(t *testing.T, s *embedded.Server) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return embeddedtest.Start(t, embedded.Config{DataDir: dir, ListenClientURL: url})
 }
 
 // open opens a backend of etcd at url (or, with url "", at the Endpoints

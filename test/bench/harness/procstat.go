@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/mcsd-io/mcsd/test/bench/report"
+	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
 // clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
@@ -114,20 +115,7 @@ func machineBusy() float64 {
 // testbed's), by kind: kube-apiserver, etcd, kube-controller-manager, ...
 func testbedCPU(dir string) map[string]float64 {
 	out := map[string]float64{}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		data, err := os.ReadFile(p)
-		if err != nil || len(data) == 0 {
-			continue
-		}
-		argv0, _, _ := strings.Cut(string(data), "\x00")
-		if !strings.HasPrefix(argv0, dir+string(filepath.Separator)) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err != nil {
-			continue
-		}
+	for pid, argv0 := range testbed.ProcessesUnder(dir) {
 		cpu, err := ProcCPU(pid)
 		if err != nil {
 			continue

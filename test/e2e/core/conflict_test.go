@@ -44,13 +44,11 @@ func TestConflictingExports(t *testing.T) {
 
 	// c2: headless, ClientIP affinity, http on another port, and an admin
 	// port c1 does not have.
-	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 2, Headless: true,
+	ips2 := deployExported(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 2, Headless: true,
 		SessionAffinity: corev1.ServiceAffinityClientIP, Ports: []corev1.ServicePort{
 			{Name: "http", Port: 81, TargetPort: intstr.FromInt32(8081), Protocol: corev1.ProtocolTCP},
 			{Name: "admin", Port: 9090, TargetPort: intstr.FromInt32(9090), Protocol: corev1.ProtocolTCP},
 		}})
-	ips2 := waitPods(t, c2, ns, "web", 2)
-	fw.Export(t, c2, ns, "web")
 
 	for _, id := range []string{"c1", "c2"} {
 		c := waitExportCondition(t, env.Client(t, id), ns, "web", "Conflict", metav1.ConditionTrue,

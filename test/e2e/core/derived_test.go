@@ -151,17 +151,13 @@ func TestEmptySlicePerFamily(t *testing.T) {
 	ns := "dualstack-empty"
 	namespaceEverywhere(t, ns)
 	c1 := env.Client(t, "c1")
-	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicyPreferDualStack})
-	ips := map[string][]string{"c1": waitPods(t, c1, ns, "web", 1)}
-	fw.Export(t, c1, ns, "web")
+	ips := map[string][]string{"c1": deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicyPreferDualStack})}
 	poll.Until(t, timeout, "import of c1's export in c1", func() (bool, string) {
 		si := fw.GetImport(t, c1, ns, "web")
 		return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%v", si)
 	})
 	c2, c3 := env.Client(t, "c2"), env.Client(t, "c3")
-	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicySingleStack})
-	ips["c2"] = waitPods(t, c2, ns, "web", 1)
-	fw.Export(t, c2, ns, "web")
+	ips["c2"] = deployExported(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicySingleStack})
 	noPods := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),

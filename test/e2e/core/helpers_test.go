@@ -108,6 +108,19 @@ func waitPods(t *testing.T, cl client.Client, ns, app string, n int) []string {
 	return ips
 }
 
+// deployExported deploys app in cl, waits for its pods to run and exports
+// it; it returns the pods' IPs. app names its replicas.
+func deployExported(t *testing.T, cl client.Client, app fw.App) []string {
+	t.Helper()
+	if app.Replicas == 0 {
+		t.Fatal("deployExported: the app does not name its replicas")
+	}
+	fw.Deploy(t, cl, app)
+	ips := waitPods(t, cl, app.Namespace, app.Name, int(app.Replicas))
+	fw.Export(t, cl, app.Namespace, app.Name)
+	return ips
+}
+
 // endpointStates returns address → "ready"/"not-ready" over slices.
 func endpointStates(slices []discoveryv1.EndpointSlice) map[string]string {
 	out := map[string]string{}

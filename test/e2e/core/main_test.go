@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"os"
 	"testing"
 
@@ -11,8 +10,5 @@ import (
 var env *framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, framework.Options{Name: "e2e-core", Clusters: 3, NoDataPlane: true}, func(_ context.Context, e *framework.Env) error {
-		env = e
-		return nil
-	}))
+	os.Exit(framework.Main(m, framework.Options{Name: "e2e-core", Clusters: 3, NoDataPlane: true}, framework.Keep(&env)))
 }

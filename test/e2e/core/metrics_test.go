@@ -22,9 +22,7 @@ func TestMetrics(t *testing.T) {
 	ns := "metrics"
 	namespaceEverywhere(t, ns)
 	c1, c2 := env.Client(t, "c1"), env.Client(t, "c2")
-	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
-	want := waitPods(t, c1, ns, "web", 2)
-	fw.Export(t, c1, ns, "web")
+	want := deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 	poll.Until(t, timeout, "import in c2 with c1's endpoints", func() (bool, string) {
 		si := fw.GetImport(t, c2, ns, "web")
 		if si == nil || len(si.Spec.IPs) == 0 {

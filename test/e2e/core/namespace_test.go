@@ -21,9 +21,7 @@ func TestImportInNamespaceCreatedLater(t *testing.T) {
 	ns := "late-namespace"
 	c1, c2, c3 := env.Client(t, "c1"), env.Client(t, "c2"), env.Client(t, "c3")
 	fw.EnsureNamespace(t, c2, ns)
-	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
-	want := waitPods(t, c1, ns, "web", 2)
-	fw.Export(t, c1, ns, "web")
+	want := deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 
 	imported := func(id string, cl client.Client) (bool, string) {
 		si := fw.GetImport(t, cl, ns, "web")

@@ -23,9 +23,7 @@ func TestReadinessAndScaling(t *testing.T) {
 	ns := "readiness"
 	namespaceEverywhere(t, ns)
 	c1 := env.Client(t, "c1")
-	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
-	ips := waitPods(t, c1, ns, "web", 2)
-	fw.Export(t, c1, ns, "web")
+	ips := deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 
 	expect := func(what string, want map[string]string) {
 		t.Helper()

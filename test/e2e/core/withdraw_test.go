@@ -16,9 +16,7 @@ func TestServiceDeletedWithdrawsExport(t *testing.T) {
 	ns := "service-deleted"
 	namespaceEverywhere(t, ns)
 	c1 := env.Client(t, "c1")
-	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
-	waitPods(t, c1, ns, "web", 2)
-	fw.Export(t, c1, ns, "web")
+	deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 	inEveryCluster(t, "import", func(id string, cl client.Client) (bool, string) {
 		si := fw.GetImport(t, cl, ns, "web")
 		return si != nil && len(si.Spec.IPs) == 1 && len(importedSlices(t, cl, ns, "web")["c1"]) > 0, "no import with IP and slices yet"

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
@@ -25,8 +24,5 @@ func TestMain(m *testing.M) {
 		// failed read is tried again before the report).
 		RegistryHealthInterval: time.Second,
 		RegistryRequestTimeout: 2 * time.Second,
-	}, func(_ context.Context, e *framework.Env) error {
-		env = e
-		return nil
-	}))
+	}, framework.Keep(&env)))
 }

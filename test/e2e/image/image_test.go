@@ -24,6 +24,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded/embeddedtest"
 	fw "github.com/mcsd-io/mcsd/test/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
@@ -156,24 +157,15 @@ func startRegistry(t *testing.T, dir string) registry {
 	if err := embedded.WriteCerts(certs, hosts, clients); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := embedded.Start(t.Context(), embedded.Config{
+	srv := embeddedtest.Start(t, embedded.Config{
 		DataDir:         filepath.Join(dir, "data"),
 		ListenClientURL: "https://127.0.0.1:0",
-		ListenPeerURL:   "http://127.0.0.1:0",
 		CertFile:        filepath.Join(certs, "server.crt"),
 		KeyFile:         filepath.Join(certs, "server.key"),
 		TrustedCAFile:   filepath.Join(certs, "ca.crt"),
-		UnsafeNoFsync:   true,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	if err := srv.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	tlsCfg, err := transport.TLSConfigFor(&transport.Config{TLS: transport.TLSConfig{
 		CAFile: filepath.Join(certs, "ca.crt"), CertFile: filepath.Join(certs, "root.crt"), KeyFile: filepath.Join(certs, "root.key")}})
 	if err != nil {

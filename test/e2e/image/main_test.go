@@ -1,7 +1,6 @@
 package image
 
 import (
-	"context"
 	"os"
 	"testing"
 
@@ -14,5 +13,5 @@ var env *fw.Env
 // mcsd runs from its image, installed by the test.
 func TestMain(m *testing.M) {
 	opts := fw.Options{Name: "e2e-image", Clusters: 2, WithoutControllers: true, ShortWithout: true}
-	os.Exit(fw.Main(m, opts, func(_ context.Context, e *fw.Env) error { env = e; return nil }))
+	os.Exit(fw.Main(m, opts, fw.Keep(&env)))
 }

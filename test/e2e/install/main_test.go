@@ -1,7 +1,6 @@
 package install
 
 import (
-	"context"
 	"os"
 	"testing"
 
@@ -14,5 +13,5 @@ var env *fw.Env
 // The tests start mcsd themselves, under the shipped RBAC.
 func TestMain(m *testing.M) {
 	opts := fw.Options{Name: "e2e-install", Clusters: 2, WithoutControllers: true, NoDataPlane: true, ShortWithout: true}
-	os.Exit(fw.Main(m, opts, func(_ context.Context, e *fw.Env) error { env = e; return nil }))
+	os.Exit(fw.Main(m, opts, fw.Keep(&env)))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	etcdregistry "github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded/embeddedtest"
 	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
@@ -36,24 +37,15 @@ func TestSecureRegistryFlow(t *testing.T) {
 	if err := embedded.WriteCerts(certs, []string{"127.0.0.1"}, clients); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := embedded.Start(t.Context(), embedded.Config{
+	srv := embeddedtest.Start(t, embedded.Config{
 		DataDir:         filepath.Join(dir, "etcd"),
 		ListenClientURL: "https://127.0.0.1:0",
-		ListenPeerURL:   "http://127.0.0.1:0",
 		CertFile:        filepath.Join(certs, embedded.ServerCertFile),
 		KeyFile:         filepath.Join(certs, embedded.ServerKeyFile),
 		TrustedCAFile:   filepath.Join(certs, embedded.CACertFile),
-		UnsafeNoFsync:   true,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
 	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := srv.WaitReady(readyCtx); err != nil {
-		t.Fatal(err)
-	}
 
 	// As `mcsd registry setup-auth --enable-auth` does, as root by
 	// certificate.

@@ -1,0 +1,199 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// withdraw removes this cluster's records of a Service that cannot be
+// exported. The Ready condition validate set stands unless the registry
+// fails; Conflict no longer applies and is removed.
+func (r *Reconciler) withdraw(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
+	conditions.Remove(&se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+	r.actConflict(se, "")
+	if r.withdrawn(key) {
+		r.registrySucceeded(se)
+		return nil
+	}
+	if err := r.Registry.DeleteExport(ctx, key); err != nil {
+		return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
+	}
+	r.registrySucceeded(se)
+	ctrl.LoggerFrom(ctx).Info("Withdrew export")
+	return nil
+}
+
+// publish writes this cluster's export and endpoints of the Service, as
+// compute built them, where the view does not show them already, and sets
+// Ready.
+func (r *Reconciler) publish(ctx context.Context, s *scope) error {
+	log := ctrl.LoggerFrom(ctx)
+	// A new or changed export is written with its endpoints, in one write
+	// where the backend can: importers see the export whole, at once.
+	own, ownEndpoints := r.published(s.key)
+	exportStale := own == nil || !equality.Semantic.DeepEqual(own.Spec, s.spec)
+	endpointsStale := ownEndpoints == nil || !equality.Semantic.DeepEqual(ownEndpoints.Groups, s.groups)
+	var err error
+	switch {
+	case exportStale:
+		err = r.Registry.Publish(ctx, s.key, s.spec, s.groups)
+	case endpointsStale:
+		err = r.Registry.PutEndpoints(ctx, s.key, s.groups)
+	}
+	if err != nil {
+		if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+			return r.refuse(ctx, s.se, s.key, err)
+		}
+		return r.registryFailed(s.se, fmt.Errorf("publish: %w", err))
+	}
+	switch {
+	case exportStale:
+		log.Info("Published export", "type", s.spec.Type, "ports", len(s.spec.Ports), "groups", len(s.groups))
+	case endpointsStale:
+		log.V(1).Info("Published endpoints", "groups", len(s.groups))
+	}
+	setCondition(s.se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonExported,
+		fmt.Sprintf("exported to the registry as cluster %q", r.ClusterID))
+	return nil
+}
+
+// Ready=False reasons of an export whose records every cluster would refuse.
+const (
+	// ReasonTooManyEndpoints: the Service has more than registry.MaxEndpoints
+	// endpoints.
+	ReasonTooManyEndpoints mcsv1beta1.ServiceExportConditionReason = "TooManyEndpoints"
+	// ReasonRecordTooLarge: a record is larger than registry.MaxRecordBytes.
+	ReasonRecordTooLarge mcsv1beta1.ServiceExportConditionReason = "RecordTooLarge"
+	// ReasonInvalidRecord: the Service or ServiceExport holds what
+	// importing clusters would refuse (an exported label key that is not a
+	// valid label key, say).
+	ReasonInvalidRecord mcsv1beta1.ServiceExportConditionReason = "InvalidRecord"
+)
+
+// EventReasonRefused: the export's records would be refused by every
+// cluster, and were withdrawn.
+const EventReasonRefused = "ExportRefused"
+
+// refuse handles an export whose records every importing cluster would
+// refuse (err, see registry.ValidateExport): it withdraws this cluster's
+// records of key, as the importers would drop them, and sets Ready=False
+// with why. The request is not retried: a change of the Service or its
+// endpoints brings it back.
+func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey, err error) error {
+	reason := ReasonInvalidRecord
+	if re, ok := errors.AsType[*registry.RejectedError](err); ok {
+		switch re.Reason {
+		case registry.RejectTooManyEndpoints:
+			reason = ReasonTooManyEndpoints
+		case registry.RejectTooLarge:
+			reason = ReasonRecordTooLarge
+		}
+	}
+	msg := fmt.Sprintf("not exported: every cluster would refuse this cluster's records (%v); limits: %d endpoints, %d bytes per record",
+		err, registry.MaxEndpoints, registry.MaxRecordBytes)
+	ctrl.LoggerFrom(ctx).Info("Export refused, withdrawing it", "reason", reason, "detail", err.Error())
+	conditions.Remove(&se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+	r.actConflict(se, "")
+	if r.actFailure(se, msg) {
+		r.warn(se, EventReasonRefused, msg)
+	}
+	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, reason, msg)
+	if r.withdrawn(key) {
+		return errRefused
+	}
+	if err := r.Registry.DeleteExport(ctx, key); err != nil {
+		err = fmt.Errorf("withdraw refused export: %w", err)
+		ctrl.LoggerFrom(ctx).Error(err, "Withdrawing a refused export failed")
+		return err
+	}
+	return errRefused
+}
+
+// errRefused: the export was refused and withdrawn; Ready says why.
+var errRefused = errors.New("export refused")
+
+// published returns what the view holds of this cluster's records of key, or
+// nils. The view may lag behind the registry; every change it sees brings
+// the key back here, so skipping a write that the view shows as done
+// converges all the same.
+func (r *Reconciler) published(key registry.ServiceKey) (*registry.Export, *registry.Endpoints) {
+	if r.View == nil {
+		return nil, nil
+	}
+	var export *registry.Export
+	for _, e := range r.View.Exports(key) {
+		if e.Cluster == r.ClusterID && e.WrittenBy == "" {
+			// (An export another controller wrote for this cluster, the
+			// AWS Cloud Map MCS controller that ran here before mcsd, is
+			// not mcsd's: it is published over.)
+			export = &e
+			break
+		}
+	}
+	var endpoints *registry.Endpoints
+	if e, ok := r.View.Endpoints(key)[r.ClusterID]; ok {
+		endpoints = &e
+	}
+	return export, endpoints
+}
+
+// withdrawn reports whether the synced view holds no record of key from this
+// cluster.
+func (r *Reconciler) withdrawn(key registry.ServiceKey) bool {
+	if r.View == nil || !r.View.HasSynced() {
+		return false
+	}
+	export, endpoints := r.published(key)
+	if export != nil || endpoints != nil {
+		return false
+	}
+	// Records the View refused (written under older rules, say) are still
+	// in the registry: they are withdrawn too.
+	return !slices.ContainsFunc(r.View.Rejected(key), func(rj registry.Rejection) bool { return rj.Record.Cluster == r.ClusterID })
+}
+
+// setUnguarded records whether key may be published while its
+// ServiceExport has no finalizer yet.
+func (r *Reconciler) setUnguarded(key registry.ServiceKey, unguarded bool) {
+	r.unguardedMu.Lock()
+	defer r.unguardedMu.Unlock()
+	if !unguarded {
+		delete(r.unguarded, key)
+		return
+	}
+	if r.unguarded == nil {
+		r.unguarded = map[registry.ServiceKey]bool{}
+	}
+	r.unguarded[key] = true
+}
+
+// withdrawGone withdraws this cluster's records of key, whose ServiceExport
+// is gone or being deleted without mcsd's finalizer: those published while
+// the finalizer was being added (the view may not show them yet), and those
+// the synced view shows (published by an earlier run whose finalizer never
+// landed). A Service with neither costs the registry nothing.
+func (r *Reconciler) withdrawGone(ctx context.Context, key registry.ServiceKey) error {
+	r.unguardedMu.Lock()
+	unguarded := r.unguarded[key]
+	r.unguardedMu.Unlock()
+	synced := r.View != nil && r.View.HasSynced()
+	if !unguarded && (!synced || r.withdrawn(key)) {
+		return nil
+	}
+	if err := r.Registry.DeleteExport(ctx, key); err != nil {
+		return fmt.Errorf("withdraw export of a ServiceExport deleted without mcsd's finalizer: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Withdrew export of a ServiceExport deleted without mcsd's finalizer")
+	r.setUnguarded(key, false)
+	return nil
+}

@@ -1,0 +1,75 @@
+// Package ctrltest holds what the controllers' unit tests share: a manager
+// that is built but never started, to check a controller's wiring without an
+// API server, and the events a fake recorder holds.
+package ctrltest
+
+import (
+	"net/http"
+	"testing"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// UnstartedManager returns a manager of Kubernetes' and the MCS API's kinds
+// that is never started: nothing reaches the address it is given.
+func UnstartedManager(t testing.TB) ctrl.Manager {
+	t.Helper()
+	mgr, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
+		Scheme:                 Scheme(t),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		MapperProvider:         staticMapper,
+		// Controller names are checked process-wide; with -count > 1 the
+		// same test builds the controller again.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatalf("NewManager: %v", err)
+	}
+	return mgr
+}
+
+// Scheme is a scheme of Kubernetes' kinds and the MCS API's.
+func Scheme(t testing.TB) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := mcsv1beta1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+// staticMapper maps the kinds the controllers index without asking an API
+// server (there is none): the cache's indexes need their REST mapping when
+// they are registered.
+func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+	m := meta.NewDefaultRESTMapper(nil)
+	m.Add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), meta.RESTScopeNamespace)
+	return m, nil
+}
+
+// Events drains the events rec holds.
+func Events(rec *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case ev := <-rec.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
