@@ -18,6 +18,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/controller/echo"
 	"github.com/mcsd-io/mcsd/internal/controller/parallel"
 	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/controller/skeleton"
@@ -48,7 +49,9 @@ const (
 // Reconciler converges the registry's records of this cluster's exported
 // Services on the local ServiceExports, Services and EndpointSlices.
 type Reconciler struct {
-	// Client reads from the manager's cache and writes ServiceExports.
+	// Client reads from the manager's cache and writes ServiceExports;
+	// SetupWithManager has it tell the reconciler's echo filter what it
+	// wrote.
 	Client client.Client
 	// Registry receives this cluster's exports and endpoints.
 	Registry registry.Publisher
@@ -59,6 +62,10 @@ type Reconciler struct {
 	ClusterID string
 	// Recorder records Warning events on ServiceExports; nil records none.
 	Recorder record.EventRecorder
+
+	// echoes drops the watch events of the reconciler's own writes;
+	// SetupWithManager wraps Client with it.
+	echoes echo.Filter
 
 	// written keeps the last status write of each ServiceExport until the
 	// cache shows it: a reconcile starts from that status (patch.Known).

@@ -72,9 +72,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("add export metrics: %w", err)
 	}
 
+	// The events that only echo the reconciler's own writes (its
+	// finalizer) bring nothing to do: they are dropped (package echo).
+	r.Client = r.echoes.Client(r.Client)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(notStatusOnly())).
+		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(notStatusOnly(), r.echoes.Predicate())).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToExport)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToExport)).
 		WatchesRawSource(r.View.Source(changeToExport)).

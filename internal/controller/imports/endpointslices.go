@@ -135,7 +135,9 @@ type sliceWrite struct {
 }
 
 // createSlice creates want. A slice that exists already is one the cache
-// has not seen yet: its creation event brings the import back to compare.
+// has not seen yet: the import is looked at again soon (its creation event
+// may echo this controller's own write, which the controller's watches drop,
+// package echo).
 func (r *Reconciler) createSlice(ctx context.Context, want *discoveryv1.EndpointSlice) (sliceWrite, error) {
 	err := r.Client.Create(ctx, want)
 	if apierrors.IsAlreadyExists(err) {

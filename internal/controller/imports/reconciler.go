@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/controller/echo"
 	"github.com/mcsd-io/mcsd/internal/controller/parallel"
 	"github.com/mcsd-io/mcsd/internal/controller/patch"
 	"github.com/mcsd-io/mcsd/internal/controller/skeleton"
@@ -50,6 +51,9 @@ const (
 // The permissions it needs are in config/rbac/role.yaml (tested by
 // test/e2e/install, which runs mcsd under exactly those).
 type Reconciler struct {
+	// Client reads from the manager's cache and writes the imports;
+	// SetupWithManager has it tell the reconciler's echo filter what it
+	// wrote.
 	Client client.Client
 	// View is the registry's state: every live cluster's exports and
 	// endpoints.
@@ -66,6 +70,10 @@ type Reconciler struct {
 	RetireGrace time.Duration
 	// Now is the clock of the retirements; nil is time.Now.
 	Now func() time.Time
+
+	// echoes drops the watch events of the reconciler's own writes;
+	// SetupWithManager wraps Client with it.
+	echoes echo.Filter
 
 	// written keeps the last status write of each ServiceImport until the
 	// cache shows it: a reconcile starts from that status (patch.Known).
@@ -150,6 +158,18 @@ type scope struct {
 	// existed: it gets the ServiceImport as its owner at the same time as
 	// the status is written.
 	adopt *corev1.Service
+}
+
+// cacheLag is how soon a reconcile looks again at an object its cache did
+// not show yet.
+const cacheLag = 100 * time.Millisecond
+
+// recheckSoon asks to look at the import again once the cache has caught
+// up (cacheLag).
+func (s *scope) recheckSoon() {
+	if s.recheck == 0 || cacheLag < s.recheck {
+		s.recheck = cacheLag
+	}
 }
 
 // recheckAt asks to look at the import again within d (at least half a
@@ -406,6 +426,9 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 		return errors.Join(svcErr, importErr, slicesErr)
 	}
 	s.flushEvents()
+	if slicesErr == nil && !s.slicesInPlace {
+		s.recheckSoon()
+	}
 	if slicesErr == nil {
 		slicesErr = r.removeAWSSlices(ctx, s)
 	}
@@ -421,8 +444,7 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 		}
 	case replacing:
 		// Not every slice is the ServiceImport's yet: the Service stays
-		// until a later reconcile (the error, or the slices' events, bring
-		// it).
+		// until a later reconcile (the error, or recheckSoon, brings it).
 	case svcErr == nil && s.svc != nil && !hasControllerRef(s.svc, ownerRef(s.si)):
 		// Written before the ServiceImport existed: it gets its owner
 		// at the same time as the status (patchStatus).

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -54,12 +55,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	r.slicesIndexed = true
 	r.clusterEvents = flowcontrol.NewTokenBucketRateLimiter(clusterEventsQPS, clusterEventsBurst)
+	// The events that only echo the reconciler's own writes bring nothing
+	// to do: they are dropped (package echo).
+	r.Client = r.echoes.Client(r.Client)
+	echoes := builder.WithPredicates(r.echoes.Predicate())
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
-		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToImport)).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToImport)).
+		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}, echoes).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToImport), echoes).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToImport), echoes).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToImports)).
 		WatchesMetadata(&corev1.Node{}, r.nodeHandler()).
 		WatchesRawSource(r.View.Source(r.changeToImports)).
