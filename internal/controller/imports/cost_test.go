@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/merge"
@@ -33,7 +34,9 @@ func BenchmarkImportFromClusters(b *testing.B) {
 				eps[id] = endpoints(id, group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, list...))
 			}
 			s := &scope{localCluster: "c000", key: webKey, res: merge.Merge(exports), endpoints: eps,
-				si: &mcsv1beta1.ServiceImport{}}
+				si: &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: webKey.Namespace, Name: webKey.Name, UID: "uid"}}}
+			s.derivedName = derivedServiceOf(s.si, s.key)
+			setSliceOwners(s, false)
 			inPlace := map[string]*discoveryv1.EndpointSlice{}
 			for _, sl := range desiredEndpointSlices(s, eps) {
 				inPlace[sl.Name] = sl.DeepCopy()
