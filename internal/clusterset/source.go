@@ -10,9 +10,10 @@ import (
 
 // Source is the View as a controller-runtime source: from the moment the
 // controller starts until it stops, it adds to the controller's workqueue
-// the requests toRequests makes of each change, beginning with a change of
-// every Service the View already holds (changes before the start reached no
-// queue). The queue deduplicates requests that are not being processed yet.
+// the requests toRequests makes of each change, beginning, when the View has
+// been read already, with a Reachability change (changes before the start
+// reached no queue: every Service may need a look). The queue deduplicates
+// requests that are not being processed yet.
 //
 // toRequests runs on the goroutine that delivers the registry's watch; it
 // may read the View and the manager's cache, and must not block otherwise.
@@ -29,8 +30,8 @@ func (v *View) Source(toRequests func(context.Context, Change) []reconcile.Reque
 		// Subscribed before the replay: a change in between is added twice,
 		// and the queue keeps one.
 		context.AfterFunc(ctx, v.Subscribe(add))
-		for _, k := range v.Keys("") {
-			add(Change{Service: k})
+		if v.HasSynced() {
+			add(Change{Reachability: true})
 		}
 		return nil
 	})

@@ -14,8 +14,9 @@ import (
 )
 
 // TestSource: the View's changes reach the queue as requests, deduplicated
-// by the queue, from the start of the source (with the Services the View
-// held before) until its context ends; the View never waits for a reader.
+// by the queue, from the start of the source (with a Reachability change
+// when the View was read before) until its context ends; the View never
+// waits for a reader.
 func TestSource(t *testing.T) {
 	a := registry.ServiceKey{Namespace: "shop", Name: "a"}
 	b := registry.ServiceKey{Namespace: "shop", Name: "b"}
@@ -26,7 +27,11 @@ func TestSource(t *testing.T) {
 	toRequests := func(_ context.Context, c Change) []reconcile.Request {
 		if c.Reachability {
 			reachability++
-			return nil
+			var reqs []reconcile.Request
+			for _, k := range v.Keys("") {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: k.Namespace, Name: k.Name}})
+			}
+			return reqs
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Service.Namespace, Name: c.Service.Name}}}
 	}
@@ -54,8 +59,9 @@ func TestSource(t *testing.T) {
 	if d := cmp.Diff([]string{"shop/a", "shop/b"}, got); d != "" {
 		t.Errorf("requests (-want +got):\n%s", d)
 	}
-	if reachability != 2 {
-		t.Errorf("%d changes of reachability, want 2", reachability)
+	// At the start (the View was read), on the connection, on its loss.
+	if reachability != 3 {
+		t.Errorf("%d changes of reachability, want 3", reachability)
 	}
 
 	cancel()

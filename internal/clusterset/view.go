@@ -32,10 +32,11 @@ type View struct {
 var _ registry.Handler = (*View)(nil)
 
 // Change is what the View tells its subscribers: the records of Service
-// changed, or, with Reachability set, the registry became reachable or
-// unreachable, or was read in full for the first time (Service is then
-// zero): every Service, and every object made from one, may need another
-// look.
+// changed, or, with Reachability set (Service is then zero), the View became
+// usable (read in full and connected: the first time, or again after an
+// outage) or stopped being connected: every Service, and every object made
+// from one, may need another look. The first full read is announced by that
+// one change alone, not Service by Service.
 type Change struct {
 	Service      registry.ServiceKey
 	Reachability bool
@@ -158,22 +159,28 @@ func (v *View) Keys(namespace string) []registry.ServiceKey {
 	return out
 }
 
-// OnConnection implements registry.Handler. Subscribers hear of a change of
-// reachability, not of every report.
+// OnConnection implements registry.Handler. Subscribers hear when the View
+// becomes usable or stops being so (usable), not of every report.
 func (v *View) OnConnection(connected bool, err error) {
 	v.mu.Lock()
-	changed := v.connected != connected
+	was := v.usable()
 	v.connected, v.connErr = connected, err
+	changed := v.usable() != was
 	v.mu.Unlock()
 	if changed {
 		v.notify(Change{Reachability: true})
 	}
 }
 
+// usable: read in full, and connected. Callers hold v.mu.
+func (v *View) usable() bool {
+	return v.synced && v.connected
+}
+
 // OnUpdate implements registry.Handler. Subscribers hear of every Service
-// whose records differ from what the View held, and of the first full
-// update (as a Reachability change: what waited for the registry to be
-// read can go on).
+// whose records differ from what the View held; of the first full update
+// only as a Reachability change, once the registry is connected too (what
+// waited for the registry to be read can go on; every Service may be new).
 func (v *View) OnUpdate(u registry.Update) {
 	u = screen(u)
 	v.mu.Lock()
@@ -182,6 +189,7 @@ func (v *View) OnUpdate(u registry.Update) {
 		newlyRej []registry.Rejection
 	)
 	first := u.Full && !v.synced
+	wasUsable := v.usable()
 	if u.Full {
 		changed, newlyRej = v.replace(u)
 		v.synced = true
@@ -189,13 +197,19 @@ func (v *View) OnUpdate(u registry.Update) {
 		changed, newlyRej = v.apply(u)
 	}
 	onReject := v.onReject
+	becameUsable := v.usable() && !wasUsable
 	v.mu.Unlock()
 	if onReject != nil {
 		for _, r := range newlyRej {
 			onReject(r)
 		}
 	}
-	if len(changed) == 0 && !first {
+	if first {
+		// Every Service may be new: one Reachability change says so, when
+		// the registry is connected (else its connection will).
+		changed = nil
+	}
+	if len(changed) == 0 && !becameUsable {
 		return
 	}
 	subs := v.subscribers()
@@ -204,7 +218,7 @@ func (v *View) OnUpdate(u registry.Update) {
 			f(Change{Service: k})
 		}
 	}
-	if first {
+	if becameUsable {
 		for _, f := range subs {
 			f(Change{Reachability: true})
 		}

@@ -1,6 +1,7 @@
 package clusterset
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -33,8 +34,8 @@ func TestEndpointsStamp(t *testing.T) {
 	}
 
 	v.OnUpdate(registry.Update{Full: true, Endpoints: []registry.Endpoints{eps}})
-	if n := changes(); n != 1 {
-		t.Fatalf("first read: %d changes, want 1", n)
+	if n := changes(); n != 0 {
+		t.Fatalf("first read: %d changes of a Service, want 0 (it is announced as a Reachability change)", n)
 	}
 	// The same instant in another location is no change.
 	same := eps
@@ -55,25 +56,67 @@ func TestEndpointsStamp(t *testing.T) {
 	}
 }
 
-// TestFirstReadNotified: the first full update is announced as a
-// Reachability change, after the Services it brought; later full updates
-// announce only the Services that changed.
+// TestFirstReadNotified: the View announces, as one Reachability change,
+// that it became usable (read in full and connected, in either order) or
+// stopped being connected; its first full read announces no Service one by
+// one, later full updates announce the Services that changed.
 func TestFirstReadNotified(t *testing.T) {
 	a := registry.ServiceKey{Namespace: "shop", Name: "a"}
-	v := NewView()
-	var got []string
-	defer v.Subscribe(func(c Change) {
-		if c.Reachability {
-			got = append(got, "reachability")
-			return
-		}
-		got = append(got, c.Service.String())
-	})()
+	b := registry.ServiceKey{Namespace: "shop", Name: "b"}
 	full := registry.Update{Full: true, Exports: []registry.Export{{Cluster: "east", Service: a, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}}}
-	v.OnUpdate(full)
-	v.OnUpdate(full)
-	if d := cmp.Diff([]string{"shop/a", "reachability"}, got); d != "" {
-		t.Errorf("changes (-want +got):\n%s", d)
+	withB := full
+	withB.Exports = append(slices.Clone(full.Exports), registry.Export{Cluster: "east", Service: b, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}})
+	subscribe := func(v *View) *[]string {
+		var got []string
+		v.Subscribe(func(c Change) {
+			if c.Reachability {
+				got = append(got, "reachability")
+				return
+			}
+			got = append(got, c.Service.String())
+		})
+		return &got
+	}
+	tests := []struct {
+		name  string
+		steps func(v *View)
+		want  []string
+	}{
+		{name: "read, then connected", steps: func(v *View) {
+			v.OnUpdate(full)
+			v.OnConnection(true, nil)
+		}, want: []string{"reachability"}},
+		{name: "connected, then read", steps: func(v *View) {
+			v.OnConnection(true, nil)
+			v.OnUpdate(full)
+		}, want: []string{"reachability"}},
+		{name: "read again, one Service new", steps: func(v *View) {
+			v.OnConnection(true, nil)
+			v.OnUpdate(full)
+			v.OnUpdate(withB)
+		}, want: []string{"reachability", "shop/b"}},
+		{name: "an outage and the registry back", steps: func(v *View) {
+			v.OnConnection(true, nil)
+			v.OnUpdate(full)
+			v.OnConnection(false, errors.New("down"))
+			v.OnConnection(false, errors.New("still down"))
+			v.OnUpdate(withB)
+			v.OnConnection(true, nil)
+		}, want: []string{"reachability", "reachability", "shop/b", "reachability"}},
+		{name: "not read: no news", steps: func(v *View) {
+			v.OnConnection(true, nil)
+			v.OnConnection(false, errors.New("down"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := NewView()
+			got := subscribe(v)
+			tt.steps(v)
+			if d := cmp.Diff(tt.want, *got); d != "" {
+				t.Errorf("changes (-want +got):\n%s", d)
+			}
+		})
 	}
 }
 

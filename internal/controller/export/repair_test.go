@@ -36,7 +36,7 @@ func TestOwnRecordsWrittenBack(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	t.Cleanup(q.ShutDown)
-	if err := e.view.Source(changeToExport).Start(ctx, q); err != nil {
+	if err := e.view.Source(e.r.changeToExport).Start(ctx, q); err != nil {
 		t.Fatal(err)
 	}
 	// drain reconciles every request the View queued until none is left,

@@ -80,7 +80,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(notStatusOnly(), r.echoes.Predicate())).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToExport)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToExport)).
-		WatchesRawSource(r.View.Source(changeToExport)).
+		WatchesRawSource(r.View.Source(r.changeToExport)).
 		WatchesRawSource(source.Channel(exported, &handler.TypedEnqueueRequestForObject[*mcsv1beta1.ServiceExport]{})).
 		Complete(r)
 	if err != nil {
@@ -136,12 +136,27 @@ func sliceToExport(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // changeToExport maps a Service whose registry records changed to its
-// ServiceExport; the registry's reachability does not concern exports.
-func changeToExport(_ context.Context, c clusterset.Change) []reconcile.Request {
-	if c.Reachability {
+// ServiceExport. When the View becomes usable (the first full read, or the
+// registry back after an outage), every ServiceExport of this cluster, from
+// the manager's cache: their Conflict conditions follow the View. Its
+// becoming unreachable concerns no export.
+func (r *Reconciler) changeToExport(ctx context.Context, c clusterset.Change) []reconcile.Request {
+	if !c.Reachability {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Service.Namespace, Name: c.Service.Name}}}
+	}
+	if connected, _ := r.View.Connected(); !connected {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Service.Namespace, Name: c.Service.Name}}}
+	list := &mcsv1beta1.ServiceExportList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ServiceExports to reconcile after the registry was read")
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+	}
+	return reqs
 }
 
 // enqueueExported lists, once the controller starts, the Services this
