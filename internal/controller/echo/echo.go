@@ -4,18 +4,23 @@
 // written. At a cluster's start, when every import is written at once, those
 // echoes doubled or tripled the reconciles (docs/design.md).
 //
-// Filter remembers the resourceVersion of every object its Client wrote and
-// drops the one event that carries that version. An event that carries any
-// other version (a write of someone else's, or a later one) passes, and so
-// does every event when the write's response came after its event, so a
-// dropped event is never one the reconciler has not seen the outcome of.
-// A reconcile that relies on an event of its own write to look again must
-// requeue itself instead.
+// Filter remembers, for a while (Remember), the resourceVersion of every
+// object its Client wrote, and drops the one event that carries that
+// version. An event that carries any other version (a write of someone
+// else's, or a later one) passes, and so does an event that came before the
+// write's response. A dropped event is one at a version this controller
+// wrote; the one way it can carry more is an informer's relist folding
+// another writer's change, made between two of this controller's writes
+// that do not lock the version, into one event at the second: a change that
+// waits for the next event of that object. A reconcile that relies on an
+// event of its own write to look again must requeue itself instead.
 package echo
 
 import (
 	"context"
+	"slices"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,11 +33,32 @@ import (
 // have not come yet.
 const maxPerObject = 4
 
+// Remember is how long Filter remembers a write: its event comes within
+// milliseconds, or came before the write's response (and passed), or never
+// comes (a write that changed nothing).
+const Remember = 10 * time.Second
+
 // Filter remembers the versions an object was written at. The zero value is
 // ready to use.
 type Filter struct {
-	mu sync.Mutex
-	m  map[types.UID][]string
+	mu     sync.Mutex
+	m      map[types.UID][]version
+	pruned time.Time
+	// now is the clock; nil is time.Now.
+	now func() time.Time
+}
+
+// version is one write: the version it made, and when.
+type version struct {
+	rv string
+	at time.Time
+}
+
+func (f *Filter) clock() time.Time {
+	if f.now != nil {
+		return f.now()
+	}
+	return time.Now()
 }
 
 // Client returns c, remembering the version of every object it creates,
@@ -62,34 +88,54 @@ func (f *Filter) wrote(o client.Object) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := f.clock()
 	if f.m == nil {
-		f.m = map[types.UID][]string{}
+		f.m = map[types.UID][]version{}
 	}
-	v := append(f.m[uid], rv)
+	if now.Sub(f.pruned) > Remember {
+		f.prune(now)
+	}
+	v := append(f.m[uid], version{rv: rv, at: now})
 	if len(v) > maxPerObject {
 		v = v[len(v)-maxPerObject:]
 	}
 	f.m[uid] = v
 }
 
-// echo reports whether o is at a version Filter remembers, and forgets it.
+// prune forgets the writes older than Remember. Callers hold f.mu.
+func (f *Filter) prune(now time.Time) {
+	for uid, v := range f.m {
+		v = slices.DeleteFunc(v, func(w version) bool { return now.Sub(w.at) > Remember })
+		if len(v) == 0 {
+			delete(f.m, uid)
+			continue
+		}
+		f.m[uid] = v
+	}
+	f.pruned = now
+}
+
+// echo reports whether o is at a version Filter remembers (written within
+// Remember), and forgets it and the versions before it.
 func (f *Filter) echo(o client.Object) bool {
 	if o == nil {
 		return false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	v := f.m[o.GetUID()]
-	for i, rv := range v {
-		if rv == o.GetResourceVersion() {
-			// Events come in version order: the ones before it will not.
-			if rest := v[i+1:]; len(rest) > 0 {
-				f.m[o.GetUID()] = rest
-			} else {
-				delete(f.m, o.GetUID())
-			}
-			return true
+	uid := o.GetUID()
+	v := f.m[uid]
+	for i, w := range v {
+		if w.rv != o.GetResourceVersion() {
+			continue
 		}
+		// Events come in version order: the ones before it will not.
+		if rest := v[i+1:]; len(rest) > 0 {
+			f.m[uid] = rest
+		} else {
+			delete(f.m, uid)
+		}
+		return f.clock().Sub(w.at) <= Remember
 	}
 	return false
 }

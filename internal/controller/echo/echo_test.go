@@ -3,6 +3,7 @@ package echo
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,5 +102,27 @@ func TestFilterRemembersAFewVersionsPerObject(t *testing.T) {
 	}
 	if f.size() != 0 {
 		t.Errorf("%d objects remembered after their last echo", f.size())
+	}
+}
+
+// TestFilterForgetsOldWrites: a write whose event never came (it changed
+// nothing) or came first is forgotten after Remember, and does not drop a
+// later event at its version (a relist, say).
+func TestFilterForgetsOldWrites(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := Filter{now: func() time.Time { return now }}
+	o := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "7"}}
+	f.wrote(o)
+	now = now.Add(Remember + time.Second)
+	if f.echo(o) {
+		t.Error("an event dropped for a write older than Remember")
+	}
+	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "v", ResourceVersion: "8"}}
+	f.wrote(o)
+	f.wrote(other)
+	now = now.Add(Remember + time.Second)
+	f.wrote(other) // prunes
+	if f.size() != 1 {
+		t.Errorf("%d objects remembered, want 1 (the old write of the other pruned)", f.size())
 	}
 }

@@ -73,11 +73,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 
 	// The events that only echo the reconciler's own writes (its
-	// finalizer) bring nothing to do: they are dropped (package echo).
+	// finalizer, its status) bring nothing to do: they are dropped (package
+	// echo; first, so that it sees the status writes that notStatusOnly
+	// drops as well, and forgets them).
 	r.Client = r.echoes.Client(r.Client)
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(notStatusOnly(), r.echoes.Predicate())).
+		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(r.echoes.Predicate(), notStatusOnly())).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToExport)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToExport)).
 		WatchesRawSource(r.View.Source(r.changeToExport)).

@@ -70,6 +70,8 @@ type env struct {
 	// createHook, when set, may fail the reconciler's creates, as an API
 	// server would.
 	createHook func(client.Object) error
+	// getHook, when set, may fail the reconciler's reads.
+	getHook func(client.Object) error
 }
 
 func newEnv(t *testing.T, objs ...client.Object) *env {
@@ -87,6 +89,14 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	e.watch(e.view)
 	e.waitConnected(true)
 	counted := interceptor.NewClient(api, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if e.getHook != nil {
+				if err := e.getHook(obj); err != nil {
+					return err
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			e.record("create", obj)
 			if e.createHook != nil {

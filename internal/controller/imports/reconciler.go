@@ -158,6 +158,10 @@ type scope struct {
 	// existed: it gets the ServiceImport as its owner at the same time as
 	// the status is written.
 	adopt *corev1.Service
+	// statusKnown: the steps got as far as reading the derived Service, so
+	// the status can say how the import stands; a step that failed before
+	// (the hints, the take-over, a retirement) leaves the status as it was.
+	statusKnown bool
 }
 
 // cacheLag is how soon a reconcile looks again at an object its cache did
@@ -343,9 +347,10 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) error {
 // patchStatus writes the status from what the steps found and, at the same
 // time, the owner of a derived Service written before its ServiceImport.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope) (time.Duration, error) {
-	if s.si == nil {
-		// Not created: no owner to give the derived Service, no status to
-		// write. Apply's error brings the import back.
+	if s.si == nil || (s.unreachable == nil && !s.statusKnown) {
+		// Not created, or a step failed before the import could be told:
+		// no owner to give the derived Service, no status to write. The
+		// error brings the import back.
 		return 0, nil
 	}
 	if s.unreachable != nil {
@@ -400,6 +405,7 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 	if err := r.readDerivedService(ctx, s); err != nil {
 		return err
 	}
+	s.statusKnown = true
 	clusterSetIP := s.res.Spec.Type == mcsv1beta1.ClusterSetIP
 	replacing := s.svc != nil && (!clusterSetIP || needsRecreate(s.svc, s.res.Spec.IPFamilies))
 	var svcErr error

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/util/flowcontrol"
@@ -1133,4 +1134,33 @@ func TestChangesQueueOnlyLocalNamespaces(t *testing.T) {
 	if got := names(e.r.changeToImports(e.ctx, clusterset.Change{Service: elsewhere})); !slices.Equal(got, []string{"elsewhere/web"}) {
 		t.Errorf("a change once the namespace exists queues %v, want elsewhere/web", got)
 	}
+}
+
+// A reconcile that fails before it could read the derived Service leaves
+// the status as it was: a Ready import stays Ready through a failed read.
+func TestFailedReadWritesNoStatus(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	twoClusters(e)
+	e.reconcile("web")
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+	wantCondition(t, e.serviceImport("web"), "Ready", metav1.ConditionTrue, "Ready")
+
+	errRead := errors.New("read failed")
+	e.getHook = func(obj client.Object) error {
+		if _, ok := obj.(*corev1.Service); ok {
+			return errRead
+		}
+		return nil
+	}
+	e.writes = nil
+	if _, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}); !errors.Is(err, errRead) {
+		t.Fatalf("reconcile: %v, want the read's error", err)
+	}
+	if len(e.writes) > 0 {
+		t.Errorf("a reconcile that could not read the derived Service wrote %v", e.writes)
+	}
+	e.getHook = nil
+	wantCondition(t, e.serviceImport("web"), "Ready", metav1.ConditionTrue, "Ready")
+	e.steady("web")
 }

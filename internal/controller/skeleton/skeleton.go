@@ -12,7 +12,9 @@
 //  4. Apply: the writes that bring the cluster or the registry to it, in the
 //     controller's fixed order.
 //  5. Patch the status, once, deferred: it runs after Compute and Apply
-//     whatever they returned, so that a failure is reported on the object.
+//     whatever they returned, so that a failure is reported on the object;
+//     it decides from the scope whether the steps got far enough to say
+//     anything.
 //
 // Steps run one after the other; a step that writes several objects at once
 // for latency does it through package parallel.
