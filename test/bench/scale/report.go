@@ -29,7 +29,7 @@ func (r runResult) line() string {
 	return fmt.Sprintf("[scale] N=%d: converged %s (writes %s); churn p50 %s p99 %s (floor p50 %s p99 %s); idle %.1f req/member/min; resync %s (%d deletions, %d reports); leave seen %s",
 		r.N, r.Converged.Round(time.Millisecond), r.Publish.Round(time.Millisecond), ms(r.P50), ms(r.P99), ms(r.FloorP50), ms(r.FloorP99),
 		r.IdlePerMemberPerMinute, r.Resynced.Round(time.Millisecond), r.RestartDeletions, r.RestartReports, r.LeaveSeen.Round(time.Millisecond)) +
-		r.LeaderKill.line("leader killed") + r.Real.line()
+		r.LeaderKill.line("leader killed") + r.Compaction.line("compacted past every watch") + r.Real.line()
 }
 
 func (d *disruption) line(what string) string {
@@ -129,8 +129,8 @@ func (res results) cloudMapMarkdown() string {
 	return b.String()
 }
 
-// disruptionsMarkdown is the table of the registry's leader kill, when the
-// run had one.
+// disruptionsMarkdown is the table of the registry's leader kill or
+// compaction, when the run had one.
 func (res results) disruptionsMarkdown() string {
 	var b strings.Builder
 	row := func(n int, what string, d *disruption) {
@@ -141,6 +141,7 @@ func (res results) disruptionsMarkdown() string {
 	}
 	for _, r := range res.Runs {
 		row(r.N, fmt.Sprintf("leader of %d members killed", res.Config.RegistryMembers), r.LeaderKill)
+		row(r.N, "every client cut off, the registry compacted past their watches", r.Compaction)
 	}
 	if b.Len() == 0 {
 		return ""

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,6 +67,9 @@ type runResult struct {
 	RestartReports   int           `json:"restartReports"`
 	// LeaderKill is a three-member registry's leader killed.
 	LeaderKill *disruption `json:"leaderKill,omitempty"`
+	// Compaction is every client cut off from the single-member registry
+	// while it moves on and is compacted past their watches.
+	Compaction *disruption `json:"compaction,omitempty"`
 
 	// Leave: a member stopped; until every other member saw it gone.
 	LeaveSeen time.Duration `json:"leaveSeen,omitempty"`
@@ -93,6 +98,9 @@ type sizeRun struct {
 	owned   [][]registry.ServiceKey // each member's exports
 	version []int                   // each member's churn counter
 	real    *realSet                // nil: no real cluster
+	// gate stands between the single-member registry and its clients
+	// (members and real clusters), for the compaction phase.
+	gate *gate
 }
 
 func (r *sizeRun) memberID(i int) string { return fmt.Sprintf("m%03d", i) }
@@ -168,6 +176,8 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 			if err := r.killLeader(ctx, &res); err != nil {
 				return res, err
 			}
+		} else if err := r.compact(ctx, &res); err != nil {
+			return res, err
 		}
 	}
 	if !cfg.SkipLeave {
@@ -183,6 +193,7 @@ func (r *sizeRun) stopEtcd() {
 		r.cluster.Close()
 		return
 	}
+	r.gate.stop()
 	r.srv.Close()
 }
 
@@ -201,7 +212,14 @@ func (r *sizeRun) startEtcd(ctx context.Context) error {
 		r.cluster, r.urls, r.url = c, c.ClientURLs(), c.ClientURLs()[0]
 		return nil
 	}
-	r.urls = []string{r.url}
+	if r.gate == nil {
+		g, err := startGate(strings.TrimPrefix(r.url, "http://"))
+		if err != nil {
+			return fmt.Errorf("start the registry's gate: %w", err)
+		}
+		r.gate = g
+	}
+	r.urls = []string{r.gate.url()}
 	srv, err := embedded.Start(ctx, embedded.Config{DataDir: filepath.Join(r.dir, "etcd"), ListenClientURL: r.url, ListenPeerURL: "http://127.0.0.1:0"})
 	if err != nil {
 		return fmt.Errorf("start etcd: %w", err)
@@ -545,6 +563,40 @@ func (r *sizeRun) killLeader(ctx context.Context, res *runResult) error {
 		return err
 	}
 	return r.cluster.WaitHealthy(ctx)
+}
+
+// compactionWrites is how many writes the registry takes while its clients
+// are cut off, before it is compacted past their watches.
+const compactionWrites = 100
+
+// compact cuts every member and real cluster off the single-member
+// registry (their connections closed, new ones refused), writes to it and
+// compacts it at its new revision, and lets them back: each watch resumes
+// from a revision the registry no longer has, and its client reads the
+// clusterset again, in pages. A change is written as soon as they are back;
+// until every member has it. The cut lasts well under the lease TTL.
+func (r *sizeRun) compact(ctx context.Context, res *runResult) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{r.url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+	d, err := r.disrupt(ctx, "the compaction", func() error {
+		r.gate.close()
+		defer r.gate.open()
+		var rev int64
+		for i := range compactionWrites {
+			resp, err := cli.Put(ctx, "/mcsd-bench-scale/compaction", strconv.Itoa(i))
+			if err != nil {
+				return err
+			}
+			rev = resp.Header.Revision
+		}
+		_, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+		return err
+	})
+	res.Compaction = &d
+	return err
 }
 
 // disruption is what a disruption of the registry cost.

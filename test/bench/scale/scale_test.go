@@ -15,7 +15,9 @@ func TestMain(m *testing.M) {
 }
 
 // A small run, so that bench-scale keeps working: the phases end, a
-// restart of etcd delivers no deletion and reports no outage, the leaver's
+// restart of etcd delivers no deletion and reports no outage, a compaction
+// past every watch has every member read the clusterset again and deletes
+// nothing, the leaver's
 // records (and only they) are deleted at every other member, and the idle
 // cost does not grow with the clusterset.
 func TestSmallRun(t *testing.T) {
@@ -42,6 +44,9 @@ func TestSmallRun(t *testing.T) {
 		}
 		if r.RestartDeletions != 0 || r.RestartReports != 0 {
 			t.Errorf("N=%d: the restart delivered %d deletions and %d outage reports, want none", n, r.RestartDeletions, r.RestartReports)
+		}
+		if c := r.Compaction; c == nil || c.Fulls != n || c.Deletions != 0 || c.RealDeletions != 0 {
+			t.Errorf("N=%d: the compaction: %+v; want every member to read again, no deletion", n, c)
 		}
 		if r.LeaveDeletions != 2*r.LeaverRecords {
 			t.Errorf("N=%d: a member's leaving deleted %d records at another, want its %d exports and endpoints", n, r.LeaveDeletions, 2*r.LeaverRecords)
