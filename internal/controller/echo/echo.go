@@ -2,7 +2,7 @@
 // writes. A reconcile that writes an object knows what it wrote; the event
 // the write brings back would only reconcile the object again, to find it as
 // written. At a cluster's start, when every import is written at once, those
-// echoes doubled or tripled the reconciles (docs/design.md).
+// echoes brought most imports back two or three times (docs/design.md).
 //
 // Filter remembers, for a while (Remember), the resourceVersion of every
 // object its Client wrote, and drops the one event that carries that
