@@ -149,13 +149,6 @@ func (f *Filter) forget(o client.Object) {
 	delete(f.m, o.GetUID())
 }
 
-// size is how many objects f remembers versions of.
-func (f *Filter) size() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.m)
-}
-
 // writer is a client that tells its Filter what it wrote.
 type writer struct {
 	client.Client

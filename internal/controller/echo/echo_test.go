@@ -126,3 +126,10 @@ func TestFilterForgetsOldWrites(t *testing.T) {
 		t.Errorf("%d objects remembered, want 1 (the old write of the other pruned)", f.size())
 	}
 }
+
+// size is how many objects f remembers versions of.
+func (f *Filter) size() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.m)
+}
