@@ -198,6 +198,20 @@ func Plan(in Input) Hints {
 	return h
 }
 
+// KeyFor is a key of how For hints cluster's endpoints: two Hints with the
+// same KeyFor(cluster) give every endpoint of cluster the same hints.
+func (h Hints) KeyFor(cluster string) string {
+	if !h.zone && !h.sameCluster {
+		return "none"
+	}
+	local := cluster == h.local
+	k := fmt.Sprintf("zone=%t sameCluster=%t node=%t local=%t", h.zone, h.sameCluster, h.node, local)
+	if local && h.sameCluster {
+		k += " spill=" + strings.Join(h.spill, ",") + " localZones=" + strings.Join(h.localZones, ",")
+	}
+	return k
+}
+
 // For returns the hints of endpoint e of cluster, nil for none.
 func (h Hints) For(cluster string, e registry.Endpoint) *discoveryv1.EndpointHints {
 	if !h.zone && !h.sameCluster {

@@ -30,6 +30,13 @@ const (
 	// import's families at the time. The Service's spec.ipFamilies holds fewer
 	// when this cluster refused a family.
 	AnnotationIPFamilies = "multicluster.mcsd.io/ip-families"
+	// AnnotationSliceInputs on an import's EndpointSlice is a digest of what
+	// its source cluster's slices were made from (that cluster's endpoints
+	// and served ports, the import's ports, families and type, its hints
+	// for that cluster), and how many slices there are: while the digest
+	// holds, a reconcile does not build or compare that cluster's slices
+	// again.
+	AnnotationSliceInputs = "multicluster.mcsd.io/slice-inputs"
 )
 
 // What the AWS Cloud Map MCS controller (aws/aws-cloud-map-mcs-controller-for-k8s)

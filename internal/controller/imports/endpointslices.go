@@ -43,48 +43,38 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	if err != nil {
 		return false, err
 	}
-	byName := make(map[string]*discoveryv1.EndpointSlice, len(existing))
-	for i := range existing {
-		byName[existing[i].Name] = &existing[i]
-	}
 	endpoints := s.endpoints
-	desired := desiredEndpointSlices(s, endpoints)
-	desired = append(desired, retiringSlices(s, desired)...)
+	plan := planSlices(s, existing)
 	// One write per slice that differs, all at the same time: a new import
 	// from k clusters has k slices, which one after the other took k round
 	// trips.
 	var writes []func() (sliceWrite, error)
-	for _, want := range desired {
-		have, ok := byName[want.Name]
-		delete(byName, want.Name)
-		switch {
-		case ok && have.AddressType != want.AddressType:
-			// The address type is immutable.
-			writes = append(writes, func() (sliceWrite, error) {
-				if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
-					return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
-				}
-				w, err := r.createSlice(ctx, want)
-				w.deleted = true
-				return w, err
-			})
-		case !ok:
-			writes = append(writes, func() (sliceWrite, error) { return r.createSlice(ctx, want) })
-		case !sliceUpToDate(have, want, s.sliceOwners):
-			applySlice(have, want)
-			writes = append(writes, func() (sliceWrite, error) {
-				if err := r.Client.Update(ctx, have); err != nil {
-					return sliceWrite{}, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
-				}
-				return sliceWrite{updated: true}, nil
-			})
-		}
+	for _, x := range plan.replace {
+		// The address type is immutable.
+		writes = append(writes, func() (sliceWrite, error) {
+			if err := r.Client.Delete(ctx, x.have); client.IgnoreNotFound(err) != nil {
+				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", x.have.Name, err)
+			}
+			w, err := r.createSlice(ctx, x.want)
+			w.deleted = true
+			return w, err
+		})
 	}
-	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		have := byName[name]
+	for _, want := range plan.create {
+		writes = append(writes, func() (sliceWrite, error) { return r.createSlice(ctx, want) })
+	}
+	for _, have := range plan.update {
+		writes = append(writes, func() (sliceWrite, error) {
+			if err := r.Client.Update(ctx, have); err != nil {
+				return sliceWrite{}, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
+			}
+			return sliceWrite{updated: true}, nil
+		})
+	}
+	for _, have := range plan.remove {
 		writes = append(writes, func() (sliceWrite, error) {
 			if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
-				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", name, err)
+				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
 			}
 			return sliceWrite{deleted: true}, nil
 		})
@@ -185,55 +175,62 @@ func setSliceOwners(s *scope, replacing bool) {
 // placeholder.
 func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
-	importPorts := s.res.Spec.Ports
-	families := familyAddressTypes(s.res.Spec.IPFamilies)
-	headless := s.res.Spec.Type == mcsv1beta1.Headless
 	for _, cluster := range s.res.Clusters {
-		served := s.res.Served[cluster]
-		if headless && len(importPorts) > 0 && len(served) == 0 {
-			// DNS answers with every endpoint of a headless import's
-			// slices, ports or not: a cluster that serves none of its
-			// ports is left out, so that no name leads to it.
+		out = append(out, clusterSlices(s, cluster, endpoints[cluster])...)
+	}
+	return out
+}
+
+// clusterSlices returns the EndpointSlices of cluster's endpoints
+// (desiredEndpointSlices).
+func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints) []*discoveryv1.EndpointSlice {
+	importPorts := s.res.Spec.Ports
+	headless := s.res.Spec.Type == mcsv1beta1.Headless
+	served := s.res.Served[cluster]
+	if headless && len(importPorts) > 0 && len(served) == 0 {
+		// DNS answers with every endpoint of a headless import's slices,
+		// ports or not: a cluster that serves none of its ports is left
+		// out, so that no name leads to it.
+		return nil
+	}
+	// Groups whose served ports are the same share slices.
+	type set struct {
+		addressType discoveryv1.AddressType
+		ports       []discoveryv1.EndpointPort
+		endpoints   []discoveryv1.Endpoint
+	}
+	sets := map[string]*set{}
+	has := map[discoveryv1.AddressType]bool{} // families the cluster has endpoints of
+	for _, g := range endpoints.Groups {
+		ports := slicePorts(g.Ports, served, importPorts)
+		if headless && len(importPorts) > 0 && len(ports) == 0 {
 			continue
 		}
-		// Groups whose served ports are the same share slices.
-		type set struct {
-			addressType discoveryv1.AddressType
-			ports       []discoveryv1.EndpointPort
-			endpoints   []discoveryv1.Endpoint
+		has[g.AddressType] = has[g.AddressType] || len(g.Endpoints) > 0
+		id := string(g.AddressType) + "|" + portsID(ports)
+		st := sets[id]
+		if st == nil {
+			st = &set{addressType: g.AddressType, ports: ports}
+			sets[id] = st
 		}
-		sets := map[string]*set{}
-		has := map[discoveryv1.AddressType]bool{} // families the cluster has endpoints of
-		for _, g := range endpoints[cluster].Groups {
-			ports := slicePorts(g.Ports, served, importPorts)
-			if headless && len(importPorts) > 0 && len(ports) == 0 {
-				continue
-			}
-			has[g.AddressType] = has[g.AddressType] || len(g.Endpoints) > 0
-			id := string(g.AddressType) + "|" + portsID(ports)
-			st := sets[id]
-			if st == nil {
-				st = &set{addressType: g.AddressType, ports: ports}
-				sets[id] = st
-			}
-			for _, e := range g.Endpoints {
-				ep := sliceEndpoint(e, cluster == s.localCluster)
-				ep.Hints = s.hints.For(cluster, e)
-				st.endpoints = append(st.endpoints, ep)
-			}
+		for _, e := range g.Endpoints {
+			ep := sliceEndpoint(e, cluster == s.localCluster)
+			ep.Hints = s.hints.For(cluster, e)
+			st.endpoints = append(st.endpoints, ep)
 		}
-		for _, at := range families {
-			if !has[at] {
-				out = append(out, newSlice(s, cluster, string(at)+"|", 0, at, nil, nil))
-			}
+	}
+	var out []*discoveryv1.EndpointSlice
+	for _, at := range familyAddressTypes(s.res.Spec.IPFamilies) {
+		if !has[at] {
+			out = append(out, newSlice(s, cluster, string(at)+"|", 0, at, nil, nil))
 		}
-		for _, id := range slices.Sorted(maps.Keys(sets)) {
-			st := sets[id]
-			slices.SortFunc(st.endpoints, compareEndpoints)
-			for chunk := 0; chunk*maxEndpointsPerSlice < len(st.endpoints); chunk++ {
-				part := st.endpoints[chunk*maxEndpointsPerSlice : min((chunk+1)*maxEndpointsPerSlice, len(st.endpoints))]
-				out = append(out, newSlice(s, cluster, id, chunk, st.addressType, part, st.ports))
-			}
+	}
+	for _, id := range slices.Sorted(maps.Keys(sets)) {
+		st := sets[id]
+		slices.SortFunc(st.endpoints, compareEndpoints)
+		for chunk := 0; chunk*maxEndpointsPerSlice < len(st.endpoints); chunk++ {
+			part := st.endpoints[chunk*maxEndpointsPerSlice : min((chunk+1)*maxEndpointsPerSlice, len(st.endpoints))]
+			out = append(out, newSlice(s, cluster, id, chunk, st.addressType, part, st.ports))
 		}
 	}
 	return out
@@ -369,8 +366,10 @@ func conditionsKey(c discoveryv1.EndpointConditions) string {
 }
 
 // sliceUpToDate reports whether the existing slice have already holds what
-// mcsd wants in it: its labels and annotations (others may add more), its
-// controller reference, address type, ports and endpoints (in any order).
+// mcsd wants in it: its labels and annotations (others may add more; the
+// digest of its inputs may be stale, which costs the next reconcile a
+// comparison, not a write), its controller reference, address type, ports
+// and endpoints (in any order).
 func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference) bool {
 	for k, v := range want.Labels {
 		if got, ok := have.Labels[k]; !ok || got != v {
@@ -381,7 +380,7 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerR
 		return false
 	}
 	for k, v := range want.Annotations {
-		if got, ok := have.Annotations[k]; !ok || got != v {
+		if got, ok := have.Annotations[k]; k != wellknown.AnnotationSliceInputs && (!ok || got != v) {
 			return false
 		}
 	}

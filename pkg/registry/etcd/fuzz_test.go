@@ -49,7 +49,7 @@ func FuzzDecodeMerge(f *testing.F) {
 			c:       &conn{keys: newKeys("/mcsd", "set"), opts: Options{Identity: registry.Identity{ClusterSet: "set", Cluster: "self"}}},
 			h:       nil,
 			log:     logr.Discard(),
-			members: map[string]member{}, records: map[string]*record{}, byCluster: map[string]map[string]bool{},
+			members: map[string]member{}, records: map[string]*record{}, byCluster: map[string]map[string]bool{}, revs: map[string]int64{},
 		}
 		root := w.c.keys.clusters()
 		// A good cluster beside the fuzzed one, and the fuzzed cluster's

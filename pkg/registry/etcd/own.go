@@ -111,21 +111,18 @@ func (b *Backend) observeOwn(key string, kv *mvccpb.KeyValue, rev int64) {
 	}
 }
 
-// observeOwnFull implements ownObserver.
-func (b *Backend) observeOwnFull(held map[string]*mvccpb.KeyValue, rev int64) {
+// observeOwnAbsent implements ownObserver.
+func (b *Backend) observeOwnAbsent(present map[string]bool, rev int64) {
 	b.own.mu.Lock()
 	keys := make([]string, 0, len(b.own.recs))
 	for k := range b.own.recs {
-		keys = append(keys, k)
+		if !present[k] {
+			keys = append(keys, k)
+		}
 	}
 	b.own.mu.Unlock()
 	for _, k := range keys {
-		kv := held[k]
-		r := rev
-		if kv != nil {
-			r = kv.ModRevision
-		}
-		if b.own.check(k, kv, r) {
+		if b.own.check(k, nil, rev) {
 			b.lost(k)
 		}
 	}
@@ -197,7 +194,7 @@ func (b *Backend) repairAlive() error {
 type ownObserver interface {
 	// observeOwn: key holds kv (nil: it was deleted at revision rev).
 	observeOwn(key string, kv *mvccpb.KeyValue, rev int64)
-	// observeOwnFull: at revision rev, the cluster's records are held,
-	// key to value.
-	observeOwnFull(held map[string]*mvccpb.KeyValue, rev int64)
+	// observeOwnAbsent: at revision rev, etcd holds no key of the cluster
+	// that present lacks (present lists every key the read found).
+	observeOwnAbsent(present map[string]bool, rev int64)
 }

@@ -22,6 +22,8 @@ import (
 // rangeRead is one Get a watcher made.
 type rangeRead struct {
 	countOnly bool
+	keysOnly  bool
+	minModRev int64
 	oneKey    bool  // no range end: a single key
 	rev       int64 // the revision asked for (0: the latest)
 	keys      int   // keys returned
@@ -41,7 +43,7 @@ func (k *recordingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOp
 	if err == nil {
 		op := clientv3.OpGet(key, opts...)
 		k.mu.Lock()
-		k.reads = append(k.reads, rangeRead{countOnly: op.IsCountOnly(), oneKey: len(op.RangeBytes()) == 0, rev: op.Rev(), keys: len(resp.Kvs), more: resp.More, readAt: resp.Header.Revision})
+		k.reads = append(k.reads, rangeRead{countOnly: op.IsCountOnly(), keysOnly: op.IsKeysOnly(), minModRev: op.MinModRev(), oneKey: len(op.RangeBytes()) == 0, rev: op.Rev(), keys: len(resp.Kvs), more: resp.More, readAt: resp.Header.Revision})
 		k.mu.Unlock()
 	}
 	return resp, err
@@ -143,18 +145,160 @@ func TestShortOutageIsNotReported(t *testing.T) {
 
 	srv.Close()
 	startServer(t, dir, url)
-	var full bool
-	events := rec.WaitFor(t, 30*time.Second, "a full read after the restart", func(e registrytest.Event, _ *registrytest.View) bool {
-		full = full || (e.Update != nil && e.Update.Full)
-		return full
-	})
 	must(t, a.PutExport(t.Context(), web, spec2))
-	events = append(events, rec.WaitFor(t, 10*time.Second, "a's change after the restart", func(_ registrytest.Event, v *registrytest.View) bool {
+	events := rec.WaitFor(t, 30*time.Second, "a's change after the restart", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Exports[id].Spec, spec2)
-	})...)
+	})
 	for _, e := range events {
 		if e.Update == nil && !e.Connected {
 			t.Errorf("a restart shorter than UnreachableAfter was reported: %s", e)
 		}
+		if u := e.Update; u != nil && (u.Full || len(u.Endpoints) > 0 || len(u.DeletedExports) > 0 || len(u.DeletedEndpoints) > 0) {
+			t.Errorf("a restart that changed one export delivered more: %s", e)
+		}
+	}
+}
+
+// deafWatcher passes etcd's watches on, and can make them deaf (their
+// responses dropped, as a member cut off from the others leaves them) and
+// then end them, as a compaction or a leader change ends them.
+type deafWatcher struct {
+	clientv3.Watcher
+	mu      sync.Mutex
+	deaf    bool
+	cancels []context.CancelFunc
+}
+
+func (d *deafWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	ctx, cancel := context.WithCancel(ctx)
+	d.mu.Lock()
+	d.cancels = append(d.cancels, cancel)
+	d.mu.Unlock()
+	in := d.Watcher.Watch(ctx, key, opts...)
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for resp := range in {
+			d.mu.Lock()
+			deaf := d.deaf
+			d.mu.Unlock()
+			if deaf {
+				continue
+			}
+			select {
+			case out <- resp:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func (d *deafWatcher) setDeaf() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deaf = true
+}
+
+// end ends every watch; the next ones hear again.
+func (d *deafWatcher) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.cancels {
+		c()
+	}
+	d.cancels, d.deaf = nil, false
+}
+
+// After its watch ended, a backend reads the keys of the clusterset and
+// their revisions, and the values of the changed keys only; it delivers
+// what changed as an incremental update, and mends its own alive record,
+// deleted meanwhile.
+func TestResyncReadsOnlyWhatChanged(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	const services = 20
+	svc := func(i int) registry.ServiceKey {
+		return registry.ServiceKey{Namespace: "shop", Name: fmt.Sprintf("web-%d", i)}
+	}
+	for i := range services {
+		must(t, a.Publish(t.Context(), svc(i), spec, []registry.EndpointGroup{{AddressType: "IPv4",
+			Endpoints: []registry.Endpoint{{Addresses: []string{fmt.Sprintf("10.0.0.%d", i+1)}, Ready: true, Serving: true}}}}))
+	}
+
+	cli := client(t, srv.ClientURL())
+	kv := &recordingKV{KV: cli.KV}
+	watcher := &deafWatcher{Watcher: cli.Watcher}
+	cli.KV, cli.Watcher = kv, watcher
+	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
+	b, err := etcd.NewFromClient(ctx, cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "b"},
+		Prefix: prefix, ResyncPageSize: 8, ResyncJitter: -1, HealthInterval: time.Minute})
+	must(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	rec := registrytest.StartWatch(t, b)
+	rec.WaitFor(t, 10*time.Second, "every record", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Exports) == services && len(v.Endpoints) == services
+	})
+
+	// While b's watch hears nothing: a changes one export, withdraws
+	// another, publishes a new one; b's alive record is deleted.
+	watcher.setDeaf()
+	must(t, a.PutExport(t.Context(), svc(0), spec2))
+	must(t, a.DeleteExport(t.Context(), svc(1)))
+	must(t, a.PutExport(t.Context(), svc(services), spec))
+	raw := client(t, srv.ClientURL())
+	alive := prefix + "/set1/clusters/b/alive"
+	if _, err := raw.Delete(t.Context(), alive); err != nil {
+		t.Fatal(err)
+	}
+	before := len(kv.snapshot())
+	watcher.end()
+
+	id := func(i int) registry.RecordID { return registry.RecordID{Cluster: "a", Service: svc(i)} }
+	events := rec.WaitFor(t, 10*time.Second, "the changes made while the watch was deaf", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, gone := v.Exports[id(1)]
+		_, added := v.Exports[id(services)]
+		return cmp.Equal(v.Exports[id(0)].Spec, spec2) && !gone && added
+	})
+	for _, e := range events {
+		if u := e.Update; u != nil && (u.Full || len(u.Exports) != 2 || len(u.Endpoints) > 0 ||
+			len(u.DeletedExports) != 1 || len(u.DeletedEndpoints) != 1) {
+			t.Errorf("the resync delivered %s; want the two exports put and one Service's records deleted", e)
+		}
+		if e.Update == nil && !e.Connected {
+			t.Errorf("the resync reported an outage: %s", e)
+		}
+	}
+	poll.Until(t, 10*time.Second, "b's alive record written again", func() (bool, string) {
+		resp, err := raw.Get(t.Context(), alive)
+		return err == nil && len(resp.Kvs) == 1, fmt.Sprint(err)
+	})
+
+	// The reads of the resync: every key without values, in pages, then
+	// the values of the keys changed since: a's two exports.
+	var listed, valued int
+	for _, r := range kv.snapshot()[before:] {
+		switch {
+		case r.countOnly || r.oneKey:
+		case r.keysOnly:
+			listed += r.keys
+			if r.keys > 8 {
+				t.Errorf("a page of keys held %d, more than ResyncPageSize", r.keys)
+			}
+		default:
+			valued += r.keys
+			if r.minModRev == 0 {
+				t.Errorf("the resync read values of every key: %+v", r)
+			}
+		}
+	}
+	// a's alive, 20 - 1 + 1 exports, 20 - 1 endpoints (b's alive is gone).
+	if want := 1 + services + (services - 1); listed < want {
+		t.Errorf("the resync listed %d keys, want %d at least", listed, want)
+	}
+	if valued != 2 {
+		t.Errorf("the resync read %d values, want 2 (the changed exports)", valued)
 	}
 }

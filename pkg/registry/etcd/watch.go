@@ -60,12 +60,17 @@ type watch struct {
 	// members holds the live clusters: those with an alive record on a
 	// lease; records count only on their cluster's lease.
 	members map[string]member
-	// records holds the last value of every export and endpoints key, and
-	// whether it was delivered, so that a change of membership can deliver
-	// or withdraw them.
+	// records holds the last value of every export and endpoints key,
+	// decoded, and whether it was delivered, so that a change of membership
+	// can deliver or withdraw them. The values are those the handler gets:
+	// the registry is held once, not again as etcd's bytes.
 	records map[string]*record
 	// byCluster indexes records by cluster.
 	byCluster map[string]map[string]bool
+	// revs holds the revision of the last change of every alive, export
+	// and endpoints key: a resync reads the values of the keys whose
+	// revision moved only. Nil until the first full read.
+	revs map[string]int64
 }
 
 // member is a live cluster as its alive record says.
@@ -82,7 +87,12 @@ type record struct {
 	kind    keyKind
 	cluster string
 	svc     registry.ServiceKey
-	kv      *mvccpb.KeyValue
+	lease   clientv3.LeaseID
+	// export or endpoints is the value, decoded (by kind); err says why it
+	// could not be.
+	export    registry.Export
+	endpoints registry.Endpoints
+	err       error
 	// delivered: the record was last delivered as a put, not refused.
 	delivered bool
 }
@@ -161,56 +171,132 @@ func (w *watch) setConnected(connected bool, err error) {
 	w.h.OnConnection(connected, err)
 }
 
-// sync delivers every record of the clusterset as one full Update and
-// returns the revision it read at.
+// sync reads the clusterset and delivers it: the first time in full, as
+// one full Update; after a watch ended, only what changed meanwhile.
+// It returns the revision it read at.
 func (w *watch) sync(ctx context.Context) (int64, error) {
-	kvs, rev, err := w.readAll(ctx)
+	if w.revs == nil {
+		return w.syncFull(ctx)
+	}
+	return w.syncChanges(ctx)
+}
+
+// syncFull delivers every record of the clusterset as one full Update.
+func (w *watch) syncFull(ctx context.Context) (int64, error) {
+	kvs, rev, err := w.readAll(ctx, 0)
 	if err != nil {
 		return 0, fmt.Errorf("read clusterset: %w", err)
 	}
 	w.members = map[string]member{}
 	w.records = map[string]*record{}
 	w.byCluster = map[string]map[string]bool{}
+	w.revs = make(map[string]int64, len(kvs))
 	u := registry.Update{Full: true}
-	var held map[string]*mvccpb.KeyValue
-	if w.own != nil {
-		held = map[string]*mvccpb.KeyValue{}
-	}
 	// Alive records first: membership decides whether the others count.
 	for _, kv := range kvs {
 		if kind, cluster, _ := w.c.keys.parse(string(kv.Key)); kind == kindAlive {
+			w.revs[string(kv.Key)] = kv.ModRevision
 			w.putAlive(&u, cluster, kv)
 		}
 	}
+	present := map[string]bool{}
 	for _, kv := range kvs {
-		kind, cluster, svc := w.c.keys.parse(string(kv.Key))
-		if held != nil && cluster == w.c.opts.Identity.Cluster && kind != kindUnknown {
-			held[string(kv.Key)] = kv
+		key := string(kv.Key)
+		kind, cluster, svc := w.c.keys.parse(key)
+		if kind == kindUnknown {
+			continue
 		}
+		present[key] = true
+		w.observeOwn(cluster, key, kv)
 		if kind == kindExport || kind == kindEndpoints {
+			w.revs[key] = kv.ModRevision
 			rec := w.putRecord(kind, cluster, svc, kv)
 			w.evaluate(&u, rec, true)
 		}
 	}
 	if w.own != nil {
-		w.own.observeOwnFull(held, rev)
+		w.own.observeOwnAbsent(present, rev)
 	}
 	w.h.OnUpdate(u)
 	return rev, nil
 }
 
-// readAll reads every key of the clusterset at one revision, in pages of
-// ResyncPageSize keys, each page a request of its own (with its own
-// RequestTimeout). A compaction between pages makes the read start again
-// (errResync).
-func (w *watch) readAll(ctx context.Context) ([]*mvccpb.KeyValue, int64, error) {
+// syncChanges reads the keys of the clusterset and their revisions, then
+// the values of the keys that changed since they were last seen, and
+// delivers the difference as an incremental Update: after a compaction or
+// a leader change, every controller of the clusterset reads at once, and
+// reading every value again would cost each of them the whole registry.
+func (w *watch) syncChanges(ctx context.Context) (int64, error) {
+	listed, rev, err := w.readAll(ctx, 0, clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, fmt.Errorf("read clusterset keys: %w", err)
+	}
+	present := make(map[string]bool, len(listed))
+	var changed int
+	var since int64 // the oldest revision among the changed keys
+	for _, kv := range listed {
+		key := string(kv.Key)
+		if kind, _, _ := w.c.keys.parse(key); kind == kindUnknown {
+			continue
+		}
+		present[key] = true
+		if held, ok := w.revs[key]; ok && held == kv.ModRevision {
+			continue
+		}
+		if changed++; since == 0 || kv.ModRevision < since {
+			since = kv.ModRevision
+		}
+	}
+	var events []*clientv3.Event
+	if changed > 0 {
+		opts := []clientv3.OpOption{clientv3.WithMinModRev(since)}
+		if changed*4 > len(present) {
+			// Most keys changed: etcd reads every key of each page of a
+			// filtered read, so read them all in plain pages.
+			opts = nil
+		}
+		kvs, _, err := w.readAll(ctx, rev, opts...)
+		if err != nil {
+			return 0, fmt.Errorf("read changed records: %w", err)
+		}
+		for _, kv := range kvs {
+			key := string(kv.Key)
+			if held, ok := w.revs[key]; present[key] && (!ok || held != kv.ModRevision) {
+				events = append(events, &clientv3.Event{Type: mvccpb.PUT, Kv: kv})
+			}
+		}
+	}
+	for key := range w.revs {
+		if !present[key] {
+			events = append(events, &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}})
+		}
+	}
+	u := w.changes(events)
+	if w.own != nil {
+		w.own.observeOwnAbsent(present, rev)
+	}
+	if !u.Empty() {
+		w.h.OnUpdate(u)
+	}
+	return rev, nil
+}
+
+// observeOwn tells the own observer of kv, a key of cluster read in full.
+func (w *watch) observeOwn(cluster, key string, kv *mvccpb.KeyValue) {
+	if w.own != nil && cluster == w.c.opts.Identity.Cluster {
+		w.own.observeOwn(key, kv, kv.ModRevision)
+	}
+}
+
+// readAll reads every key of the clusterset at revision rev (0: the
+// latest), in pages of ResyncPageSize keys, each page a request of its own
+// (with its own RequestTimeout), all at the revision of the first. A
+// compaction between pages makes the read start again (errResync).
+func (w *watch) readAll(ctx context.Context, rev int64, filter ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
 	from, end := w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
-	var (
-		kvs []*mvccpb.KeyValue
-		rev int64
-	)
+	var kvs []*mvccpb.KeyValue
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}
+		opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}, filter...)
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
@@ -354,6 +440,13 @@ func (w *watch) changes(events []*clientv3.Event) registry.Update {
 			continue
 		}
 		kind, cluster, svc := w.c.keys.parse(key)
+		if kind != kindUnknown {
+			if ev.Type == mvccpb.DELETE {
+				delete(w.revs, key)
+			} else {
+				w.revs[key] = ev.Kv.ModRevision
+			}
+		}
 		if w.own != nil && cluster == ownCluster && kind != kindUnknown {
 			if ev.Type == mvccpb.DELETE {
 				w.own.observeOwn(key, nil, ev.Kv.ModRevision)
@@ -450,7 +543,9 @@ func (w *watch) putRecord(kind keyKind, cluster string, svc registry.ServiceKey,
 		}
 		w.byCluster[cluster][key] = true
 	}
-	rec.kv = kv
+	rec.lease = clientv3.LeaseID(kv.Lease)
+	rec.export, rec.endpoints = registry.Export{}, registry.Endpoints{}
+	rec.err = w.decode(rec, kv)
 	return rec
 }
 
@@ -471,8 +566,7 @@ func (w *watch) deleteRecord(key string) {
 // its cluster's membership either makes it count or not.
 func (w *watch) evaluate(u *registry.Update, rec *record, written bool) {
 	m, ok := w.members[rec.cluster]
-	lease := clientv3.LeaseID(rec.kv.Lease)
-	member := ok && (lease == m.lease || (m.prev != clientv3.NoLease && lease == m.prev))
+	member := ok && (rec.lease == m.lease || (m.prev != clientv3.NoLease && rec.lease == m.prev))
 	if !written && member == rec.delivered {
 		return
 	}
@@ -490,34 +584,39 @@ func (w *watch) evaluate(u *registry.Update, rec *record, written bool) {
 		u.Rejected = append(u.Rejected, registry.Rejection{Kind: rk, Record: id, Reason: registry.RejectNotMember, Message: msg})
 		return
 	}
-	if err := w.decode(u, rec, id); err != nil {
+	if rec.err != nil {
 		rec.delivered = false
-		u.Rejected = append(u.Rejected, registry.Reject(rk, id, err))
+		u.Rejected = append(u.Rejected, registry.Reject(rk, id, rec.err))
 		return
+	}
+	if rec.kind == kindExport {
+		u.Exports = append(u.Exports, rec.export)
+	} else {
+		u.Endpoints = append(u.Endpoints, rec.endpoints)
 	}
 	rec.delivered = true
 }
 
-// decode adds rec's value to u, or returns why it cannot be read.
-func (w *watch) decode(u *registry.Update, rec *record, id registry.RecordID) error {
-	value := rec.kv.Value
-	if len(value) > registry.MaxRecordBytes {
+// decode reads kv, the value of rec's key, into rec, or returns why it
+// cannot be read.
+func (w *watch) decode(rec *record, kv *mvccpb.KeyValue) error {
+	if len(kv.Value) > registry.MaxRecordBytes {
 		return &registry.RejectedError{Reason: registry.RejectTooLarge,
-			Err: fmt.Errorf("%d bytes, more than %d", len(value), registry.MaxRecordBytes)}
+			Err: fmt.Errorf("%d bytes, more than %d", len(kv.Value), registry.MaxRecordBytes)}
 	}
 	switch rec.kind {
 	case kindExport:
 		var v exportValue
-		if err := json.Unmarshal(value, &v); err != nil {
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
 			return &registry.RejectedError{Reason: registry.RejectUnreadable, Err: err}
 		}
-		u.Exports = append(u.Exports, registry.Export{Cluster: id.Cluster, Service: id.Service, Spec: v.Spec, Order: rec.kv.CreateRevision})
+		rec.export = registry.Export{Cluster: rec.cluster, Service: rec.svc, Spec: v.Spec, Order: kv.CreateRevision}
 	case kindEndpoints:
 		var v endpointsValue
-		if err := json.Unmarshal(value, &v); err != nil {
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
 			return &registry.RejectedError{Reason: registry.RejectUnreadable, Err: err}
 		}
-		u.Endpoints = append(u.Endpoints, registry.Endpoints{Cluster: id.Cluster, Service: id.Service, Groups: v.Groups, Updated: v.Updated})
+		rec.endpoints = registry.Endpoints{Cluster: rec.cluster, Service: rec.svc, Groups: v.Groups, Updated: v.Updated}
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ func newTestWatch() *watch {
 	return &watch{
 		c:       &conn{keys: newKeys("/p", "set"), opts: Options{Identity: registry.Identity{ClusterSet: "set"}}},
 		log:     logr.Discard(),
-		members: map[string]member{}, records: map[string]*record{}, byCluster: map[string]map[string]bool{},
+		members: map[string]member{}, records: map[string]*record{}, byCluster: map[string]map[string]bool{}, revs: map[string]int64{},
 	}
 }
 

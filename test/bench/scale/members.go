@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
@@ -34,7 +35,6 @@ type member struct {
 	seen      map[registry.RecordID]bool // endpoint records delivered
 	latencies []time.Duration            // other clusters' endpoint changes, put → delivered
 	measuring bool
-	fulls     int // full updates delivered
 	deletions int // records delivered as deleted
 	down      int // OnConnection(false) reports
 	gone      map[string]time.Time
@@ -47,12 +47,24 @@ type member struct {
 
 // callCounter counts the requests a client sends: unary calls, and every
 // message sent on a stream (a watch created or asked for progress, a lease
-// keep-alive).
-type callCounter struct{ n atomic.Int64 }
+// keep-alive). It also counts the reads of the clusterset (ranges of more
+// than one key, not counts only), and the bytes of every response the
+// client receives, unary or on a stream.
+type callCounter struct{ n, reads, bytes atomic.Int64 }
+
+// sized is a protobuf message of etcd's API.
+type sized interface{ Size() int }
 
 func (c *callCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c.n.Add(1)
-	return invoker(ctx, method, req, reply, cc, opts...)
+	if r, ok := req.(*etcdserverpb.RangeRequest); ok && len(r.RangeEnd) > 0 && !r.CountOnly {
+		c.reads.Add(1)
+	}
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if m, ok := reply.(sized); ok && err == nil {
+		c.bytes.Add(int64(m.Size()))
+	}
+	return err
 }
 
 func (c *callCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -71,6 +83,14 @@ type countedStream struct {
 func (s *countedStream) SendMsg(m any) error {
 	s.c.n.Add(1)
 	return s.ClientStream.SendMsg(m)
+}
+
+func (s *countedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if x, ok := m.(sized); ok && err == nil {
+		s.c.bytes.Add(int64(x.Size()))
+	}
+	return err
 }
 
 // startEtcdMember opens a member's etcd backend, as a controller opens it,
@@ -111,7 +131,6 @@ func (m *member) OnUpdate(u registry.Update) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if u.Full {
-		m.fulls++
 		m.seen = map[registry.RecordID]bool{}
 	}
 	if m.waiting && (u.Full || len(u.Endpoints) > 0) {
@@ -160,10 +179,19 @@ func (m *member) records() int {
 	return len(m.seen)
 }
 
-func (m *member) stats() (fulls, deletions, down int) {
+func (m *member) stats() (deletions, down int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.fulls, m.deletions, m.down
+	return m.deletions, m.down
+}
+
+// traffic is how often the member has read the clusterset, and how many
+// bytes of responses it received (zero on Cloud Map).
+func (m *member) traffic() (reads, bytes int64) {
+	if m.calls == nil {
+		return 0, 0
+	}
+	return m.calls.reads.Load(), m.calls.bytes.Load()
 }
 
 func (m *member) measure(on bool) []time.Duration {

@@ -606,10 +606,13 @@ type disruption struct {
 	Took time.Duration `json:"took"`
 	// Deletions and Reports are the records delivered as deleted and the
 	// outages reported (OnConnection(false)) meanwhile, over every member;
-	// Fulls, the members that read the clusterset again in full.
-	Deletions int `json:"deletions"`
-	Reports   int `json:"reports"`
-	Fulls     int `json:"fullReads"`
+	// Rereads, the members that read the clusterset again (rather than
+	// resume their watch); Received, the bytes every member received from
+	// the registry meanwhile, summed.
+	Deletions int   `json:"deletions"`
+	Reports   int   `json:"reports"`
+	Rereads   int   `json:"rereads"`
+	Received  int64 `json:"receivedBytes"`
 	// RealDeletions and RealWrites are what it cost the real clusters.
 	RealDeletions int            `json:"realDeletions"`
 	RealWrites    map[string]int `json:"realWrites,omitempty"`
@@ -619,11 +622,15 @@ type disruption struct {
 // every real cluster, has that change.
 func (r *sizeRun) disrupt(ctx context.Context, what string, do func() error) (disruption, error) {
 	var d disruption
-	type stat struct{ fulls, deletions, down int }
+	type stat struct {
+		deletions, down int
+		reads, bytes    int64
+	}
 	before := make([]stat, r.n)
 	for i, m := range r.members {
 		if m != nil {
-			before[i].fulls, before[i].deletions, before[i].down = m.stats()
+			before[i].deletions, before[i].down = m.stats()
+			before[i].reads, before[i].bytes = m.traffic()
 			m.mark()
 		}
 	}
@@ -671,8 +678,12 @@ func (r *sizeRun) disrupt(ctx context.Context, what string, do func() error) (di
 		}
 		t, _ := m.markedAt()
 		d.Took = max(d.Took, t.Sub(start))
-		fulls, dels, down := m.stats()
-		d.Fulls += fulls - before[i].fulls
+		dels, down := m.stats()
+		reads, bytes := m.traffic()
+		if reads > before[i].reads {
+			d.Rereads++
+		}
+		d.Received += bytes - before[i].bytes
 		d.Deletions += dels - before[i].deletions
 		d.Reports += down - before[i].down
 	}
@@ -717,7 +728,7 @@ func (r *sizeRun) leave(ctx context.Context, res *runResult) error {
 	res.LeaverRecords = len(r.owned[0])
 	before := make([]int, r.n)
 	for i, m := range r.members {
-		_, before[i], _ = m.stats()
+		before[i], _ = m.stats()
 	}
 	var realDeleted, realWrites map[string]int
 	if r.real != nil {
@@ -746,7 +757,7 @@ func (r *sizeRun) leave(ctx context.Context, res *runResult) error {
 		if t.After(last) {
 			last = t
 		}
-		_, d, _ := m.stats()
+		d, _ := m.stats()
 		res.LeaveDeletions = max(res.LeaveDeletions, d-before[i])
 	}
 	res.LeaveSeen = last.Sub(start)

@@ -45,7 +45,7 @@ func TestSmallRun(t *testing.T) {
 		if r.RestartDeletions != 0 || r.RestartReports != 0 {
 			t.Errorf("N=%d: the restart delivered %d deletions and %d outage reports, want none", n, r.RestartDeletions, r.RestartReports)
 		}
-		if c := r.Compaction; c == nil || c.Fulls != n || c.Deletions != 0 || c.RealDeletions != 0 {
+		if c := r.Compaction; c == nil || c.Rereads != n || c.Deletions != 0 || c.RealDeletions != 0 {
 			t.Errorf("N=%d: the compaction: %+v; want every member to read again, no deletion", n, c)
 		}
 		if r.LeaveDeletions != 2*r.LeaverRecords {
