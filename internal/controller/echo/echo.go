@@ -7,8 +7,11 @@
 // Filter remembers, for a while (Remember), the resourceVersion of every
 // object its Client wrote, and drops the one event that carries that
 // version. An event that carries any other version (a write of someone
-// else's, or a later one) passes, and so does an event that came before the
-// write's response. A dropped event is one at a version this controller
+// else's, or a later one) passes. An event that comes while a write of its
+// object is under way in a reconcile that Track follows is held until the
+// write returns: dropped if it was the write's (or an earlier write's)
+// echo; otherwise the reconcile is told (Missed) and requeues itself, since
+// the event that would have brought it back was taken. A dropped event is one at a version this controller
 // wrote; the one way it can carry more is an informer's relist folding
 // another writer's change, made between two of this controller's writes
 // that do not lock the version, into one event at the second: a change that
@@ -18,14 +21,17 @@ package echo
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // maxPerObject is how many versions of one object Filter remembers: the
@@ -44,8 +50,23 @@ type Filter struct {
 	mu     sync.Mutex
 	m      map[types.UID][]version
 	pruned time.Time
+	// inflight counts the tracked writes under way by object, and held
+	// the versions of the events of the object that came meanwhile.
+	inflight map[objectKey]int
+	held     map[objectKey][]string
 	// now is the clock; nil is time.Now.
 	now func() time.Time
+}
+
+// objectKey names an object by its type, namespace and name: a created
+// object has no UID until the write returns.
+type objectKey struct {
+	typ             reflect.Type
+	namespace, name string
+}
+
+func keyOf(o client.Object) objectKey {
+	return objectKey{typ: reflect.TypeOf(o), namespace: o.GetNamespace(), name: o.GetName()}
 }
 
 // version is one write: the version it made, and when.
@@ -71,8 +92,8 @@ func (f *Filter) Client(c client.Client) client.Client {
 // remembers, and forgets the object on its deletion.
 func (f *Filter) Predicate() predicate.Predicate {
 	return predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool { return !f.echo(e.Object) },
-		UpdateFunc: func(e event.UpdateEvent) bool { return !f.echo(e.ObjectNew) },
+		CreateFunc: func(e event.CreateEvent) bool { return !f.echo(e.Object) && !f.hold(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool { return !f.echo(e.ObjectNew) && !f.hold(e.ObjectNew) },
 		DeleteFunc: func(e event.DeleteEvent) bool {
 			f.forget(e.Object)
 			return true
@@ -80,14 +101,70 @@ func (f *Filter) Predicate() predicate.Predicate {
 	}
 }
 
-// wrote remembers o's version.
-func (f *Filter) wrote(o client.Object) {
+// begin notes a write of o under way, when ctx is tracked (Track).
+func (f *Filter) begin(ctx context.Context, o client.Object) bool {
+	if missedFrom(ctx) == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inflight == nil {
+		f.inflight, f.held = map[objectKey]int{}, map[objectKey][]string{}
+	}
+	f.inflight[keyOf(o)]++
+	return true
+}
+
+// end notes the end of a write of o (err nil: it succeeded), begun if
+// tracked. The events held meanwhile are dropped if they echo this
+// controller's writes; the others are reported to ctx's Missed.
+func (f *Filter) end(ctx context.Context, o client.Object, tracked bool, err error) error {
+	f.mu.Lock()
+	if err == nil {
+		f.wroteLocked(o)
+	}
+	foreign := 0
+	if tracked {
+		k := keyOf(o)
+		if f.inflight[k]--; f.inflight[k] <= 0 {
+			delete(f.inflight, k)
+			for _, rv := range f.held[k] {
+				if !f.consumeLocked(o.GetUID(), rv) {
+					foreign++
+				}
+			}
+			delete(f.held, k)
+		}
+	}
+	f.mu.Unlock()
+	if foreign > 0 {
+		missedFrom(ctx).n.Add(int32(foreign))
+	}
+	return err
+}
+
+// hold keeps back an event of o that came while a tracked write of o is
+// under way, and reports whether it did.
+func (f *Filter) hold(o client.Object) bool {
+	if o == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := keyOf(o)
+	if f.inflight[k] == 0 {
+		return false
+	}
+	f.held[k] = append(f.held[k], o.GetResourceVersion())
+	return true
+}
+
+// wroteLocked remembers o's version. Callers hold f.mu.
+func (f *Filter) wroteLocked(o client.Object) {
 	uid, rv := o.GetUID(), o.GetResourceVersion()
 	if uid == "" || rv == "" {
 		return
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	now := f.clock()
 	if f.m == nil {
 		f.m = map[types.UID][]version{}
@@ -123,10 +200,16 @@ func (f *Filter) echo(o client.Object) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	uid := o.GetUID()
+	return f.consumeLocked(o.GetUID(), o.GetResourceVersion())
+}
+
+// consumeLocked reports whether version rv of the object uid is one Filter
+// remembers (written within Remember), and forgets it and the versions
+// before it. Callers hold f.mu.
+func (f *Filter) consumeLocked(uid types.UID, rv string) bool {
 	v := f.m[uid]
 	for i, w := range v {
-		if w.rv != o.GetResourceVersion() {
+		if w.rv != rv {
 			continue
 		}
 		// Events come in version order: the ones before it will not.
@@ -156,15 +239,18 @@ type writer struct {
 }
 
 func (w *writer) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	return w.done(obj, w.Client.Create(ctx, obj, opts...))
+	tracked := w.f.begin(ctx, obj)
+	return w.f.end(ctx, obj, tracked, w.Client.Create(ctx, obj, opts...))
 }
 
 func (w *writer) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	return w.done(obj, w.Client.Update(ctx, obj, opts...))
+	tracked := w.f.begin(ctx, obj)
+	return w.f.end(ctx, obj, tracked, w.Client.Update(ctx, obj, opts...))
 }
 
 func (w *writer) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	return w.done(obj, w.Client.Patch(ctx, obj, patch, opts...))
+	tracked := w.f.begin(ctx, obj)
+	return w.f.end(ctx, obj, tracked, w.Client.Patch(ctx, obj, patch, opts...))
 }
 
 func (w *writer) Status() client.SubResourceWriter {
@@ -175,13 +261,6 @@ func (w *writer) SubResource(name string) client.SubResourceClient {
 	return &subClient{SubResourceClient: w.Client.SubResource(name), f: w.f}
 }
 
-func (w *writer) done(obj client.Object, err error) error {
-	if err == nil {
-		w.f.wrote(obj)
-	}
-	return err
-}
-
 // subClient is a subresource client whose writes tell its Filter.
 type subClient struct {
 	client.SubResourceClient
@@ -189,17 +268,42 @@ type subClient struct {
 }
 
 func (s *subClient) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	err := s.SubResourceClient.Update(ctx, obj, opts...)
-	if err == nil {
-		s.f.wrote(obj)
-	}
-	return err
+	tracked := s.f.begin(ctx, obj)
+	return s.f.end(ctx, obj, tracked, s.SubResourceClient.Update(ctx, obj, opts...))
 }
 
 func (s *subClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	err := s.SubResourceClient.Patch(ctx, obj, patch, opts...)
-	if err == nil {
-		s.f.wrote(obj)
+	tracked := s.f.begin(ctx, obj)
+	return s.f.end(ctx, obj, tracked, s.SubResourceClient.Patch(ctx, obj, patch, opts...))
+}
+
+// Recheck is how soon a reconcile that Missed an event looks again: the
+// cache shows the change the event brought already.
+const Recheck = 10 * time.Millisecond
+
+// Missed counts the events that Filter held back during a reconcile's
+// writes and that were not their echoes.
+type Missed struct{ n atomic.Int32 }
+
+type missedKey struct{}
+
+// Track returns ctx for one reconcile, whose writes hold back the events
+// of the objects they write until they return (Filter), and its Missed.
+func Track(ctx context.Context) (context.Context, *Missed) {
+	m := &Missed{}
+	return context.WithValue(ctx, missedKey{}, m), m
+}
+
+func missedFrom(ctx context.Context) *Missed {
+	m, _ := ctx.Value(missedKey{}).(*Missed)
+	return m
+}
+
+// Requeue returns the reconcile's result, asking to look again within
+// Recheck if it succeeded and an event was held back that was not its own.
+func (m *Missed) Requeue(res reconcile.Result, err error) (reconcile.Result, error) {
+	if err == nil && m.n.Load() > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > Recheck) {
+		res.RequeueAfter = Recheck
 	}
-	return err
+	return res, err
 }

@@ -9,7 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
@@ -127,9 +129,91 @@ func TestFilterForgetsOldWrites(t *testing.T) {
 	}
 }
 
+// wrote remembers o's version, as a write of f's client does.
+func (f *Filter) wrote(o client.Object) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wroteLocked(o)
+}
+
 // size is how many objects f remembers versions of.
 func (f *Filter) size() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.m)
+}
+
+// During a tracked reconcile's write, the object's events are held: the
+// write's own echo, even when it comes before the response, is dropped;
+// another writer's event is reported to the reconcile, which requeues.
+func TestFilterHoldsEventsDuringWrites(t *testing.T) {
+	var f Filter
+	p := f.Predicate()
+	var during func(o client.Object) // an event the API server sends while the write is under way
+	api := fake.NewClientBuilder().WithScheme(ctrltest.Scheme(t)).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+			err := c.Create(ctx, o, opts...)
+			during(o)
+			return err
+		},
+		Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+			err := c.Update(ctx, o, opts...)
+			during(o)
+			return err
+		},
+	}).Build()
+	c := f.Client(api)
+
+	// The creation's echo comes before the response: held, then dropped.
+	ctx, missed := Track(context.Background())
+	var passed []string
+	during = func(o client.Object) {
+		if p.Create(event.CreateEvent{Object: o.DeepCopyObject().(client.Object)}) {
+			passed = append(passed, "create "+o.GetResourceVersion())
+		}
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u1"}}
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := missed.Requeue(reconcile.Result{}, nil); len(passed) != 0 || res.RequeueAfter != 0 {
+		t.Errorf("the early echo of a create: passed %v, requeue %v; want dropped, no requeue", passed, res.RequeueAfter)
+	}
+
+	// Another writer's change comes while an update is under way: held,
+	// and the reconcile told to look again.
+	ctx, missed = Track(context.Background())
+	during = func(o client.Object) {
+		other := o.DeepCopyObject().(client.Object)
+		other.SetResourceVersion("999")
+		if p.Update(event.UpdateEvent{ObjectOld: other, ObjectNew: other}) {
+			passed = append(passed, "update 999")
+		}
+	}
+	svc.Labels = map[string]string{"a": "b"}
+	if err := c.Update(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := missed.Requeue(reconcile.Result{}, nil); len(passed) != 0 || res.RequeueAfter != Recheck {
+		t.Errorf("another writer's event during an update: passed %v, requeue %v; want held, requeue after %v", passed, res.RequeueAfter, Recheck)
+	}
+
+	// An untracked write holds nothing: its early echo passes.
+	during = func(o client.Object) {
+		if p.Update(event.UpdateEvent{ObjectOld: o, ObjectNew: o.DeepCopyObject().(client.Object)}) {
+			passed = append(passed, "update "+o.GetResourceVersion())
+		}
+	}
+	svc.Labels = map[string]string{"a": "c"}
+	if err := c.Update(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	if len(passed) != 1 {
+		t.Errorf("an untracked write's early echo: passed %v, want it passed", passed)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.inflight) != 0 || len(f.held) != 0 {
+		t.Errorf("writes still under way after they returned: %v, held %v", f.inflight, f.held)
+	}
 }

@@ -15,4 +15,9 @@
 // the EndpointSlices: service.go, serviceimport.go, endpointslices.go; an
 // import of the AWS controller is taken over first, takeover.go) and
 // patchStatus (status.go).
+//
+// The EndpointSlices' writes are planned by a pure function (sliceplan.go):
+// a source cluster whose slices carry the digest of their present inputs,
+// and that no one else wrote, is neither built nor compared again, so that a
+// reconcile after one cluster's change costs that cluster's slices.
 package imports

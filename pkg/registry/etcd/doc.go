@@ -48,11 +48,14 @@
 //
 // Watch reads the clusterset's prefix into one full Update and then follows an
 // etcd watch from the next revision, delivering one Update per watch response.
-// When the watch ends (a compaction, a lost leader) it reads everything again
-// into a new full Update. A linearizable read every Options.HealthInterval
-// without events checks that etcd can be read; when it or a full read fails,
-// Watch reports OnConnection(false, err), retries, and reports
-// OnConnection(true, nil) after the next full Update. It never delivers
+// When the watch ends (a compaction, a lost leader) it reads the prefix's keys
+// and their revisions again, then the values of the keys that changed, and
+// delivers the difference as an incremental Update (nothing when nothing
+// changed): every controller reads at once then, and the values of the whole
+// clusterset would cost each of them the registry's size. A linearizable read
+// every Options.HealthInterval without events checks that etcd can be read;
+// when it or a read fails, Watch reports OnConnection(false, err), retries,
+// and reports OnConnection(true, nil) after the next read. It never delivers
 // deletions just because etcd cannot be reached.
 //
 // # Reading without a membership

@@ -77,8 +77,8 @@ type Options struct {
 	// second or two, and a report makes every importer write a condition,
 	// then write it again to clear it. Default 2 × HealthInterval.
 	UnreachableAfter time.Duration
-	// ResyncPageSize is how many keys each read of a full resync asks for:
-	// a Watch reads the clusterset in pages, all at one revision, each page
+	// ResyncPageSize is how many keys each read of a resync asks for: a
+	// Watch reads the clusterset (or its keys) in pages, all at one revision, each page
 	// within RequestTimeout, so that a large registry never makes one
 	// request too big or too slow. Default 1000.
 	ResyncPageSize int64

@@ -112,11 +112,11 @@ func (b *Backend) observeOwn(key string, kv *mvccpb.KeyValue, rev int64) {
 }
 
 // observeOwnAbsent implements ownObserver.
-func (b *Backend) observeOwnAbsent(present map[string]bool, rev int64) {
+func (b *Backend) observeOwnAbsent(present func(key string) bool, rev int64) {
 	b.own.mu.Lock()
 	keys := make([]string, 0, len(b.own.recs))
 	for k := range b.own.recs {
-		if !present[k] {
+		if !present(k) {
 			keys = append(keys, k)
 		}
 	}
@@ -195,6 +195,6 @@ type ownObserver interface {
 	// observeOwn: key holds kv (nil: it was deleted at revision rev).
 	observeOwn(key string, kv *mvccpb.KeyValue, rev int64)
 	// observeOwnAbsent: at revision rev, etcd holds no key of the cluster
-	// that present lacks (present lists every key the read found).
-	observeOwnAbsent(present map[string]bool, rev int64)
+	// that present refuses (it says whether the read found a key).
+	observeOwnAbsent(present func(key string) bool, rev int64)
 }

@@ -276,11 +276,14 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 		return err == nil && len(resp.Kvs) == 1, fmt.Sprint(err)
 	})
 
-	// The reads of the resync: every key without values, in pages, then
-	// the values of the keys changed since: a's two exports.
-	var listed, valued int
+	// The reads of the resync: the values of the keys changed since (a's
+	// two exports), the number of keys, and, since that says some are
+	// gone, every key without values, in pages.
+	var listed, valued, counts int
 	for _, r := range kv.snapshot()[before:] {
 		switch {
+		case r.countOnly && !r.oneKey:
+			counts++
 		case r.countOnly || r.oneKey:
 		case r.keysOnly:
 			listed += r.keys
@@ -298,7 +301,41 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	if want := 1 + services + (services - 1); listed < want {
 		t.Errorf("the resync listed %d keys, want %d at least", listed, want)
 	}
-	if valued != 2 {
-		t.Errorf("the resync read %d values, want 2 (the changed exports)", valued)
+	if valued != 2 || counts != 1 {
+		t.Errorf("the resync read %d values and counted the keys %d times, want 2 (the changed exports) and once", valued, counts)
+	}
+
+	// More than a page of keys change, none is deleted: after the first
+	// page of changes, every value is read in plain pages, no key is
+	// listed, and only the changes are delivered.
+	watcher.setDeaf()
+	for i := range services {
+		must(t, a.PutExport(t.Context(), svc(i), spec2))
+	}
+	before = len(kv.snapshot())
+	watcher.end()
+	events = rec.WaitFor(t, 10*time.Second, "every export changed", func(_ registrytest.Event, v *registrytest.View) bool {
+		return cmp.Equal(v.Exports[id(services-1)].Spec, spec2)
+	})
+	for _, e := range events {
+		if u := e.Update; u != nil && (u.Full || len(u.Exports) > 0 && len(u.Exports) != services-1 || len(u.Endpoints) > 0) {
+			t.Errorf("the resync delivered %s; want the %d exports changed (web-0 was already)", e, services-1)
+		}
+	}
+	var plain, filtered, listedAgain int
+	for _, r := range kv.snapshot()[before:] {
+		switch {
+		case r.countOnly || r.oneKey:
+		case r.keysOnly:
+			listedAgain += r.keys
+		case r.minModRev != 0:
+			filtered++
+		default:
+			plain += r.keys
+		}
+	}
+	if filtered != 1 || plain < 2*services || listedAgain != 0 {
+		t.Errorf("the resync made %d filtered reads, read %d values in plain pages and listed %d keys; want 1, all %d at least, none",
+			filtered, plain, listedAgain, 2*services)
 	}
 }

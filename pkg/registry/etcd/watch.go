@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -67,10 +68,13 @@ type watch struct {
 	records map[string]*record
 	// byCluster indexes records by cluster.
 	byCluster map[string]map[string]bool
-	// revs holds the revision of the last change of every alive, export
-	// and endpoints key: a resync reads the values of the keys whose
-	// revision moved only. Nil until the first full read.
+	// revs holds the revision of the last change of every key of the
+	// clusterset, and rev the revision up to which every change was taken
+	// in: a resync reads the changes after rev, and looks for deletions
+	// only when the number of keys says there were some. Nil until the
+	// first full read.
 	revs map[string]int64
+	rev  int64
 }
 
 // member is a live cluster as its alive record says.
@@ -190,95 +194,119 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	w.members = map[string]member{}
 	w.records = map[string]*record{}
 	w.byCluster = map[string]map[string]bool{}
-	w.revs = make(map[string]int64, len(kvs))
+	w.revs, w.rev = make(map[string]int64, len(kvs)), rev
 	u := registry.Update{Full: true}
 	// Alive records first: membership decides whether the others count.
 	for _, kv := range kvs {
 		if kind, cluster, _ := w.c.keys.parse(string(kv.Key)); kind == kindAlive {
-			w.revs[string(kv.Key)] = kv.ModRevision
 			w.putAlive(&u, cluster, kv)
 		}
 	}
-	present := map[string]bool{}
 	for _, kv := range kvs {
 		key := string(kv.Key)
+		w.revs[key] = kv.ModRevision
 		kind, cluster, svc := w.c.keys.parse(key)
 		if kind == kindUnknown {
 			continue
 		}
-		present[key] = true
 		w.observeOwn(cluster, key, kv)
 		if kind == kindExport || kind == kindEndpoints {
-			w.revs[key] = kv.ModRevision
 			rec := w.putRecord(kind, cluster, svc, kv)
 			w.evaluate(&u, rec, true)
 		}
 	}
 	if w.own != nil {
-		w.own.observeOwnAbsent(present, rev)
+		w.own.observeOwnAbsent(w.holds, rev)
 	}
 	w.h.OnUpdate(u)
 	return rev, nil
 }
 
-// syncChanges reads the keys of the clusterset and their revisions, then
-// the values of the keys that changed since they were last seen, and
+// syncChanges reads the keys of the clusterset changed after w.rev, with
+// their values, and how many keys there are; only when that number says
+// some keys are gone, it reads every key (without values) to find them. It
 // delivers the difference as an incremental Update: after a compaction or
-// a leader change, every controller of the clusterset reads at once, and
-// reading every value again would cost each of them the whole registry.
+// a leader change every controller of the clusterset reads at once, and
+// the values of the whole clusterset would cost each of them the
+// registry's size, on the wire and in decoding.
 func (w *watch) syncChanges(ctx context.Context) (int64, error) {
-	listed, rev, err := w.readAll(ctx, 0, clientv3.WithKeysOnly())
+	changed, rev, err := w.readChanged(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("read clusterset keys: %w", err)
+		return 0, fmt.Errorf("read changed records: %w", err)
 	}
-	present := make(map[string]bool, len(listed))
-	var changed int
-	var since int64 // the oldest revision among the changed keys
-	for _, kv := range listed {
-		key := string(kv.Key)
-		if kind, _, _ := w.c.keys.parse(key); kind == kindUnknown {
+	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
+		clientv3.WithCountOnly(), clientv3.WithRev(rev))
+	if err != nil {
+		return 0, fmt.Errorf("count clusterset keys: %w", err)
+	}
+	events := make([]*clientv3.Event, 0, len(changed))
+	added := 0
+	for _, kv := range changed {
+		held, ok := w.revs[string(kv.Key)]
+		if ok && held == kv.ModRevision {
 			continue
 		}
-		present[key] = true
-		if held, ok := w.revs[key]; ok && held == kv.ModRevision {
-			continue
+		if !ok {
+			added++
 		}
-		if changed++; since == 0 || kv.ModRevision < since {
-			since = kv.ModRevision
-		}
+		events = append(events, &clientv3.Event{Type: mvccpb.PUT, Kv: kv})
 	}
-	var events []*clientv3.Event
-	if changed > 0 {
-		opts := []clientv3.OpOption{clientv3.WithMinModRev(since)}
-		if changed*4 > len(present) {
-			// Most keys changed: etcd reads every key of each page of a
-			// filtered read, so read them all in plain pages.
-			opts = nil
-		}
-		kvs, _, err := w.readAll(ctx, rev, opts...)
+	if int64(len(w.revs)+added) > resp.Count {
+		// Some keys are gone: list them all to find which.
+		listed, _, err := w.readAll(ctx, rev, clientv3.WithKeysOnly())
 		if err != nil {
-			return 0, fmt.Errorf("read changed records: %w", err)
+			return 0, fmt.Errorf("read clusterset keys: %w", err)
 		}
-		for _, kv := range kvs {
-			key := string(kv.Key)
-			if held, ok := w.revs[key]; present[key] && (!ok || held != kv.ModRevision) {
-				events = append(events, &clientv3.Event{Type: mvccpb.PUT, Kv: kv})
+		found := make(map[string]bool, len(listed))
+		for _, kv := range listed {
+			found[string(kv.Key)] = true
+		}
+		for key := range w.revs {
+			if !found[key] {
+				events = append(events, &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}})
 			}
 		}
 	}
-	for key := range w.revs {
-		if !present[key] {
-			events = append(events, &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}})
-		}
-	}
 	u := w.changes(events)
+	w.rev = rev
 	if w.own != nil {
-		w.own.observeOwnAbsent(present, rev)
+		w.own.observeOwnAbsent(w.holds, rev)
 	}
 	if !u.Empty() {
 		w.h.OnUpdate(u)
 	}
 	return rev, nil
+}
+
+// readChanged reads the keys changed after w.rev, with their values, and
+// returns them with the revision it read at. etcd scans the whole range
+// for a filtered read, page after page: when the changes fill more than
+// one page, the rest is read in plain pages and filtered here.
+func (w *watch) readChanged(ctx context.Context) ([]*mvccpb.KeyValue, int64, error) {
+	end := clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
+	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(end), clientv3.WithMinModRev(w.rev+1),
+		clientv3.WithLimit(w.c.opts.ResyncPageSize))
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, 0, fmt.Errorf("%w: %w", errResync, err)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	rev := resp.Header.Revision
+	if !resp.More {
+		return resp.Kvs, rev, nil
+	}
+	all, _, err := w.readAll(ctx, rev)
+	if err != nil {
+		return nil, 0, err
+	}
+	return slices.DeleteFunc(all, func(kv *mvccpb.KeyValue) bool { return kv.ModRevision <= w.rev }), rev, nil
+}
+
+// holds reports whether the last read found key (kept in revs).
+func (w *watch) holds(key string) bool {
+	_, ok := w.revs[key]
+	return ok
 }
 
 // observeOwn tells the own observer of kv, a key of cluster read in full.
@@ -361,6 +389,10 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 				return fmt.Errorf("%w: %w", errResync, err)
 			}
 			reached = max(reached, resp.Header.Revision)
+			if resp.IsProgressNotify() {
+				// Every change up to its revision was sent.
+				w.rev = max(w.rev, resp.Header.Revision)
+			}
 			if u := w.changes(resp.Events); !u.Empty() {
 				w.h.OnUpdate(u)
 			}
@@ -440,13 +472,12 @@ func (w *watch) changes(events []*clientv3.Event) registry.Update {
 			continue
 		}
 		kind, cluster, svc := w.c.keys.parse(key)
-		if kind != kindUnknown {
-			if ev.Type == mvccpb.DELETE {
-				delete(w.revs, key)
-			} else {
-				w.revs[key] = ev.Kv.ModRevision
-			}
+		if ev.Type == mvccpb.DELETE {
+			delete(w.revs, key)
+		} else {
+			w.revs[key] = ev.Kv.ModRevision
 		}
+		w.rev = max(w.rev, ev.Kv.ModRevision)
 		if w.own != nil && cluster == ownCluster && kind != kindUnknown {
 			if ev.Type == mvccpb.DELETE {
 				w.own.observeOwn(key, nil, ev.Kv.ModRevision)
