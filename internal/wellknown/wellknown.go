@@ -6,6 +6,12 @@ package wellknown
 // them, so that an import is never exported again.
 const ManagedBy = "controller.mcsd.io"
 
+// FieldManager is the field manager of every write of mcsd's controllers
+// (what the API server derives from the binary's name, mcsd, when a client
+// names none): an import's EndpointSlice whose only manager it is was
+// written by mcsd alone.
+const FieldManager = "mcsd"
+
 // Annotations mcsd writes.
 const (
 	// AnnotationManaged, set to "true", marks the ServiceImports, derived

@@ -21,6 +21,7 @@ package echo
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"slices"
 	"sync"
@@ -99,6 +100,19 @@ func (f *Filter) Predicate() predicate.Predicate {
 			return true
 		},
 	}
+}
+
+// errPanicked stands for the outcome of a write that panicked.
+var errPanicked = errors.New("write panicked")
+
+// write makes the write call of o, noting it under way (begin) until it
+// returns or panics (end).
+func (f *Filter) write(ctx context.Context, o client.Object, call func() error) (err error) {
+	tracked := f.begin(ctx, o)
+	err = errPanicked
+	defer func() { err = f.end(ctx, o, tracked, err) }()
+	err = call()
+	return err
 }
 
 // begin notes a write of o under way, when ctx is tracked (Track).
@@ -239,18 +253,15 @@ type writer struct {
 }
 
 func (w *writer) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	tracked := w.f.begin(ctx, obj)
-	return w.f.end(ctx, obj, tracked, w.Client.Create(ctx, obj, opts...))
+	return w.f.write(ctx, obj, func() error { return w.Client.Create(ctx, obj, opts...) })
 }
 
 func (w *writer) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	tracked := w.f.begin(ctx, obj)
-	return w.f.end(ctx, obj, tracked, w.Client.Update(ctx, obj, opts...))
+	return w.f.write(ctx, obj, func() error { return w.Client.Update(ctx, obj, opts...) })
 }
 
 func (w *writer) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	tracked := w.f.begin(ctx, obj)
-	return w.f.end(ctx, obj, tracked, w.Client.Patch(ctx, obj, patch, opts...))
+	return w.f.write(ctx, obj, func() error { return w.Client.Patch(ctx, obj, patch, opts...) })
 }
 
 func (w *writer) Status() client.SubResourceWriter {
@@ -268,13 +279,11 @@ type subClient struct {
 }
 
 func (s *subClient) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	tracked := s.f.begin(ctx, obj)
-	return s.f.end(ctx, obj, tracked, s.SubResourceClient.Update(ctx, obj, opts...))
+	return s.f.write(ctx, obj, func() error { return s.SubResourceClient.Update(ctx, obj, opts...) })
 }
 
 func (s *subClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	tracked := s.f.begin(ctx, obj)
-	return s.f.end(ctx, obj, tracked, s.SubResourceClient.Patch(ctx, obj, patch, opts...))
+	return s.f.write(ctx, obj, func() error { return s.SubResourceClient.Patch(ctx, obj, patch, opts...) })
 }
 
 // Recheck is how soon a reconcile that Missed an event looks again: the

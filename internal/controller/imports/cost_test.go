@@ -9,6 +9,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/merge"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkImportFromClusters(b *testing.B) {
 				var existing []discoveryv1.EndpointSlice
 				for _, sl := range planSlices(s, nil).create {
 					if digests {
-						sl.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "mcsd", Operation: metav1.ManagedFieldsOperationUpdate}}
+						sl.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: wellknown.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}
 					}
 					existing = append(existing, *sl)
 				}

@@ -367,9 +367,9 @@ func conditionsKey(c discoveryv1.EndpointConditions) string {
 
 // sliceUpToDate reports whether the existing slice have already holds what
 // mcsd wants in it: its labels and annotations (others may add more; the
-// digest of its inputs may be stale, which costs the next reconcile a
-// comparison, not a write), its controller reference, address type, ports
-// and endpoints (in any order).
+// digest of its inputs may be stale, which costs each reconcile until the
+// slice's next write a comparison, not a write), its controller reference,
+// address type, ports and endpoints (in any order).
 func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference) bool {
 	for k, v := range want.Labels {
 		if got, ok := have.Labels[k]; !ok || got != v {

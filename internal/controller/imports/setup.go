@@ -57,7 +57,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.clusterEvents = flowcontrol.NewTokenBucketRateLimiter(clusterEventsQPS, clusterEventsBurst)
 	// The events that only echo the reconciler's own writes bring nothing
 	// to do: they are dropped (package echo).
-	r.Client = r.echoes.Client(r.Client)
+	r.Client = r.echoes.Client(client.WithFieldOwner(r.Client, wellknown.FieldManager))
 	echoes := builder.WithPredicates(r.echoes.Predicate())
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).

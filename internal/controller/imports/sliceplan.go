@@ -91,8 +91,9 @@ func planSlices(s *scope, existing []discoveryv1.EndpointSlice) slicePlan {
 // sliceInputsHold reports whether cluster's existing slices are those its
 // inputs (digest) make, without building them: every one carries the
 // digest and their number, mcsd's labels and a controller reference it
-// accepts, and none was written by anyone else (one field manager), so
-// that a slice edited or deleted by hand is still mended.
+// accepts, and none was written by anyone else (mcsd's field manager
+// alone), so that a slice edited, replaced or deleted by hand is still
+// mended.
 func sliceInputsHold(s *scope, cluster, digest string, have []*discoveryv1.EndpointSlice) bool {
 	if len(have) == 0 {
 		return false
@@ -100,7 +101,7 @@ func sliceInputsHold(s *scope, cluster, digest string, have []*discoveryv1.Endpo
 	value := digest + "." + strconv.Itoa(len(have))
 	labels := sliceLabels(s, cluster)
 	for _, sl := range have {
-		if sl.Annotations[wellknown.AnnotationSliceInputs] != value || len(sl.ManagedFields) != 1 {
+		if sl.Annotations[wellknown.AnnotationSliceInputs] != value || !writtenByMcsdAlone(sl) {
 			return false
 		}
 		for k, v := range labels {
@@ -116,6 +117,14 @@ func sliceInputsHold(s *scope, cluster, digest string, have []*discoveryv1.Endpo
 		}
 	}
 	return true
+}
+
+// writtenByMcsdAlone reports whether sl's one field manager is mcsd's, by
+// updates (a create counts as one): someone else's create of a copy, or
+// edit, adds or replaces it.
+func writtenByMcsdAlone(sl *discoveryv1.EndpointSlice) bool {
+	return len(sl.ManagedFields) == 1 && sl.ManagedFields[0].Manager == wellknown.FieldManager &&
+		sl.ManagedFields[0].Operation == metav1.ManagedFieldsOperationUpdate
 }
 
 // sliceInputsVersion changes when clusterSlices makes other slices of the

@@ -110,7 +110,7 @@ func TestPlanSlicesSkipsUnchangedClusters(t *testing.T) {
 	s, _, flip := importFromClusters(3) // flip changes c002's endpoints
 	written := func(sl *discoveryv1.EndpointSlice) discoveryv1.EndpointSlice {
 		out := *sl.DeepCopy()
-		out.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "mcsd", Operation: metav1.ManagedFieldsOperationUpdate}}
+		out.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: wellknown.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}
 		return out
 	}
 	var existing []discoveryv1.EndpointSlice
@@ -141,6 +141,15 @@ func TestPlanSlicesSkipsUnchangedClusters(t *testing.T) {
 		t.Errorf("c000's slice edited: built %v, %d writes, %d endpoints; want it mended", p.built, writes(p), len(edited.Endpoints))
 	}
 	edited.ManagedFields = edited.ManagedFields[:1]
+
+	// Someone else replaced it with an edited copy: one field manager,
+	// not mcsd's.
+	edited.Endpoints = edited.Endpoints[1:]
+	edited.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl-create", Operation: metav1.ManagedFieldsOperationUpdate}}
+	if p := planSlices(s, existing); !slices.Equal(p.built, []string{"c000"}) || len(p.update) != 1 || len(edited.Endpoints) != 10 {
+		t.Errorf("c000's slice replaced: built %v, %d writes, %d endpoints; want it mended", p.built, writes(p), len(edited.Endpoints))
+	}
+	edited.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: wellknown.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}
 
 	// Someone else deleted c001's slice.
 	gone := existing[of("c001")]

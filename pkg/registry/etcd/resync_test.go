@@ -338,4 +338,21 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 		t.Errorf("the resync made %d filtered reads, read %d values in plain pages and listed %d keys; want 1, all %d at least, none",
 			filtered, plain, listedAgain, 2*services)
 	}
+
+	// As many keys gone as new ones: the count alone does not move, the
+	// new keys say that some are gone.
+	watcher.setDeaf()
+	must(t, a.DeleteExport(t.Context(), svc(2)))
+	must(t, a.Publish(t.Context(), svc(services+1), spec, nil))
+	watcher.end()
+	events = rec.WaitFor(t, 10*time.Second, "web-2 gone, web-21 new", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, gone := v.Exports[id(2)]
+		_, added := v.Exports[id(services+1)]
+		return !gone && added
+	})
+	for _, e := range events {
+		if u := e.Update; u != nil && len(u.DeletedExports) > 0 && (len(u.DeletedExports) != 1 || u.DeletedExports[0] != id(2)) {
+			t.Errorf("the resync deleted %v, want web-2's export alone", u.DeletedExports)
+		}
+	}
 }

@@ -70,7 +70,7 @@ type watch struct {
 	byCluster map[string]map[string]bool
 	// revs holds the revision of the last change of every key of the
 	// clusterset, and rev the revision up to which every change was taken
-	// in: a resync reads the changes after rev, and looks for deletions
+	// in (the last event's): a resync reads the changes after rev, and looks for deletions
 	// only when the number of keys says there were some. Nil until the
 	// first full read.
 	revs map[string]int64
@@ -234,6 +234,12 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read changed records: %w", err)
 	}
+	if rev < w.rev {
+		// etcd went back (restored from a snapshot, or another cluster
+		// at the same address): what changed since cannot be told.
+		w.log.Info("registry revision went back, reading all records again", "revision", rev, "held", w.rev)
+		return w.syncFull(ctx)
+	}
 	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
 		clientv3.WithCountOnly(), clientv3.WithRev(rev))
 	if err != nil {
@@ -389,10 +395,6 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 				return fmt.Errorf("%w: %w", errResync, err)
 			}
 			reached = max(reached, resp.Header.Revision)
-			if resp.IsProgressNotify() {
-				// Every change up to its revision was sent.
-				w.rev = max(w.rev, resp.Header.Revision)
-			}
 			if u := w.changes(resp.Events); !u.Empty() {
 				w.h.OnUpdate(u)
 			}
