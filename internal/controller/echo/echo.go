@@ -237,6 +237,26 @@ func (f *Filter) consumeLocked(uid types.UID, rv string) bool {
 	return false
 }
 
+// Behind reports whether o, as a cache shows it, is older than a write of
+// it that Filter remembers: the write's event has not come, and o is at
+// another version. A write made from o would conflict with that write, or
+// undo it.
+func (f *Filter) Behind(o client.Object) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := f.m[o.GetUID()]
+	if len(v) == 0 {
+		return false
+	}
+	now := f.clock()
+	for _, w := range v {
+		if w.rv == o.GetResourceVersion() {
+			return false
+		}
+	}
+	return now.Sub(v[len(v)-1].at) <= Remember
+}
+
 func (f *Filter) forget(o client.Object) {
 	if o == nil {
 		return

@@ -217,3 +217,31 @@ func TestFilterHoldsEventsDuringWrites(t *testing.T) {
 		t.Errorf("writes still under way after they returned: %v, held %v", f.inflight, f.held)
 	}
 }
+
+// Behind: an object the cache shows at another version than a remembered
+// write of it is behind that write, until the write's event came.
+func TestFilterTellsACacheBehindItsWrites(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := Filter{now: func() time.Time { return now }}
+	written := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "5"}}
+	cached := written.DeepCopy()
+	cached.ResourceVersion = "4"
+	if f.Behind(cached) {
+		t.Error("behind a write never made")
+	}
+	f.wrote(written)
+	if !f.Behind(cached) {
+		t.Error("the cache at version 4 is not behind the write at 5")
+	}
+	if f.Behind(written) {
+		t.Error("the cache at the written version is behind")
+	}
+	if !f.echo(written) || f.Behind(cached) {
+		t.Error("still behind once the write's event came")
+	}
+	f.wrote(written)
+	now = now.Add(Remember + time.Second)
+	if f.Behind(cached) {
+		t.Error("behind a write older than Remember (its event never came)")
+	}
+}

@@ -31,7 +31,7 @@ import (
 const maxEndpointsPerSlice = 100
 
 // reconcileEndpointSlices makes the import's EndpointSlices those of
-// desiredEndpointSlices: it creates the missing ones, updates those whose
+// clusterSlices for each source cluster (planSlices): it creates the missing ones, updates those whose
 // content differs and deletes the rest. A slice whose content is already
 // right is not written. Once all are in place, it reports the endpoint
 // records they reflect to the propagation metric. It reports whether every
@@ -45,6 +45,17 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	}
 	endpoints := s.endpoints
 	plan := planSlices(s, existing)
+	// A slice the cache shows older than this controller's last write of
+	// it is left for the next look, once the cache has caught up: a write
+	// made from it would conflict.
+	behind := 0
+	plan.update = slices.DeleteFunc(plan.update, func(sl *discoveryv1.EndpointSlice) bool {
+		b := r.echoes.Behind(sl)
+		if b {
+			behind++
+		}
+		return b
+	})
 	// One write per slice that differs, all at the same time: a new import
 	// from k clusters has k slices, which one after the other took k round
 	// trips.
@@ -84,7 +95,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 		return false, err
 	}
 	var created, updated, deleted int
-	inPlace := true
+	inPlace := behind == 0
 	for _, w := range done {
 		switch {
 		case w.notCached:
@@ -160,29 +171,19 @@ func setSliceOwners(s *scope, replacing bool) {
 	}
 }
 
-// desiredEndpointSlices returns the EndpointSlices of s's import given every
-// cluster's endpoints: for each exporting cluster (this one included), one
-// set of slices per address type and port list, each with at most
-// maxEndpointsPerSlice endpoints, split deterministically (endpoints sorted
-// by address). A slice carries only the ports its cluster serves
-// (merge.Result.Served) under the import's port names, with the cluster's
-// own port numbers; the slices of a cluster that serves none of the import's
-// ports list its endpoints without ports, so that kube-proxy sends them no
-// traffic for the import (a headless import leaves such a cluster out: DNS
-// would name its endpoints). For each IP family of the import that a cluster has no endpoints
-// of (or no endpoints record yet), it gets one empty slice of that address
-// type, without ports, as Kubernetes' EndpointSlice controller keeps a
+// clusterSlices returns the EndpointSlices of s's import for one exporting
+// cluster (this one included) given its endpoints: one set of slices per
+// address type and port list, each with at most maxEndpointsPerSlice
+// endpoints, split deterministically (endpoints sorted by address). A slice
+// carries only the ports its cluster serves (merge.Result.Served) under the
+// import's port names, with the cluster's own port numbers; the slices of a
+// cluster that serves none of the import's ports list its endpoints without
+// ports, so that kube-proxy sends them no traffic for the import (a
+// headless import leaves such a cluster out: DNS would name its endpoints).
+// For each IP family of the import that the cluster has no endpoints of (or
+// no endpoints record yet), it gets one empty slice of that address type,
+// without ports, as Kubernetes' EndpointSlice controller keeps a
 // placeholder.
-func desiredEndpointSlices(s *scope, endpoints map[string]registry.Endpoints) []*discoveryv1.EndpointSlice {
-	var out []*discoveryv1.EndpointSlice
-	for _, cluster := range s.res.Clusters {
-		out = append(out, clusterSlices(s, cluster, endpoints[cluster])...)
-	}
-	return out
-}
-
-// clusterSlices returns the EndpointSlices of cluster's endpoints
-// (desiredEndpointSlices).
 func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints) []*discoveryv1.EndpointSlice {
 	importPorts := s.res.Spec.Ports
 	headless := s.res.Spec.Type == mcsv1beta1.Headless

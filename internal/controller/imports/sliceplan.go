@@ -17,7 +17,7 @@ import (
 )
 
 // slicePlan is what an import's EndpointSlices need: the writes that make
-// them desiredEndpointSlices'.
+// them clusterSlices' for every source cluster.
 type slicePlan struct {
 	create []*discoveryv1.EndpointSlice
 	// update are existing slices with what mcsd wants applied.
