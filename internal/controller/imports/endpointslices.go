@@ -31,9 +31,9 @@ import (
 const maxEndpointsPerSlice = 100
 
 // reconcileEndpointSlices makes the import's EndpointSlices those of
-// clusterSlices for each source cluster (planSlices): it creates the missing ones, updates those whose
-// content differs and deletes the rest. A slice whose content is already
-// right is not written. Once all are in place, it reports the endpoint
+// clusterSlices for each source cluster (planSlices): it creates the
+// missing ones, updates those whose content differs and deletes the rest.
+// A slice whose content is already right is not written. Once all are in place, it reports the endpoint
 // records they reflect to the propagation metric. It reports whether every
 // slice is in place (none waits for the cache to show it). It reads s and
 // writes none of it: it runs beside reconcileImport.
