@@ -11,12 +11,16 @@
 // object is under way in a reconcile that Track follows is held until the
 // write returns: dropped if it was the write's (or an earlier write's)
 // echo; otherwise the reconcile is told (Missed) and requeues itself, since
-// the event that would have brought it back was taken. A dropped event is one at a version this controller
-// wrote; the one way it can carry more is an informer's relist folding
-// another writer's change, made between two of this controller's writes
-// that do not lock the version, into one event at the second: a change that
-// waits for the next event of that object. A reconcile that relies on an
-// event of its own write to look again must requeue itself instead.
+// the event that would have brought it back was taken. Behind tells a
+// reconcile that its cache does not show its own last write of an object
+// yet.
+//
+// A dropped event is one at a version this controller wrote; the one way it
+// can carry more is an informer's relist folding another writer's change,
+// made between two of this controller's writes that do not lock the
+// version, into one event at the second: a change that waits for the next
+// event of that object. A reconcile that relies on an event of its own
+// write to look again must requeue itself instead.
 package echo
 
 import (

@@ -2,7 +2,6 @@ package imports
 
 import (
 	"encoding/binary"
-
 	"hash/fnv"
 	"maps"
 	"slices"
