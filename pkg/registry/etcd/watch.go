@@ -242,6 +242,9 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	}
 	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
 		clientv3.WithCountOnly(), clientv3.WithRev(rev))
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return 0, fmt.Errorf("%w: %w", errResync, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("count clusterset keys: %w", err)
 	}
