@@ -372,23 +372,30 @@ func conditionsKey(c discoveryv1.EndpointConditions) string {
 // slice's next write a comparison, not a write), its controller reference,
 // address type, ports and endpoints (in any order).
 func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference) bool {
-	for k, v := range want.Labels {
-		if got, ok := have.Labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	if _, ok := have.Labels[discoveryv1.LabelServiceName]; ok && want.Labels[discoveryv1.LabelServiceName] == "" {
-		return false
-	}
 	for k, v := range want.Annotations {
 		if got, ok := have.Annotations[k]; k != wellknown.AnnotationSliceInputs && (!ok || got != v) {
 			return false
 		}
 	}
-	return slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return hasControllerRef(have, o) }) &&
+	return sliceLabelsAndOwnerHold(have, want.Labels, owners) &&
 		have.AddressType == want.AddressType &&
 		equality.Semantic.DeepEqual(normalSlicePorts(have.Ports), normalSlicePorts(want.Ports)) &&
 		equality.Semantic.DeepEqual(sortedEndpoints(have.Endpoints), sortedEndpoints(withoutDroppedNodeHints(have.Endpoints, want.Endpoints)))
+}
+
+// sliceLabelsAndOwnerHold reports whether have carries labels (others may
+// add more; no kubernetes.io/service-name when labels has none) and a
+// controller reference among owners.
+func sliceLabelsAndOwnerHold(have *discoveryv1.EndpointSlice, labels map[string]string, owners []metav1.OwnerReference) bool {
+	for k, v := range labels {
+		if got, ok := have.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	if _, ok := have.Labels[discoveryv1.LabelServiceName]; ok && labels[discoveryv1.LabelServiceName] == "" {
+		return false
+	}
+	return slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return hasControllerRef(have, o) })
 }
 
 // withoutDroppedNodeHints returns want's endpoints without node hints when

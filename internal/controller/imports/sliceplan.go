@@ -100,18 +100,8 @@ func sliceInputsHold(s *scope, cluster, digest string, have []*discoveryv1.Endpo
 	value := digest + "." + strconv.Itoa(len(have))
 	labels := sliceLabels(s, cluster)
 	for _, sl := range have {
-		if sl.Annotations[wellknown.AnnotationSliceInputs] != value || !writtenByMcsdAlone(sl) {
-			return false
-		}
-		for k, v := range labels {
-			if sl.Labels[k] != v {
-				return false
-			}
-		}
-		if _, ok := sl.Labels[discoveryv1.LabelServiceName]; ok && labels[discoveryv1.LabelServiceName] == "" {
-			return false
-		}
-		if !slices.ContainsFunc(s.sliceOwners, func(o metav1.OwnerReference) bool { return hasControllerRef(sl, o) }) {
+		if sl.Annotations[wellknown.AnnotationSliceInputs] != value || !writtenByMcsdAlone(sl) ||
+			!sliceLabelsAndOwnerHold(sl, labels, s.sliceOwners) {
 			return false
 		}
 	}
@@ -140,9 +130,7 @@ func sliceInputs(s *scope, cluster string) string {
 	d.flag(cluster == s.localCluster)
 	d.num(len(s.res.Spec.Ports))
 	for _, p := range s.res.Spec.Ports {
-		d.str(p.Name, string(p.Protocol))
-		d.optional(p.AppProtocol)
-		d.num(int(p.Port))
+		d.port(p.Name, string(p.Protocol), p.AppProtocol, p.Port)
 	}
 	d.num(len(s.res.Spec.IPFamilies))
 	for _, f := range s.res.Spec.IPFamilies {
@@ -187,14 +175,19 @@ func (d *digest) optional(s *string) {
 	}
 }
 
+// port adds a port's fields.
+func (d *digest) port(name, protocol string, appProtocol *string, number int32) {
+	d.str(name, protocol)
+	d.optional(appProtocol)
+	d.num(int(number))
+}
+
 // group adds every field of g.
 func (d *digest) group(g registry.EndpointGroup) {
 	d.str(string(g.AddressType))
 	d.num(len(g.Ports))
 	for _, p := range g.Ports {
-		d.str(p.Name, string(p.Protocol))
-		d.optional(p.AppProtocol)
-		d.num(int(p.Port))
+		d.port(p.Name, string(p.Protocol), p.AppProtocol, p.Port)
 	}
 	d.num(len(g.Endpoints))
 	for _, e := range g.Endpoints {

@@ -242,9 +242,6 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	}
 	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
 		clientv3.WithCountOnly(), clientv3.WithRev(rev))
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return 0, fmt.Errorf("%w: %w", errResync, err)
-	}
 	if err != nil {
 		return 0, fmt.Errorf("count clusterset keys: %w", err)
 	}
@@ -295,9 +292,6 @@ func (w *watch) readChanged(ctx context.Context) ([]*mvccpb.KeyValue, int64, err
 	end := clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
 	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(end), clientv3.WithMinModRev(w.rev+1),
 		clientv3.WithLimit(w.c.opts.ResyncPageSize))
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return nil, 0, fmt.Errorf("%w: %w", errResync, err)
-	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -338,9 +332,6 @@ func (w *watch) readAll(ctx context.Context, rev int64, filter ...clientv3.OpOpt
 			opts = append(opts, clientv3.WithRev(rev))
 		}
 		resp, err := w.readKey(ctx, from, opts...)
-		if errors.Is(err, rpctypes.ErrCompacted) {
-			return nil, 0, fmt.Errorf("%w: %w", errResync, err)
-		}
 		if err != nil {
 			return nil, 0, err
 		}
@@ -442,7 +433,9 @@ func (w *watch) read(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.
 	return w.readKey(ctx, w.c.keys.clusters(), opts...)
 }
 
-// readKey is read from key.
+// readKey is read from key. A read at a revision etcd compacted since
+// (the pages of one resync are read at the revision of the first) makes
+// the resync start again (errResync).
 func (w *watch) readKey(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
 	defer cancel()
@@ -452,6 +445,9 @@ func (w *watch) readKey(ctx context.Context, key string, opts ...clientv3.OpOpti
 		resp, err = w.c.cli.Get(ctx, key, opts...)
 		return err
 	})
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, fmt.Errorf("%w: %w", errResync, err)
+	}
 	return resp, err
 }
 
