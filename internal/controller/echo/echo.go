@@ -241,10 +241,12 @@ func (f *Filter) consumeLocked(uid types.UID, rv string) bool {
 	return false
 }
 
-// Behind reports whether o, as a cache shows it, is older than a write of
-// it that Filter remembers: the write's event has not come, and o is at
-// another version. A write made from o would conflict with that write, or
-// undo it.
+// Behind reports whether o, as a cache shows it, is older than the last
+// write of it that Filter remembers: that write's event has not come, and o
+// is at another version, an earlier write's included (the cache is updated
+// before its events are delivered, so it may show a write whose event is
+// still on its way when a later write was made). A write made from o would
+// conflict with the last write, or undo it.
 func (f *Filter) Behind(o client.Object) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -252,13 +254,8 @@ func (f *Filter) Behind(o client.Object) bool {
 	if len(v) == 0 {
 		return false
 	}
-	now := f.clock()
-	for _, w := range v {
-		if w.rv == o.GetResourceVersion() {
-			return false
-		}
-	}
-	return now.Sub(v[len(v)-1].at) <= Remember
+	last := v[len(v)-1]
+	return last.rv != o.GetResourceVersion() && f.clock().Sub(last.at) <= Remember
 }
 
 func (f *Filter) forget(o client.Object) {

@@ -239,6 +239,21 @@ func TestFilterTellsACacheBehindItsWrites(t *testing.T) {
 	if !f.echo(written) || f.Behind(cached) {
 		t.Error("still behind once the write's event came")
 	}
+	// Two writes, the first one's event not delivered yet: a cache at the
+	// first is behind the second.
+	f.wrote(written)
+	second := written.DeepCopy()
+	second.ResourceVersion = "6"
+	f.wrote(second)
+	if !f.Behind(written) {
+		t.Error("the cache at the first of two writes is not behind the second")
+	}
+	if f.Behind(second) {
+		t.Error("the cache at the last write is behind")
+	}
+	if !f.echo(written) || !f.Behind(written) || !f.echo(second) || f.Behind(second) {
+		t.Error("the events of the two writes, in order, do not bring the cache level")
+	}
 	f.wrote(written)
 	now = now.Add(Remember + time.Second)
 	if f.Behind(cached) {
