@@ -229,28 +229,39 @@ func (v *View) OnUpdate(u registry.Update) {
 // ValidateEndpoints refuse to u.Rejected. u's slices are not modified.
 func screen(u registry.Update) registry.Update {
 	var bad []registry.Rejection
-	exports := u.Exports[:0:0]
-	for _, e := range u.Exports {
-		if err := registry.ValidateExport(e); err != nil {
-			bad = append(bad, registry.Reject(registry.KindExport, registry.RecordID{Cluster: e.Cluster, Service: e.Service}, err))
-			continue
-		}
-		exports = append(exports, e)
-	}
-	endpoints := u.Endpoints[:0:0]
-	for _, e := range u.Endpoints {
-		if err := registry.ValidateEndpoints(e); err != nil {
-			bad = append(bad, registry.Reject(registry.KindEndpoints, registry.RecordID{Cluster: e.Cluster, Service: e.Service}, err))
-			continue
-		}
-		endpoints = append(endpoints, e)
-	}
+	exports := keepValid(u.Exports, registry.KindExport, exportID, registry.ValidateExport, &bad)
+	endpoints := keepValid(u.Endpoints, registry.KindEndpoints, endpointsID, registry.ValidateEndpoints, &bad)
 	if len(bad) == 0 {
 		return u
 	}
 	u.Exports, u.Endpoints = exports, endpoints
 	u.Rejected = append(slices.Clip(u.Rejected), bad...)
 	return u
+}
+
+// keepValid returns the records of recs that validate accepts, in a new
+// slice, and appends to bad the rejection of each other one as a record of
+// kind, named by id.
+func keepValid[T any](recs []T, kind registry.RecordKind, id func(T) registry.RecordID, validate func(T) error, bad *[]registry.Rejection) []T {
+	kept := recs[:0:0]
+	for _, rec := range recs {
+		if err := validate(rec); err != nil {
+			*bad = append(*bad, registry.Reject(kind, id(rec), err))
+			continue
+		}
+		kept = append(kept, rec)
+	}
+	return kept
+}
+
+// exportID names e as a record.
+func exportID(e registry.Export) registry.RecordID {
+	return registry.RecordID{Cluster: e.Cluster, Service: e.Service}
+}
+
+// endpointsID names e as a record.
+func endpointsID(e registry.Endpoints) registry.RecordID {
+	return registry.RecordID{Cluster: e.Cluster, Service: e.Service}
 }
 
 // replace makes u, a full update, the View's state and returns the Services
@@ -276,11 +287,9 @@ func (v *View) replace(u registry.Update) (map[registry.ServiceKey]bool, []regis
 		setRejection(v.rejected, r)
 	}
 	changed := map[registry.ServiceKey]bool{}
-	diff(changed, oldExports, v.exports, exportsEqual)
-	diff(changed, oldEndpoints, v.endpoints, endpointsEqual)
-	diff(changed, oldRejected, v.rejected, func(a, b map[string]rejections) bool {
-		return maps.EqualFunc(a, b, maps.Equal)
-	})
+	diff(changed, oldExports, v.exports, exportEqual)
+	diff(changed, oldEndpoints, v.endpoints, endpointsOneEqual)
+	diff(changed, oldRejected, v.rejected, maps.Equal)
 	return changed, newly
 }
 
@@ -335,22 +344,12 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registr
 		}
 	}
 	for _, e := range u.Exports {
-		id := registry.RecordID{Cluster: e.Cluster, Service: e.Service}
-		if clearRejection(v.rejected, registry.KindExport, id) {
-			changed[e.Service] = true
-		}
-		if old, ok := v.exports[e.Service][e.Cluster]; !ok || !exportEqual(old, e) {
-			put(v.exports, e.Service, e.Cluster, e)
+		if accept(v, v.exports, registry.KindExport, exportID(e), e, exportEqual) {
 			changed[e.Service] = true
 		}
 	}
 	for _, e := range u.Endpoints {
-		id := registry.RecordID{Cluster: e.Cluster, Service: e.Service}
-		if clearRejection(v.rejected, registry.KindEndpoints, id) {
-			changed[e.Service] = true
-		}
-		if old, ok := v.endpoints[e.Service][e.Cluster]; !ok || !endpointsOneEqual(old, e) {
-			put(v.endpoints, e.Service, e.Cluster, e)
+		if accept(v, v.endpoints, registry.KindEndpoints, endpointsID(e), e, endpointsOneEqual) {
 			changed[e.Service] = true
 		}
 	}
@@ -368,6 +367,18 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registr
 		changed[r.Record.Service] = true
 	}
 	return changed, newly
+}
+
+// accept takes in rec, the record id of kind, kept in m: it ends any
+// rejection of the record and puts rec into m unless m holds an equal
+// record. It reports whether either changed the View. v.mu is held.
+func accept[T any](v *View, m map[registry.ServiceKey]map[string]T, kind registry.RecordKind, id registry.RecordID, rec T, equal func(a, b T) bool) bool {
+	changed := clearRejection(v.rejected, kind, id)
+	if old, ok := m[id.Service][id.Cluster]; !ok || !equal(old, rec) {
+		put(m, id.Service, id.Cluster, rec)
+		changed = true
+	}
+	return changed
 }
 
 // notify tells every subscriber of c.
@@ -389,15 +400,15 @@ func (v *View) subscribers() []func(Change) {
 }
 
 // diff marks in changed every Service whose records differ between old and
-// cur.
-func diff[T any](changed map[registry.ServiceKey]bool, old, cur map[registry.ServiceKey]map[string]T, equal func(a, b map[string]T) bool) {
+// cur, comparing one cluster's records with equal.
+func diff[T any](changed map[registry.ServiceKey]bool, old, cur map[registry.ServiceKey]map[string]T, equal func(a, b T) bool) {
 	for k := range old {
-		if !equal(old[k], cur[k]) {
+		if !maps.EqualFunc(old[k], cur[k], equal) {
 			changed[k] = true
 		}
 	}
 	for k := range cur {
-		if !equal(old[k], cur[k]) {
+		if !maps.EqualFunc(old[k], cur[k], equal) {
 			changed[k] = true
 		}
 	}

@@ -17,14 +17,6 @@ func cond(typ string, s metav1.ConditionStatus, reason string, gen int64, at met
 	return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: reason + " message", ObservedGeneration: gen, LastTransitionTime: at}
 }
 
-func types(conds []metav1.Condition) []string {
-	var out []string
-	for _, c := range conds {
-		out = append(out, c.Type)
-	}
-	return out
-}
-
 func TestSet(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -142,10 +134,10 @@ func TestSetOrderIndependentOfHistory(t *testing.T) {
 		Set(&b, 1, cond(typ, "True", "R", 1, t0))
 	}
 	want := []string{"Valid", "Ready", "Conflict"}
-	if diff := cmp.Diff(want, types(a)); diff != "" {
+	if diff := cmp.Diff(want, Types(a)); diff != "" {
 		t.Errorf("order a (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want, types(b)); diff != "" {
+	if diff := cmp.Diff(want, Types(b)); diff != "" {
 		t.Errorf("order b (-want +got):\n%s", diff)
 	}
 }
@@ -168,7 +160,7 @@ func TestRemove(t *testing.T) {
 			if got := Remove(&conds, tt.typ); got != tt.ok {
 				t.Errorf("Remove() = %v, want %v", got, tt.ok)
 			}
-			if diff := cmp.Diff(tt.want, types(conds)); diff != "" {
+			if diff := cmp.Diff(tt.want, Types(conds)); diff != "" {
 				t.Errorf("types (-want +got):\n%s", diff)
 			}
 		})

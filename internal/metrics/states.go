@@ -1,12 +1,14 @@
 package metrics
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
@@ -182,6 +184,16 @@ func (i *Imports) Close() {
 		return
 	}
 	i.states.close()
+}
+
+// CloseOnStop has mgr close counts (an *Exports or *Imports) when it stops:
+// the counts are the run's, and go with it.
+func CloseOnStop(mgr manager.Manager, counts interface{ Close() }) error {
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		counts.Close()
+		return nil
+	}))
 }
 
 // objectStates counts one cluster's objects in the series of a gauge. An

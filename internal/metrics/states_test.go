@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -20,20 +21,7 @@ func TestExportsFollowSetAndForget(t *testing.T) {
 	e.Set(webKey, ExportState{Valid: true, Ready: ExportReadyExported, Conflicts: []string{"PortConflict", "TypeConflict"}})
 	e.Set(apiKey, ExportState{Valid: false, Ready: ExportReadyPending})
 	e.Set(apiKey, ExportState{Valid: false, Ready: ExportReadyPending}) // unchanged: counted once
-	want := `
-# HELP mcsd_service_exports ServiceExports of the cluster by the state of each condition: condition Valid (state valid, invalid), Ready (exported, pending, failed), Conflict (conflict, none). Every ServiceExport counts once per condition.
-# TYPE mcsd_service_exports gauge
-mcsd_service_exports{cluster="east",condition="Conflict",state="conflict"} 1
-mcsd_service_exports{cluster="east",condition="Conflict",state="none"} 1
-mcsd_service_exports{cluster="east",condition="Ready",state="exported"} 1
-mcsd_service_exports{cluster="east",condition="Ready",state="failed"} 0
-mcsd_service_exports{cluster="east",condition="Ready",state="pending"} 1
-mcsd_service_exports{cluster="east",condition="Valid",state="invalid"} 1
-mcsd_service_exports{cluster="east",condition="Valid",state="valid"} 1
-`
-	if err := testutil.CollectAndCompare(c.exports, strings.NewReader(want)); err != nil {
-		t.Error(err)
-	}
+	assertExports(t, c, exportCounts{conflict: 1, none: 1, exported: 1, pending: 1, invalid: 1, valid: 1})
 	for reason, n := range map[string]float64{"PortConflict": 1, "TypeConflict": 1, "IPFamilyConflict": 0} {
 		if got := testutil.ToFloat64(c.exportConflicts.WithLabelValues("east", reason)); got != n {
 			t.Errorf("conflicts %s = %v, want %v", reason, got, n)
@@ -44,22 +32,37 @@ mcsd_service_exports{cluster="east",condition="Valid",state="valid"} 1
 	e.Set(webKey, ExportState{Valid: true, Ready: ExportReadyFailed})
 	e.Forget(apiKey)
 	e.Forget(apiKey)
-	want = `
-# HELP mcsd_service_exports ServiceExports of the cluster by the state of each condition: condition Valid (state valid, invalid), Ready (exported, pending, failed), Conflict (conflict, none). Every ServiceExport counts once per condition.
-# TYPE mcsd_service_exports gauge
-mcsd_service_exports{cluster="east",condition="Conflict",state="conflict"} 0
-mcsd_service_exports{cluster="east",condition="Conflict",state="none"} 1
-mcsd_service_exports{cluster="east",condition="Ready",state="exported"} 0
-mcsd_service_exports{cluster="east",condition="Ready",state="failed"} 1
-mcsd_service_exports{cluster="east",condition="Ready",state="pending"} 0
-mcsd_service_exports{cluster="east",condition="Valid",state="invalid"} 0
-mcsd_service_exports{cluster="east",condition="Valid",state="valid"} 1
-`
-	if err := testutil.CollectAndCompare(c.exports, strings.NewReader(want)); err != nil {
-		t.Error(err)
-	}
+	assertExports(t, c, exportCounts{none: 1, failed: 1, valid: 1})
 	if got := testutil.ToFloat64(c.exportConflicts.WithLabelValues("east", "PortConflict")); got != 0 {
 		t.Errorf("PortConflict = %v after the conflict cleared", got)
+	}
+}
+
+// exportCounts are the counts of cluster east's mcsd_service_exports
+// series, by condition and state.
+type exportCounts struct {
+	conflict, none            int // Conflict
+	exported, failed, pending int // Ready
+	invalid, valid            int // Valid
+}
+
+// assertExports compares c's mcsd_service_exports with want: the HELP and
+// TYPE lines and east's seven series, at want's counts, and nothing else.
+func assertExports(t *testing.T, c *collectors, want exportCounts) {
+	t.Helper()
+	text := fmt.Sprintf(`
+# HELP mcsd_service_exports ServiceExports of the cluster by the state of each condition: condition Valid (state valid, invalid), Ready (exported, pending, failed), Conflict (conflict, none). Every ServiceExport counts once per condition.
+# TYPE mcsd_service_exports gauge
+mcsd_service_exports{cluster="east",condition="Conflict",state="conflict"} %d
+mcsd_service_exports{cluster="east",condition="Conflict",state="none"} %d
+mcsd_service_exports{cluster="east",condition="Ready",state="exported"} %d
+mcsd_service_exports{cluster="east",condition="Ready",state="failed"} %d
+mcsd_service_exports{cluster="east",condition="Ready",state="pending"} %d
+mcsd_service_exports{cluster="east",condition="Valid",state="invalid"} %d
+mcsd_service_exports{cluster="east",condition="Valid",state="valid"} %d
+`, want.conflict, want.none, want.exported, want.failed, want.pending, want.invalid, want.valid)
+	if err := testutil.CollectAndCompare(c.exports, strings.NewReader(text)); err != nil {
+		t.Error(err)
 	}
 }
 

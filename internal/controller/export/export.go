@@ -115,17 +115,14 @@ type scope struct {
 // by req and updates the ServiceExport's conditions, in the five steps of
 // package skeleton.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	// The events of the objects it writes are held while it writes them
-	// (package echo); one that was not an echo brings it back.
-	ctx, missed := echo.Track(ctx)
-	return missed.Requeue(skeleton.Reconcile(ctx, req, skeleton.Steps[*scope]{
+	return skeleton.Reconcile(ctx, req, skeleton.Steps[*scope]{
 		LogKey:      "service",
 		Fetch:       r.fetch,
 		Finalize:    r.finalize,
 		Compute:     r.compute,
 		Apply:       r.apply,
 		PatchStatus: r.patchStatus,
-	}))
+	})
 }
 
 // fetch reads the ServiceExport. One that is gone has its records

@@ -276,6 +276,20 @@ func assertCondition(t *testing.T, se *mcsv1beta1.ServiceExport, typ string, sta
 	return c
 }
 
+// assertNotExportable checks the ServiceExport of a Service that can no
+// longer be exported: Valid False for reason, Ready False Pending, and no
+// export of it in the registry. It returns the ServiceExport.
+func (e *env) assertNotExportable(reason mcsv1beta1.ServiceExportConditionReason) *mcsv1beta1.ServiceExport {
+	e.t.Helper()
+	se := e.serviceExport()
+	assertCondition(e.t, se, validType, metav1.ConditionFalse, string(reason))
+	assertCondition(e.t, se, readyType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonPending))
+	if _, ok := e.reg.export(webKey); ok {
+		e.t.Errorf("export still in the registry with Valid %s", reason)
+	}
+	return se
+}
+
 func newServiceExport(mut ...func(*mcsv1beta1.ServiceExport)) *mcsv1beta1.ServiceExport {
 	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName, Generation: 3}}
 	for _, m := range mut {
@@ -352,17 +366,9 @@ func TestNoServiceThenService(t *testing.T) {
 	if spec, ok := e.reg.export(webKey); !ok || spec.Type != registry.ClusterSetIP {
 		t.Errorf("registry export = %+v, %v; want a ClusterSetIP export", spec, ok)
 	}
-	if got := condTypes(se.Status.Conditions); !cmp.Equal(got, []string{validType, readyType}) {
+	if got := conditions.Types(se.Status.Conditions); !cmp.Equal(got, []string{validType, readyType}) {
 		t.Errorf("condition order = %v", got)
 	}
-}
-
-func condTypes(conds []metav1.Condition) []string {
-	var out []string
-	for _, c := range conds {
-		out = append(out, c.Type)
-	}
-	return out
 }
 
 func TestExternalNameIsNotExported(t *testing.T) {
@@ -382,12 +388,7 @@ func TestExternalNameIsNotExported(t *testing.T) {
 	}
 	e.mustReconcile()
 
-	se := e.serviceExport()
-	assertCondition(t, se, validType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonInvalidServiceType))
-	assertCondition(t, se, readyType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonPending))
-	if _, ok := e.reg.export(webKey); ok {
-		t.Error("ExternalName Service still exported")
-	}
+	e.assertNotExportable(mcsv1beta1.ServiceExportReasonInvalidServiceType)
 	if g := e.reg.groups(webKey); g != nil {
 		t.Errorf("ExternalName Service still has endpoints %v", g)
 	}
@@ -653,14 +654,9 @@ func TestDeletingServiceWithdraws(t *testing.T) {
 	}
 	e.mustReconcile()
 
-	se := e.serviceExport()
-	assertCondition(t, se, validType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoService))
-	assertCondition(t, se, readyType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonPending))
+	se := e.assertNotExportable(mcsv1beta1.ServiceExportReasonNoService)
 	if c := conditions.Get(se.Status.Conditions, confType); c != nil {
 		t.Errorf("Conflict kept after withdrawal: %+v", c)
-	}
-	if _, ok := e.reg.export(webKey); ok {
-		t.Error("export not withdrawn")
 	}
 }
 
@@ -721,7 +717,7 @@ func TestConflictFollowsTheView(t *testing.T) {
 	e.syncView(agreed)
 	e.mustReconcile()
 	assertCondition(t, e.serviceExport(), confType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoConflicts))
-	if got := condTypes(e.serviceExport().Status.Conditions); !cmp.Equal(got, []string{validType, readyType, confType}) {
+	if got := conditions.Types(e.serviceExport().Status.Conditions); !cmp.Equal(got, []string{validType, readyType, confType}) {
 		t.Errorf("condition order = %v", got)
 	}
 }

@@ -63,19 +63,7 @@ func TestRefusedExport(t *testing.T) {
 			if _, ok := e.reg.export(webKey); !ok {
 				t.Fatal("not exported to begin with")
 			}
-			for _, o := range objs {
-				if se, ok := o.(*mcsv1beta1.ServiceExport); ok {
-					cur := e.serviceExport()
-					cur.Spec = se.Spec
-					if err := e.c.Update(context.Background(), cur); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				if err := e.c.Create(context.Background(), o); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e.setCause(objs, true)
 			e.mustReconcile()
 			se := e.serviceExport()
 			c := assertCondition(t, se, readyType, metav1.ConditionFalse, string(tt.reason))
@@ -96,24 +84,38 @@ func TestRefusedExport(t *testing.T) {
 			}
 
 			// The cause goes: exported again.
-			for _, o := range objs {
-				if _, ok := o.(*mcsv1beta1.ServiceExport); ok {
-					cur := e.serviceExport()
-					cur.Spec = mcsv1beta1.ServiceExportSpec{}
-					if err := e.c.Update(context.Background(), cur); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				if err := e.c.Delete(context.Background(), o); err != nil {
-					t.Fatal(err)
-				}
-			}
+			e.setCause(objs, false)
 			e.mustReconcile()
 			assertCondition(t, e.serviceExport(), readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
 			if _, ok := e.reg.export(webKey); !ok {
 				t.Error("not exported again")
 			}
 		})
+	}
+}
+
+// setCause puts the objects of a cause in place (on) or takes them away: a
+// ServiceExport's spec becomes the ServiceExport's, or empty again; other
+// objects are created, or deleted.
+func (e *env) setCause(objs []client.Object, on bool) {
+	e.t.Helper()
+	ctx := context.Background()
+	for _, o := range objs {
+		var err error
+		if se, ok := o.(*mcsv1beta1.ServiceExport); ok {
+			cur := e.serviceExport()
+			cur.Spec = mcsv1beta1.ServiceExportSpec{}
+			if on {
+				cur.Spec = se.Spec
+			}
+			err = e.c.Update(ctx, cur)
+		} else if on {
+			err = e.c.Create(ctx, o)
+		} else {
+			err = e.c.Delete(ctx, o)
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
 	}
 }

@@ -64,11 +64,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	r.metrics = metrics.NewExports(r.ClusterID)
 	// The counts are this run's: when the manager stops, they go.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		<-ctx.Done()
-		r.metrics.Close()
-		return nil
-	})); err != nil {
+	if err := metrics.CloseOnStop(mgr, r.metrics); err != nil {
 		return fmt.Errorf("add export metrics: %w", err)
 	}
 

@@ -97,13 +97,7 @@ func TestHints(t *testing.T) {
 // conflict is left out rather than listed without ports.
 func TestHeadlessClusterServingNoPortGetsNoSlices(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
-	e.publish([]registry.Export{
-		export("east", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
-		export("west", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5433)),
-	},
-		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5432)}, ready("10.1.0.1"))),
-		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5433)}, ready("10.2.0.1"))),
-	)
+	twoHeadlessDB(e, 5433, ready("10.1.0.1"), ready("10.2.0.1"))
 	e.reconcile("web")
 	byCluster := e.slices("web")
 	if _, ok := byCluster["west"]; ok || len(byCluster["east"]) != 1 {

@@ -195,17 +195,14 @@ func (r *Reconciler) now() time.Time {
 // Reconcile converges the import of one Service to the registry's state,
 // in the five steps of package skeleton.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	// The events of the objects it writes are held while it writes them
-	// (package echo); one that was not an echo brings it back.
-	ctx, missed := echo.Track(ctx)
-	return missed.Requeue(skeleton.Reconcile(ctx, req, skeleton.Steps[*scope]{
+	return skeleton.Reconcile(ctx, req, skeleton.Steps[*scope]{
 		LogKey:      "serviceImport",
 		Fetch:       r.fetch,
 		Finalize:    r.finalize,
 		Compute:     r.compute,
 		Apply:       r.apply,
 		PatchStatus: r.patchStatus,
-	}))
+	})
 }
 
 // fetch reads the ServiceImport, when its namespace exists, and the

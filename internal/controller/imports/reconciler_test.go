@@ -237,17 +237,24 @@ func TestPortLostByNumberIsNotServed(t *testing.T) {
 	e.steady("web")
 }
 
-func TestHeadlessImport(t *testing.T) {
-	e := newEnv(t, namespace(testNS))
+// twoHeadlessDB exports shop/web as headless from east, with the TCP port
+// db 5432, and from west, with the port db westPort; each cluster has one
+// endpoint serving its port, eastEp and westEp.
+func twoHeadlessDB(e *env, westPort int32, eastEp, westEp registry.Endpoint) {
 	e.publish([]registry.Export{
 		export("east", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
-		export("west", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
+		export("west", registry.Headless, v4, port("db", corev1.ProtocolTCP, westPort)),
 	},
-		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5432)},
-			registry.Endpoint{Addresses: []string{"10.1.0.1"}, Ready: true, Serving: true, Hostname: "db-0"})),
-		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5432)},
-			registry.Endpoint{Addresses: []string{"10.2.0.1"}, Ready: true, Serving: true, Hostname: "db-0"})),
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", 5432)}, eastEp)),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("db", westPort)}, westEp)),
 	)
+}
+
+func TestHeadlessImport(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	twoHeadlessDB(e, 5432,
+		registry.Endpoint{Addresses: []string{"10.1.0.1"}, Ready: true, Serving: true, Hostname: "db-0"},
+		registry.Endpoint{Addresses: []string{"10.2.0.1"}, Ready: true, Serving: true, Hostname: "db-0"})
 	e.reconcile("web")
 
 	si := e.serviceImport("web")

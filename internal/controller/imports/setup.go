@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -75,11 +74,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.metrics = metrics.NewImports(r.ClusterID)
 	r.propagation = metrics.NewPropagation(r.ClusterID)
 	// The counts are this run's: when the manager stops, they go.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		<-ctx.Done()
-		r.metrics.Close()
-		return nil
-	})); err != nil {
+	if err := metrics.CloseOnStop(mgr, r.metrics); err != nil {
 		return fmt.Errorf("add import metrics: %w", err)
 	}
 	return nil

@@ -65,6 +65,13 @@ func awsImport(typ mcsv1beta1.ServiceImportType, clusters, ips, addrs []string, 
 	return objs
 }
 
+// newAWSEnv is an env whose cluster holds the namespace shop and what the
+// AWS controller leaves there for the import of shop/web (awsImport).
+func newAWSEnv(t *testing.T, typ mcsv1beta1.ServiceImportType, clusters, ips, addrs []string, listed int) *env {
+	t.Helper()
+	return newEnv(t, append([]client.Object{namespace(testNS)}, awsImport(typ, clusters, ips, addrs, listed)...)...)
+}
+
 // awsSliceNames lists the AWS controller's EndpointSlices left in the
 // namespace.
 func (e *env) awsSliceNames() []string {
@@ -106,9 +113,8 @@ func (e *env) routed() map[string][]string {
 func TestTakeOverAWSImport(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	// "imported-west" exported later: the annotation lists east only.
-	objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.ClusterSetIP,
-		[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 1)...)
-	e := newEnv(t, objs...)
+	e := newAWSEnv(t, mcsv1beta1.ClusterSetIP,
+		[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 1)
 	e.r.Now = func() time.Time { return now }
 	e.r.RetireGrace = time.Minute
 	twoClusters(e)
@@ -186,9 +192,8 @@ func TestTakeOverAWSImport(t *testing.T) {
 }
 
 func TestTakeOverAWSHeadlessImport(t *testing.T) {
-	objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.Headless,
-		[]string{"east", "west"}, []string{"", ""}, []string{"10.1.0.1", "10.2.0.1"}, 2)...)
-	e := newEnv(t, objs...)
+	e := newAWSEnv(t, mcsv1beta1.Headless,
+		[]string{"east", "west"}, []string{"", ""}, []string{"10.1.0.1", "10.2.0.1"}, 2)
 	twoHeadless(e)
 	e.reconcile("web")
 	if left := e.awsSliceNames(); len(left) > 0 {
@@ -223,9 +228,8 @@ func twoHeadless(e *env) {
 }
 
 func TestAWSImportOfUnexportedServiceDeleted(t *testing.T) {
-	objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.ClusterSetIP,
-		[]string{"east"}, []string{"10.96.0.20"}, []string{"10.1.0.1"}, 1)...)
-	e := newEnv(t, objs...)
+	e := newAWSEnv(t, mcsv1beta1.ClusterSetIP,
+		[]string{"east"}, []string{"10.96.0.20"}, []string{"10.1.0.1"}, 1)
 	e.publish(nil)
 	e.reconcile("web")
 	if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
@@ -267,9 +271,8 @@ func TestNeedsRecreateClusterChosen(t *testing.T) {
 // ServiceImport's update first): it adopts it again rather than calling it
 // foreign, and the import keeps its IP and its endpoints.
 func TestTakeOverStaleServiceCache(t *testing.T) {
-	objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.ClusterSetIP,
-		[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 2)...)
-	e := newEnv(t, objs...)
+	e := newAWSEnv(t, mcsv1beta1.ClusterSetIP,
+		[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 2)
 	twoClusters(e)
 	e.reconcile("web")
 	// The adopted Service as the cache may still show it.
@@ -311,9 +314,8 @@ func TestTakeOverFamilies(t *testing.T) {
 		{"IPv6 import", []corev1.IPFamily{corev1.IPv6Protocol}, "", "imported-east,imported-west"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := append([]client.Object{namespace(testNS)}, awsImport(mcsv1beta1.ClusterSetIP,
-				[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 2)...)
-			e := newEnv(t, objs...)
+			e := newAWSEnv(t, mcsv1beta1.ClusterSetIP,
+				[]string{"east", "west"}, []string{"10.96.0.20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 2)
 			e.publish([]registry.Export{export("east", registry.ClusterSetIP, tc.families, port("http", corev1.ProtocolTCP, 80))},
 				endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.1.0.1"))))
 			writes := strings.Join(e.reconcile("web"), "\n")

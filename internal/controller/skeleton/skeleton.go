@@ -17,7 +17,10 @@
 //     anything.
 //
 // Steps run one after the other; a step that writes several objects at once
-// for latency does it through package parallel.
+// for latency does it through package parallel. Package echo follows the
+// whole reconcile (echo.Track): its writes hold back the events of the
+// objects they write, and one held back that was not their echo brings the
+// object back soon.
 package skeleton
 
 import (
@@ -27,6 +30,8 @@ import (
 
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/mcsd-io/mcsd/internal/controller/echo"
 )
 
 // Steps are one controller's five steps over S, its scope (a pointer).
@@ -49,8 +54,16 @@ type Steps[S any] struct {
 	PatchStatus func(ctx context.Context, s S) (requeueAfter time.Duration, err error)
 }
 
-// Reconcile runs steps for req.
-func Reconcile[S any](ctx context.Context, req ctrl.Request, steps Steps[S]) (res ctrl.Result, retErr error) {
+// Reconcile runs steps for req, in a reconcile that package echo follows:
+// it asks to look again within echo.Recheck when an event of an object it
+// wrote was held back and was not that write's echo (echo.Missed.Requeue).
+func Reconcile[S any](ctx context.Context, req ctrl.Request, steps Steps[S]) (ctrl.Result, error) {
+	ctx, missed := echo.Track(ctx)
+	return missed.Requeue(runSteps(ctx, req, steps))
+}
+
+// runSteps runs steps for req, Fetch to Apply and then the status patch.
+func runSteps[S any](ctx context.Context, req ctrl.Request, steps Steps[S]) (res ctrl.Result, retErr error) {
 	log := ctrl.LoggerFrom(ctx).WithValues(steps.LogKey, klog.KRef(req.Namespace, req.Name))
 	ctx = ctrl.LoggerInto(ctx, log)
 
