@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -74,16 +75,10 @@ func run() error {
 		return err
 	}
 	if o.Registry == harness.RegistryCloudMap {
-		if o.Services == 0 {
-			o.Services = 50
-		}
-		if o.ExportSamples == 0 {
-			o.ExportSamples = 20
-		}
+		o.Services = cmp.Or(o.Services, 50)
+		o.ExportSamples = cmp.Or(o.ExportSamples, 20)
 	}
-	if o.Services == 0 {
-		o.Services = 1000
-	}
+	o.Services = cmp.Or(o.Services, 1000)
 	if bursts != "" {
 		if o.Bursts, err = harness.ParseInts(bursts); err != nil {
 			return fmt.Errorf("-bursts: %w", err)

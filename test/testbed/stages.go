@@ -8,21 +8,10 @@ import "fmt"
 // templates leave the nodes' addresses and kubelet port as the testbed set
 // them: they point the API server's exec requests at the agent.
 func nodeStages(kubeVersion string) string {
-	return fmt.Sprintf(`---
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: testbed-node-ready
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Node
-  selector:
-    matchExpressions:
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+	ready := nodeStage("testbed-node-ready", `    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
       operator: 'NotIn'
       values: ['True']
-  next:
+`, fmt.Sprintf(`  next:
     statusTemplate: |
       {{ $now := Now }}
       conditions:
@@ -48,24 +37,14 @@ spec:
         systemUUID: ""
         bootID: ""
       phase: Running
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: testbed-node-heartbeat
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Node
-  selector:
-    matchExpressions:
-    - key: '.status.phase'
+`, kubeVersion))
+	heartbeat := nodeStage("testbed-node-heartbeat", `    - key: '.status.phase'
       operator: 'In'
       values: ['Running']
     - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
       operator: 'In'
       values: ['True']
-  delay:
+`, `  delay:
     durationMilliseconds: 20000
     jitterDurationMilliseconds: 25000
   next:
@@ -80,5 +59,24 @@ spec:
         status: {{ .status | Quote }}
         type: {{ .type | Quote }}
       {{ end }}
-`, kubeVersion)
+`)
+	return ready + heartbeat
+}
+
+// nodeStage is the YAML of a kwok Stage named name for the Nodes that
+// matchExpressions (the selector's list items) select; rest is the rest of
+// its spec (its delay and next).
+func nodeStage(name, matchExpressions, rest string) string {
+	return `---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: ` + name + `
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+` + matchExpressions + rest
 }

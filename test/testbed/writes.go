@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -48,11 +49,7 @@ func (w *WriteCounter) Wrap(rt http.RoundTripper) http.RoundTripper {
 func (w *WriteCounter) Snapshot() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]int, len(w.byResource))
-	for k, v := range w.byResource {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(w.byResource)
 }
 
 // ResourceOf extracts the resource (and subresource) from an API path:

@@ -336,14 +336,14 @@ type readiness struct {
 func (f *failover) trial(ctx context.Context) (away, back float64, failed int, changes []readiness, err error) {
 	var down, up time.Time
 	got, err := f.probe(ctx, f.importIP, probeCount, func(time.Time) error {
-		if err := sleepCtx(ctx, probeSettle); err != nil {
+		if err := Sleep(ctx, probeSettle); err != nil {
 			return err
 		}
 		down = time.Now()
 		if err := setReady(ctx, f.cl2, f.pod2, false); err != nil {
 			return err
 		}
-		if err := sleepCtx(ctx, probeSwitched); err != nil {
+		if err := Sleep(ctx, probeSwitched); err != nil {
 			return err
 		}
 		up = time.Now()
@@ -456,10 +456,10 @@ func (f *failover) floorTrial(ctx context.Context, after bool) (away, back float
 		if err := f.writeSlice(ctx, "other", ip); err != nil {
 			return err
 		}
-		return sleepCtx(ctx, 20*time.Millisecond)
+		return Sleep(ctx, 20*time.Millisecond)
 	}
 	got, err := f.probe(ctx, f.floorIP, probeCount, func(time.Time) error {
-		if err := sleepCtx(ctx, probeSettle); err != nil {
+		if err := Sleep(ctx, probeSettle); err != nil {
 			return err
 		}
 		if err := other(f.ip1); err != nil {
@@ -469,7 +469,7 @@ func (f *failover) floorTrial(ctx context.Context, after bool) (away, back float
 		if err := f.writeSlice(ctx, "floor", f.ip1); err != nil {
 			return err
 		}
-		if err := sleepCtx(ctx, probeSwitched); err != nil {
+		if err := Sleep(ctx, probeSwitched); err != nil {
 			return err
 		}
 		if err := other(f.ip2); err != nil {
@@ -516,7 +516,8 @@ func setReady(ctx context.Context, cl client.Client, name string, ready bool) er
 	return nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits d, or until ctx ends: then it returns ctx's error.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

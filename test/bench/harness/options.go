@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -114,38 +115,25 @@ type Options struct {
 
 // Default fills in the defaults.
 func (o *Options) Default() {
-	if o.Registry == "" {
-		o.Registry = RegistryEtcd
+	o.Registry = cmp.Or(o.Registry, RegistryEtcd)
+	o.Clusters = cmp.Or(o.Clusters, 3)
+	o.Services = cmp.Or(o.Services, 1000)
+	o.Endpoints = cmp.Or(o.Endpoints, 10)
+	o.ExportSamples = cmp.Or(o.ExportSamples, 100)
+	o.InteropSamples = cmp.Or(o.InteropSamples, 15)
+	o.DNSSamples = cmp.Or(o.DNSSamples, 30)
+	o.ControllerBurst = cmp.Or(o.ControllerBurst, 2000)
+	o.Workers = cmp.Or(o.Workers, 16)
+	o.ExportRate = cmp.Or(o.ExportRate, 4)
+	o.Churn = cmp.Or(o.Churn, 5)
+	o.ChurnFor = cmp.Or(o.ChurnFor, 30*time.Second)
+	steady, ttl := 30*time.Second, 30*time.Second
+	if o.Registry == RegistryCloudMap {
+		// A steady state of several heartbeats (every 20 s) and sweeps,
+		// and a longer lease TTL.
+		steady, ttl = 2*time.Minute, 60*time.Second
 	}
-	def := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	def(&o.Clusters, 3)
-	def(&o.Services, 1000)
-	def(&o.Endpoints, 10)
-	def(&o.ExportSamples, 100)
-	def(&o.InteropSamples, 15)
-	def(&o.DNSSamples, 30)
-	def(&o.ControllerBurst, 2000)
-	def(&o.Workers, 16)
-	if o.ExportRate == 0 {
-		o.ExportRate = 4
-	}
-	if o.Churn == 0 {
-		o.Churn = 5
-	}
-	if o.ChurnFor == 0 {
-		o.ChurnFor = 30 * time.Second
-	}
-	if o.Steady == 0 {
-		o.Steady = 30 * time.Second
-		if o.Registry == RegistryCloudMap {
-			// Several heartbeats (every 20 s) and sweeps.
-			o.Steady = 2 * time.Minute
-		}
-	}
+	o.Steady = cmp.Or(o.Steady, steady)
 	if o.Bursts == nil && o.Registry == RegistryCloudMap {
 		o.Bursts = []int{min(50, o.Services)}
 	}
@@ -170,24 +158,11 @@ func (o *Options) Default() {
 	if !o.has(PhaseDNS) {
 		o.DNSSamples = 0
 	}
-	if o.FailoverTrials == 0 {
-		o.FailoverTrials = 5
-	}
-	if o.ControllerQPS == 0 {
-		o.ControllerQPS = 1000
-	}
-	if o.ClientQPS == 0 {
-		o.ClientQPS = 5000
-	}
-	if o.Timeout == 0 {
-		o.Timeout = 10 * time.Minute
-	}
-	if o.TTL == 0 {
-		o.TTL = 30 * time.Second
-		if o.Registry == RegistryCloudMap {
-			o.TTL = 60 * time.Second
-		}
-	}
+	o.FailoverTrials = cmp.Or(o.FailoverTrials, 5)
+	o.ControllerQPS = cmp.Or(o.ControllerQPS, 1000)
+	o.ClientQPS = cmp.Or(o.ClientQPS, 5000)
+	o.Timeout = cmp.Or(o.Timeout, 10*time.Minute)
+	o.TTL = cmp.Or(o.TTL, ttl)
 	if o.Log == nil {
 		o.Log = io.Discard
 	}

@@ -55,6 +55,31 @@ func addLine(p *plot.Plot, pts plotter.XYs, c color.Color, label string) error {
 	return nil
 }
 
+// addSeries draws each of the series that has samples on p, as the line
+// pts makes of its latencies (seconds, sorted).
+func (r *Results) addSeries(p *plot.Plot, pts func(xs []float64) plotter.XYs) error {
+	for _, s := range series {
+		xs := Seconds(r.Samples, s.phase, s.what)
+		if len(xs) == 0 {
+			continue
+		}
+		slices.Sort(xs)
+		if err := addLine(p, pts(xs), s.color, s.label); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// xys is pts as the plotter takes them.
+func xys(pts []Point) plotter.XYs {
+	out := make(plotter.XYs, len(pts))
+	for i, pt := range pts {
+		out[i] = plotter.XY{X: pt.X, Y: pt.Y}
+	}
+	return out
+}
+
 func save(p *plot.Plot, dir, name string) error {
 	return p.Save(18*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, name))
 }
@@ -65,22 +90,21 @@ func (r *Results) plotCDF(dir string) error {
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Legend.Top = false
 	p.Legend.Left = false
-	for _, s := range series {
-		xs := Seconds(r.Samples, s.phase, s.what)
-		if len(xs) == 0 {
-			continue
-		}
-		slices.Sort(xs)
-		pts := make(plotter.XYs, 0, len(xs)+1)
-		pts = append(pts, plotter.XY{X: xs[0] * 1000, Y: 0})
-		for i, x := range xs {
-			pts = append(pts, plotter.XY{X: x * 1000, Y: float64(i+1) / float64(len(xs))})
-		}
-		if err := addLine(p, pts, s.color, s.label); err != nil {
-			return err
-		}
+	if err := r.addSeries(p, cdf); err != nil {
+		return err
 	}
 	return save(p, dir, FileCDF)
+}
+
+// cdf is the line of the sorted latencies xs (seconds, at least one): the
+// share of them within x milliseconds, from 0 at the fastest.
+func cdf(xs []float64) plotter.XYs {
+	pts := make(plotter.XYs, 0, len(xs)+1)
+	pts = append(pts, plotter.XY{X: xs[0] * 1000, Y: 0})
+	for i, x := range xs {
+		pts = append(pts, plotter.XY{X: x * 1000, Y: float64(i+1) / float64(len(xs))})
+	}
+	return pts
 }
 
 // plotHistogram: the latency distributions side by side as step outlines
@@ -102,11 +126,7 @@ func (r *Results) plotHistogram(dir string) error {
 	}
 	const bins = 40
 	width := hi / bins
-	for _, s := range series {
-		xs := Seconds(r.Samples, s.phase, s.what)
-		if len(xs) == 0 {
-			continue
-		}
+	err := r.addSeries(p, func(xs []float64) plotter.XYs {
 		counts := make([]float64, bins)
 		for _, x := range xs {
 			i := int(x * 1000 / width)
@@ -116,9 +136,10 @@ func (r *Results) plotHistogram(dir string) error {
 		for i, c := range counts {
 			pts = append(pts, plotter.XY{X: float64(i) * width, Y: c}, plotter.XY{X: float64(i+1) * width, Y: c})
 		}
-		if err := addLine(p, pts, s.color, s.label); err != nil {
-			return err
-		}
+		return pts
+	})
+	if err != nil {
+		return err
 	}
 	return save(p, dir, FileHistogram)
 }
@@ -130,11 +151,7 @@ func (r *Results) plotScaling(dir string) error {
 	p.Legend.Top = true
 	p.Legend.Left = true
 	if len(r.Scaling) > 0 {
-		pts := make(plotter.XYs, len(r.Scaling))
-		for i, pt := range r.Scaling {
-			pts[i] = plotter.XY{X: pt.X, Y: pt.Y}
-		}
-		l, s, err := plotter.NewLinePoints(pts)
+		l, s, err := plotter.NewLinePoints(xys(r.Scaling))
 		if err != nil {
 			return err
 		}
@@ -160,11 +177,7 @@ func (r *Results) plotScaling(dir string) error {
 func (r *Results) plotProgress(dir string) error {
 	p := newPlot("Cold start: imports converged over time", "seconds since the controllers started", "imports converged (all clusters)")
 	if len(r.Progress) > 0 {
-		pts := make(plotter.XYs, len(r.Progress))
-		for i, pt := range r.Progress {
-			pts[i] = plotter.XY{X: pt.X, Y: pt.Y}
-		}
-		if err := addLine(p, pts, series[0].color, ""); err != nil {
+		if err := addLine(p, xys(r.Progress), series[0].color, ""); err != nil {
 			return err
 		}
 	}

@@ -112,13 +112,13 @@ func runCloudMap(ctx context.Context, cfg config, n int) (cloudMapRun, error) {
 	// Idle: every call counted for the window, by operation, once the
 	// cold start's operations have left the feed's window (its overlap
 	// after the latest operation seen) and every member has beaten once.
-	if !sleepCtx(ctx, cloudmap.DefaultTTL/3+cloudmap.DefaultFeedOverlap) {
-		return res, ctx.Err()
+	if err := harness.Sleep(ctx, cloudmap.DefaultTTL/3+cloudmap.DefaultFeedOverlap); err != nil {
+		return res, err
 	}
 	before := srv.Calls()
 	fmt.Fprintf(os.Stderr, "[scale] cloudmap N=%d: counting idle calls for %s\n", n, cfg.CloudMapIdle)
-	if !sleepCtx(ctx, cfg.CloudMapIdle) {
-		return res, ctx.Err()
+	if err := harness.Sleep(ctx, cfg.CloudMapIdle); err != nil {
+		return res, err
 	}
 	res.IdleByOperation = map[string]float64{}
 	total := 0.0
@@ -153,8 +153,8 @@ func runCloudMap(ctx context.Context, cfg config, n int) (cloudMapRun, error) {
 		res.Changes++
 		// 1 to 3 s apart, so that the changes do not keep one phase with
 		// the members' polls.
-		if !sleepCtx(ctx, time.Second+rand.N(2*time.Second)) {
-			return res, ctx.Err()
+		if err := harness.Sleep(ctx, time.Second+rand.N(2*time.Second)); err != nil {
+			return res, err
 		}
 	}
 	// Each change reaches the n-1 others; the members that import a

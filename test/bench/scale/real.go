@@ -448,7 +448,7 @@ func (rs *realSet) apiFloor(ctx context.Context) error {
 					errs[ci] = fmt.Errorf("API floor in %s: %w", rc.c.ID, err)
 					return
 				}
-				sleepCtx(ctx, 200*time.Millisecond)
+				_ = harness.Sleep(ctx, 200*time.Millisecond)
 			}
 		})
 	}
@@ -538,8 +538,8 @@ func (rs *realSet) settledWrites(ctx context.Context) (map[string]int, error) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if !sleepCtx(ctx, time.Second) {
-			return nil, ctx.Err()
+		if err := harness.Sleep(ctx, time.Second); err != nil {
+			return nil, err
 		}
 		now, err := rs.writes(ctx)
 		if err != nil {
@@ -568,8 +568,8 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: not within %s", what, timeout)
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
-			return ctx.Err()
+		if err := harness.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -370,7 +370,7 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !sleepCtx(ctx, rand.N(period)) {
+			if harness.Sleep(ctx, rand.N(period)) != nil {
 				return
 			}
 			tick := time.NewTicker(period)
@@ -500,7 +500,7 @@ func (r *sizeRun) floor(ctx context.Context) []time.Duration {
 		if _, err := cli.Put(ctx, key, v); err != nil {
 			break
 		}
-		sleepCtx(ctx, 50*time.Millisecond)
+		_ = harness.Sleep(ctx, 50*time.Millisecond)
 	}
 	<-done
 	mu.Lock()
@@ -779,17 +779,6 @@ func (r *sizeRun) leave(ctx context.Context, res *runResult) error {
 	delete(d, "EndpointSlice of "+leaver.id)
 	res.Real.LeaveOtherDeletions = total(d)
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func rss() uint64 {

@@ -82,9 +82,9 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		tb, err := testbed.Open(ctx, testbed.Options{Name: *name, Binaries: &bin})
+		tb, err := openStarted(ctx, testbed.Options{Name: *name, Binaries: &bin})
 		if err != nil {
-			return fmt.Errorf("%w (start it with make testbed-up)", err)
+			return err
 		}
 		if err := tb.Ping(ctx); err != nil {
 			return fmt.Errorf("testbed %s is not running: %w (start it again with make testbed-up)", *name, err)
@@ -98,9 +98,9 @@ func run() error {
 		if fs.NArg() != 1 {
 			return fmt.Errorf("expose: want the host address of one TCP server (127.0.0.1:2379, say), got %q", fs.Args())
 		}
-		tb, err := testbed.Open(ctx, testbed.Options{Name: *name, Log: os.Stderr})
+		tb, err := openStarted(ctx, testbed.Options{Name: *name, Log: os.Stderr})
 		if err != nil {
-			return fmt.Errorf("%w (start it with make testbed-up)", err)
+			return err
 		}
 		c := tb.Cluster(*cluster)
 		if c == nil {
@@ -118,9 +118,9 @@ func run() error {
 		if fs.NArg() != 1 {
 			return fmt.Errorf("load-image: want one archive (a Docker archive, an OCI layout or a tar of one), got %q", fs.Args())
 		}
-		tb, err := testbed.Open(ctx, testbed.Options{Name: *name, Log: os.Stderr})
+		tb, err := openStarted(ctx, testbed.Options{Name: *name, Log: os.Stderr})
 		if err != nil {
-			return fmt.Errorf("%w (start it with make testbed-up)", err)
+			return err
 		}
 		refs, err := tb.LoadImage(fs.Arg(0), *image)
 		if err != nil {
@@ -135,6 +135,16 @@ func run() error {
 		os.Exit(2)
 	}
 	return nil
+}
+
+// openStarted opens a testbed that `up` started, and says how to start it
+// when there is none.
+func openStarted(ctx context.Context, opts testbed.Options) (*testbed.Testbed, error) {
+	tb, err := testbed.Open(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w (start it with make testbed-up)", err)
+	}
+	return tb, nil
 }
 
 // startCoreDNS starts a CoreDNS for one cluster of a running testbed and
