@@ -375,6 +375,24 @@ func (e *Env) Client(t testing.TB, id string) client.Client {
 	return cl
 }
 
+// ClusterIDs are the ids of every cluster of the testbed, in order.
+func (e *Env) ClusterIDs() []string {
+	ids := make([]string, 0, len(e.TB.Clusters))
+	for _, c := range e.TB.Clusters {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+// EnsureNamespaceEverywhere creates namespace ns in every cluster where it
+// is missing.
+func (e *Env) EnsureNamespaceEverywhere(t testing.TB, ns string) {
+	t.Helper()
+	for _, id := range e.ClusterIDs() {
+		EnsureNamespace(t, e.Client(t, id), ns)
+	}
+}
+
 // logWriter sends controller logs to a file per cluster when
 // MCSD_E2E_LOG_DIR is set, and nowhere otherwise.
 func logWriter(id string) io.Writer {

@@ -7,13 +7,17 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
 // EnsureNamespace creates a namespace if it is missing.
@@ -23,6 +27,23 @@ func EnsureNamespace(t testing.TB, cl client.Client, name string) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+}
+
+// ServiceAccountToken mints a token, valid for an hour, for ServiceAccount
+// ns/name of cluster c (TokenRequest API).
+func ServiceAccountToken(t testing.TB, c *testbed.Cluster, ns, name string) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for %s/%s in %s: %v", ns, name, c.ID, err)
+	}
+	return tr.Status.Token
 }
 
 // App describes a Deployment and the Service in front of it.
@@ -117,15 +138,25 @@ func Unexport(t testing.TB, cl client.Client, namespace, name string) {
 // GetImport returns the ServiceImport or nil if it does not exist.
 func GetImport(t testing.TB, cl client.Client, namespace, name string) *mcsv1beta1.ServiceImport {
 	t.Helper()
-	si := &mcsv1beta1.ServiceImport{}
-	err := cl.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, si)
+	return GetOrNil[mcsv1beta1.ServiceImport](t, cl, namespace, name)
+}
+
+// GetOrNil returns the object namespace/name of type T, or nil if it does
+// not exist; any other error fails t.
+func GetOrNil[T any, PT interface {
+	*T
+	client.Object
+}](t testing.TB, cl client.Client, namespace, name string) PT {
+	t.Helper()
+	obj := PT(new(T))
+	err := cl.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, obj)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		t.Fatalf("get import: %v", err)
+		t.Fatalf("get %T %s/%s: %v", obj, namespace, name, err)
 	}
-	return si
+	return obj
 }
 
 // Condition returns a condition of a list by type, or nil.

@@ -3,6 +3,8 @@ package framework
 import (
 	"context"
 	"fmt"
+	"os"
+	"testing"
 	"time"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -42,4 +44,21 @@ func (m *Moto) Options(id registry.Identity) cloudmap.Options {
 // Open opens the Cloud Map backend for id on moto: Options.OpenRegistry.
 func (m *Moto) Open(ctx context.Context, id registry.Identity) (registry.Registry, error) {
 	return cloudmap.New(ctx, m.Options(id))
+}
+
+// MainOnMoto is Main with Cloud Map on moto as the registry: it starts moto
+// (StartMoto), runs Main with opts.OpenRegistry opening it, and stops moto.
+// moto, when not nil, is set to the running emulator for the tests.
+func MainOnMoto(m *testing.M, opts Options, ready func(context.Context, *Env) error, moto **Moto) int {
+	mo, err := StartMoto(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer mo.Stop()
+	if moto != nil {
+		*moto = mo
+	}
+	opts.OpenRegistry = mo.Open
+	return Main(m, opts, ready)
 }

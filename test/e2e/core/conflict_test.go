@@ -26,21 +26,13 @@ import (
 // c2 fixes its Service and both clusters expose the same ports, the conflict
 // clears.
 func TestConflictingExports(t *testing.T) {
-	t.Parallel()
-	ns := "conflict"
-	namespaceEverywhere(t, ns)
-	c1, c2 := env.Client(t, "c1"), env.Client(t, "c2")
+	ns, c1 := setUpTest(t, "conflict")
+	c2 := env.Client(t, "c2")
 
-	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2, Ports: []corev1.ServicePort{
+	ips1 := exportFirst(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2, Ports: []corev1.ServicePort{
 		{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
 		{Name: "grpc", Port: 9000, TargetPort: intstr.FromInt32(9000), Protocol: corev1.ProtocolTCP},
 	}})
-	ips1 := waitPods(t, c1, ns, "web", 2)
-	fw.Export(t, c1, ns, "web")
-	poll.Until(t, timeout, "import of c1's export in c1", func() (bool, string) {
-		si := fw.GetImport(t, c1, ns, "web")
-		return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%v", si)
-	})
 
 	// c2: headless, ClientIP affinity, http on another port, and an admin
 	// port c1 does not have.

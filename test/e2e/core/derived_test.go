@@ -18,7 +18,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/manager"
-	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	fw "github.com/mcsd-io/mcsd/test/framework"
 )
@@ -30,17 +29,15 @@ import (
 // EndpointSlices (label kubernetes.io/service-name) hold every exporting
 // cluster's endpoints.
 func TestGatewayResolvesServiceImport(t *testing.T) {
-	t.Parallel()
-	ns := "gateway"
-	namespaceEverywhere(t, ns)
-	c1, c2 := env.Client(t, "c1"), env.Client(t, "c2")
+	ns, c1 := setUpTest(t, "gateway")
+	c2 := env.Client(t, "c2")
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1})
 	want := append(waitPods(t, c1, ns, "web", 2), waitPods(t, c2, ns, "web", 1)...)
 	slices.Sort(want)
 	// Watched from before the export: the import appears whole.
 	first := map[string]*firstImport{}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		first[id] = watchFirstImport(t, id, ns, "web")
 	}
 	fw.Export(t, c1, ns, "web")
@@ -147,15 +144,8 @@ func watchFirstImport(t *testing.T, id, ns, name string) *firstImport {
 // export is older and wins), and one without endpoints at all runs no pods
 // (c3).
 func TestEmptySlicePerFamily(t *testing.T) {
-	t.Parallel()
-	ns := "dualstack-empty"
-	namespaceEverywhere(t, ns)
-	c1 := env.Client(t, "c1")
-	ips := map[string][]string{"c1": deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicyPreferDualStack})}
-	poll.Until(t, timeout, "import of c1's export in c1", func() (bool, string) {
-		si := fw.GetImport(t, c1, ns, "web")
-		return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%v", si)
-	})
+	ns, c1 := setUpTest(t, "dualstack-empty")
+	ips := map[string][]string{"c1": exportFirst(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicyPreferDualStack})}
 	c2, c3 := env.Client(t, "c2"), env.Client(t, "c3")
 	ips["c2"] = deployExported(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicySingleStack})
 	noPods := &corev1.Service{

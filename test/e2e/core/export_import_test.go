@@ -33,12 +33,7 @@ func importedSlices(t *testing.T, cl client.Client, ns, name string) map[string]
 }
 
 func TestExportAndUnexport(t *testing.T) {
-	t.Parallel()
-	ns := "export-basic"
-	c1 := env.Client(t, "c1")
-	for _, c := range env.TB.Clusters {
-		fw.EnsureNamespace(t, env.Client(t, c.ID), ns)
-	}
+	ns, c1 := setUpTest(t, "export-basic")
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 3})
 	poll.Until(t, timeout, "pods running in c1", func() (bool, string) {
 		ips := fw.PodIPs(t, c1, ns, "web")

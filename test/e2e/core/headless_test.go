@@ -33,9 +33,7 @@ func hostnames(ss []discoveryv1.EndpointSlice) map[string]string {
 // no IPs, no derived Service, and per source cluster the slices keep the
 // pods' hostnames and name no Service for kube-proxy.
 func TestHeadlessStatefulSet(t *testing.T) {
-	t.Parallel()
-	ns := "headless-sts"
-	namespaceEverywhere(t, ns)
+	ns, _ := setUpTest(t, "headless-sts")
 	want := map[string]map[string]string{} // source cluster → address → hostname
 	for _, id := range []string{"c1", "c2"} {
 		cl := env.Client(t, id)

@@ -21,44 +21,29 @@ import (
 	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
-// clusterIDs are the ids of every cluster of the testbed.
-func clusterIDs() []string {
-	ids := make([]string, 0, len(env.TB.Clusters))
-	for _, c := range env.TB.Clusters {
-		ids = append(ids, c.ID)
-	}
-	return ids
-}
-
 // inEveryCluster waits, cluster by cluster, until check holds in each.
 func inEveryCluster(t *testing.T, what string, check func(id string, cl client.Client) (bool, string)) {
 	t.Helper()
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		cl := env.Client(t, id)
 		poll.Until(t, timeout, what+" in "+id, func() (bool, string) { return check(id, cl) })
 	}
 }
 
-// namespaceEverywhere creates ns in every cluster.
-func namespaceEverywhere(t *testing.T, ns string) {
+// setUpTest begins a core test: it runs t in parallel with the others,
+// creates ns, the test's own namespace, in every cluster, and returns ns and
+// the client of c1, the cluster the tests export from.
+func setUpTest(t *testing.T, ns string) (string, client.Client) {
 	t.Helper()
-	for _, id := range clusterIDs() {
-		fw.EnsureNamespace(t, env.Client(t, id), ns)
-	}
+	t.Parallel()
+	env.EnsureNamespaceEverywhere(t, ns)
+	return ns, env.Client(t, "c1")
 }
 
 // getExport returns a ServiceExport, or nil when it does not exist.
 func getExport(t *testing.T, cl client.Client, ns, name string) *mcsv1beta1.ServiceExport {
 	t.Helper()
-	se := &mcsv1beta1.ServiceExport{}
-	err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, se)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("get ServiceExport: %v", err)
-	}
-	return se
+	return fw.GetOrNil[mcsv1beta1.ServiceExport](t, cl, ns, name)
 }
 
 // waitExportCondition waits until the ServiceExport has a condition of type
@@ -104,6 +89,19 @@ func waitPods(t *testing.T, cl client.Client, ns, app string, n int) []string {
 	poll.Until(t, timeout, fmt.Sprintf("%d pods of %s/%s running", n, ns, app), func() (bool, string) {
 		ips = fw.PodIPs(t, cl, ns, app)
 		return len(ips) == n, fmt.Sprintf("%d running: %v", len(ips), ips)
+	})
+	return ips
+}
+
+// exportFirst deploys app in c1, waits for its pods, exports it and waits
+// until c1 imports it from c1 alone: c1's export is the oldest. It returns
+// the pods' IPs; app names its replicas.
+func exportFirst(t *testing.T, c1 client.Client, app fw.App) []string {
+	t.Helper()
+	ips := deployExported(t, c1, app)
+	poll.Until(t, timeout, "import of c1's export in c1", func() (bool, string) {
+		si := fw.GetImport(t, c1, app.Namespace, app.Name)
+		return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%v", si)
 	})
 	return ips
 }
@@ -188,15 +186,7 @@ func importClusters(si *mcsv1beta1.ServiceImport) []string {
 // derivedService returns the Service mcsd derived for an import, or nil.
 func derivedService(t *testing.T, cl client.Client, ns, name string) *corev1.Service {
 	t.Helper()
-	svc := &corev1.Service{}
-	err := cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: imports.DerivedServiceName(name)}, svc)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatalf("get derived Service: %v", err)
-	}
-	return svc
+	return fw.GetOrNil[corev1.Service](t, cl, ns, imports.DerivedServiceName(name))
 }
 
 // importGone reports whether nothing of an import is left in a cluster: no
@@ -250,7 +240,7 @@ func deleteService(t *testing.T, cl client.Client, ns, name string) {
 func noImportAnywhere(t *testing.T, ns, name string, d time.Duration) {
 	t.Helper()
 	clients := map[string]client.Client{}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		clients[id] = env.Client(t, id)
 	}
 	poll.Throughout(t, d, "no import of "+ns+"/"+name, func() (bool, string) {

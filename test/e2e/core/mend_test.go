@@ -16,10 +16,8 @@ import (
 // whole again, though nothing changed in the registry: a slice whose
 // inputs are unchanged is skipped only while mcsd alone wrote it.
 func TestEditedSliceIsMended(t *testing.T) {
-	t.Parallel()
-	ns := "mend"
-	namespaceEverywhere(t, ns)
-	c1, c2 := env.Client(t, "c1"), env.Client(t, "c2")
+	ns, c1 := setUpTest(t, "mend")
+	c2 := env.Client(t, "c2")
 	ips := deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 	fromC1 := func(what string) {
 		t.Helper()

@@ -21,10 +21,7 @@ import (
 // those, label and annotate the ServiceImport in every cluster; changing
 // them changes the import.
 func TestExportedLabelsAndAnnotations(t *testing.T) {
-	t.Parallel()
-	ns := "exported-metadata"
-	namespaceEverywhere(t, ns)
-	c1 := env.Client(t, "c1")
+	ns, c1 := setUpTest(t, "exported-metadata")
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1})
 	updateService(t, c1, ns, "web", func(svc *corev1.Service) {
 		svc.Labels = map[string]string{"service-own": "yes"}

@@ -18,10 +18,8 @@ import (
 // controller-runtime's registry, so every series is told apart by its
 // cluster label.
 func TestMetrics(t *testing.T) {
-	t.Parallel()
-	ns := "metrics"
-	namespaceEverywhere(t, ns)
-	c1, c2 := env.Client(t, "c1"), env.Client(t, "c2")
+	ns, c1 := setUpTest(t, "metrics")
+	c2 := env.Client(t, "c2")
 	want := deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 	poll.Until(t, timeout, "import in c2 with c1's endpoints", func() (bool, string) {
 		si := fw.GetImport(t, c2, ns, "web")
@@ -60,7 +58,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := clusterIDs()
+	ids := env.ClusterIDs()
 	for _, f := range families {
 		if !strings.HasPrefix(f.GetName(), "mcsd_") {
 			continue

@@ -16,10 +16,7 @@ import (
 // ServiceImport, derived Service and EndpointSlices follow, and the import
 // keeps its IP.
 func TestPortChanges(t *testing.T) {
-	t.Parallel()
-	ns := "port-changes"
-	namespaceEverywhere(t, ns)
-	c1 := env.Client(t, "c1")
+	ns, c1 := setUpTest(t, "port-changes")
 	// One unnamed port: adding a second one means naming both.
 	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2, Ports: []corev1.ServicePort{
 		{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},

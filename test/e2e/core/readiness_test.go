@@ -19,10 +19,7 @@ import (
 // Endpoints turning not ready and back, and scaling up and down, in the
 // exporting cluster show in the imported slices of every cluster.
 func TestReadinessAndScaling(t *testing.T) {
-	t.Parallel()
-	ns := "readiness"
-	namespaceEverywhere(t, ns)
-	c1 := env.Client(t, "c1")
+	ns, c1 := setUpTest(t, "readiness")
 	ips := deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 
 	expect := func(what string, want map[string]string) {

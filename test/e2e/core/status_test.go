@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,20 +29,12 @@ var update = flag.Bool("update", false, "write testdata/*.golden from the curren
 // import; its times and lease ids are masked before comparing it with
 // testdata/status.golden.
 func TestStatusShowsConflict(t *testing.T) {
-	t.Parallel()
-	ns := "status"
-	namespaceEverywhere(t, ns)
-	c1, c2 := env.Client(t, "c1"), env.Client(t, "c2")
+	ns, c1 := setUpTest(t, "status")
+	c2 := env.Client(t, "c2")
 
-	fw.Deploy(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, Ports: []corev1.ServicePort{
+	exportFirst(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, Ports: []corev1.ServicePort{
 		{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
 	}})
-	waitPods(t, c1, ns, "web", 1)
-	fw.Export(t, c1, ns, "web")
-	poll.Until(t, timeout, "import of c1's export in c1", func() (bool, string) {
-		si := fw.GetImport(t, c1, ns, "web")
-		return si != nil && len(si.Status.Clusters) == 1, fmt.Sprintf("%v", si)
-	})
 	fw.Deploy(t, c2, fw.App{Namespace: ns, Name: "web", Replicas: 1, Ports: []corev1.ServicePort{
 		{Name: "http", Port: 81, TargetPort: intstr.FromInt32(8081), Protocol: corev1.ProtocolTCP},
 	}})

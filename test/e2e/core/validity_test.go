@@ -16,10 +16,7 @@ import (
 // An ExternalName Service cannot be exported: Valid=False InvalidServiceType
 // and no import anywhere.
 func TestExternalNameNotExported(t *testing.T) {
-	t.Parallel()
-	ns := "external-name"
-	namespaceEverywhere(t, ns)
-	c1 := env.Client(t, "c1")
+	ns, c1 := setUpTest(t, "external-name")
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ext"},
 		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "db.example.com"},
@@ -59,10 +56,7 @@ func TestExternalNameNotExported(t *testing.T) {
 // A ServiceExport without its Service is Valid=False NoService until the
 // Service is created; then it is imported everywhere.
 func TestExportBeforeService(t *testing.T) {
-	t.Parallel()
-	ns := "no-service"
-	namespaceEverywhere(t, ns)
-	c1 := env.Client(t, "c1")
+	ns, c1 := setUpTest(t, "no-service")
 	fw.Export(t, c1, ns, "web")
 	waitExportCondition(t, c1, ns, "web", "Valid", metav1.ConditionFalse, "NoService")
 	noImportAnywhere(t, ns, "web", 2*time.Second)

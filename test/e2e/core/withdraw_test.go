@@ -12,10 +12,7 @@ import (
 // Deleting an exported Service, keeping its ServiceExport, withdraws the
 // cluster's records: the only exporter gone, the import disappears.
 func TestServiceDeletedWithdrawsExport(t *testing.T) {
-	t.Parallel()
-	ns := "service-deleted"
-	namespaceEverywhere(t, ns)
-	c1 := env.Client(t, "c1")
+	ns, c1 := setUpTest(t, "service-deleted")
 	deployExported(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 2})
 	inEveryCluster(t, "import", func(id string, cl client.Client) (bool, string) {
 		si := fw.GetImport(t, cl, ns, "web")

@@ -21,10 +21,8 @@ import (
 // named port, and nothing under the cluster id. cluster.local keeps
 // answering the local Service only. Withdrawn everywhere, the name is gone.
 func TestClusterSetIP(t *testing.T) {
-	t.Parallel()
 	const ns, name = "dns-vip", "web"
-	svcName := name + "." + ns + ".svc.clusterset.local"
-	namespaceEverywhere(t, ns)
+	svcName := setUpTest(t, ns, name)
 	ports := []corev1.ServicePort{
 		{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
 		{Name: "metrics", Port: 9090, TargetPort: intstr.FromInt32(9090), Protocol: corev1.ProtocolTCP},
@@ -69,7 +67,7 @@ func TestClusterSetIP(t *testing.T) {
 	report(t, "export → first correct clusterset.local A answer in another cluster (ClusterSetIP)", latency)
 
 	importIPs := map[string][]string{}
-	for i, id := range clusterIDs() {
+	for i, id := range env.ClusterIDs() {
 		cl := env.Client(t, id)
 		var si *mcsv1beta1.ServiceImport
 		poll.Until(t, timeout, "dual-stack import with both clusters in "+id, func() (bool, string) {
@@ -130,7 +128,7 @@ func TestClusterSetIP(t *testing.T) {
 		// The unnamed port: the name resolves, no _<port>._<proto> name does.
 		// (A bare-name SRV query is not part of the KEP's schema; CoreDNS
 		// answers it with every port, named or not, in cluster.local too.)
-		soloName := "solo." + ns + ".svc.clusterset.local"
+		soloName := clusterSetName(ns, "solo")
 		var solo *mcsv1beta1.ServiceImport
 		poll.Until(t, timeout, "import of solo in "+id, func() (bool, string) {
 			solo = fw.GetImport(t, cl, ns, "solo")
@@ -142,7 +140,7 @@ func TestClusterSetIP(t *testing.T) {
 	}
 	// c1 withdraws: c2 still exports, the name keeps its IPs.
 	fw.Unexport(t, c1, ns, name)
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		cl := env.Client(t, id)
 		poll.Until(t, timeout, "import from c2 alone in "+id, func() (bool, string) {
 			si := fw.GetImport(t, cl, ns, name)
@@ -168,7 +166,7 @@ func TestClusterSetIP(t *testing.T) {
 	fw.Unexport(t, env.Client(t, "c2"), ns, name)
 	eventuallyDNS(t, timeout, "c3", svcName, dns.TypeA, nxdomain)
 	report(t, "unexport everywhere → NXDOMAIN in another cluster (ClusterSetIP)", time.Since(unexported))
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		eventuallyDNS(t, timeout, id, svcName, dns.TypeA, nxdomain)
 		expectDNS(t, id, svcName, dns.TypeAAAA, nxdomain)
 		expectDNS(t, id, svcName, dns.TypeSRV, nxdomain)

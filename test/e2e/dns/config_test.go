@@ -11,13 +11,9 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
@@ -88,7 +84,7 @@ func TestShippedConfig(t *testing.T) {
 		ip = si.Spec.IPs[0]
 		return true, ""
 	})
-	svcName := name + "." + ns + ".svc.clusterset.local"
+	svcName := clusterSetName(ns, name)
 	poll.Until(t, timeout, svcName+" from the shipped Corefile", func() (bool, string) {
 		m, err := testbed.Query(ctx, d.Addr(), svcName, dns.TypeA)
 		if err != nil {
@@ -97,7 +93,7 @@ func TestShippedConfig(t *testing.T) {
 		return len(m.Answer) == 1 && m.Answer[0].(*dns.A).A.String() == ip, m.String()
 	})
 	// A missing clusterset.local name is NXDOMAIN, not forwarded upstream.
-	m, err := testbed.Query(ctx, d.Addr(), "missing."+ns+".svc.clusterset.local", dns.TypeA)
+	m, err := testbed.Query(ctx, d.Addr(), clusterSetName(ns, "missing"), dns.TypeA)
 	if err != nil || m.Rcode != dns.RcodeNameError {
 		t.Errorf("missing name: %v %v", err, m)
 	}
@@ -141,16 +137,7 @@ func localCorefile(t *testing.T, corefile string) func(addr, readyAddr, kubeconf
 // reaches the cluster with a token of a ServiceAccount.
 func serviceAccountKubeconfig(t *testing.T, c *testbed.Cluster, ns, sa string) string {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
-		metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token for %s/%s: %v", ns, sa, err)
-	}
+	token := fw.ServiceAccountToken(t, c, ns, sa)
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[c.ID] = &clientcmdapi.Cluster{
 		Server:                   c.Config.Host,
@@ -158,7 +145,7 @@ func serviceAccountKubeconfig(t *testing.T, c *testbed.Cluster, ns, sa string) s
 		CertificateAuthorityData: c.Config.CAData,
 		InsecureSkipTLSVerify:    c.Config.Insecure,
 	}
-	cfg.AuthInfos["coredns"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.AuthInfos["coredns"] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["coredns"] = &clientcmdapi.Context{Cluster: c.ID, AuthInfo: "coredns"}
 	cfg.CurrentContext = "coredns"
 	path := filepath.Join(t.TempDir(), "coredns-kubeconfig")

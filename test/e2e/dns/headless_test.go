@@ -18,10 +18,8 @@ import (
 // DNS follows readiness within seconds, is NXDOMAIN with no ready endpoint,
 // and once the export is withdrawn everywhere.
 func TestHeadless(t *testing.T) {
-	t.Parallel()
 	const ns, name = "dns-headless", "db"
-	svcName := name + "." + ns + ".svc.clusterset.local"
-	namespaceEverywhere(t, ns)
+	svcName := setUpTest(t, ns, name)
 	exporters := []string{"c1", "c2"}
 	// ips[cluster][hostname] is the pod's IP; a StatefulSet pod's hostname is its name.
 	ips := map[string]map[string]string{}
@@ -63,7 +61,7 @@ func TestHeadless(t *testing.T) {
 	eventuallyDNS(t, timeout, "c3", svcName, dns.TypeA, answers(all...))
 	report(t, "export → first complete clusterset.local A answer in another cluster (Headless, 2 exporting clusters)", time.Since(exported))
 
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		eventuallyDNS(t, timeout, id, svcName, dns.TypeA, answers(all...))
 		expectDNS(t, id, svcName, dns.TypeAAAA, func(r reply) bool { return r.rcode == dns.RcodeSuccess && len(r.addrs) == 0 })
 		for _, src := range exporters {
@@ -95,19 +93,19 @@ func TestHeadless(t *testing.T) {
 	fw.SetPodReady(t, c2, ns, "db-1", false)
 	left := ready("c2/db-1")
 	var slowest time.Duration
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		eventuallyDNS(t, followTimeout, id, svcName, dns.TypeA, answers(left...))
 		slowest = time.Since(changed)
 	}
 	report(t, "pod turns not ready → gone from the headless answer in every cluster", slowest)
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		expectDNS(t, id, "db-1.c2."+svcName, dns.TypeA, nxdomain)
 		expectDNS(t, id, "db-0.c2."+svcName, dns.TypeA, answers(ips["c2"]["db-0"]))
 		expectDNS(t, id, "_http._tcp."+svcName, dns.TypeSRV, func(r reply) bool { return r.rcode == dns.RcodeSuccess && len(r.srvs) == 3 })
 	}
 	changed = time.Now()
 	fw.SetPodReady(t, c2, ns, "db-1", true)
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		eventuallyDNS(t, followTimeout, id, svcName, dns.TypeA, answers(all...))
 	}
 	report(t, "pod ready again → back in the headless answer in every cluster", time.Since(changed))
@@ -118,7 +116,7 @@ func TestHeadless(t *testing.T) {
 			fw.SetPodReady(t, env.Client(t, id), ns, host, false)
 		}
 	}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		eventuallyDNS(t, followTimeout, id, svcName, dns.TypeA, nxdomain)
 		expectDNS(t, id, svcName, dns.TypeSRV, nxdomain)
 		expectDNS(t, id, "db-0.c1."+svcName, dns.TypeA, nxdomain)
@@ -131,13 +129,13 @@ func TestHeadless(t *testing.T) {
 			fw.SetPodReady(t, env.Client(t, id), ns, host, true)
 		}
 	}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		eventuallyDNS(t, followTimeout, id, svcName, dns.TypeA, answers(all...))
 	}
 
 	// c1 withdraws: only c2's pods are left; then nothing.
 	fw.Unexport(t, env.Client(t, "c1"), ns, name)
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		eventuallyDNS(t, timeout, id, svcName, dns.TypeA, answers(slices.Collect(maps.Values(ips["c2"]))...))
 		expectDNS(t, id, "db-0.c1."+svcName, dns.TypeA, nxdomain)
 		expectDNS(t, id, "_http._tcp."+svcName, dns.TypeSRV, srvAnswer(srvRecords("8080", "c2")...))
@@ -146,7 +144,7 @@ func TestHeadless(t *testing.T) {
 	fw.Unexport(t, c2, ns, name)
 	eventuallyDNS(t, timeout, "c3", svcName, dns.TypeA, nxdomain)
 	report(t, "unexport everywhere → NXDOMAIN in another cluster (Headless)", time.Since(unexported))
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		eventuallyDNS(t, timeout, id, svcName, dns.TypeA, nxdomain)
 		expectDNS(t, id, "db-0.c2."+svcName, dns.TypeA, nxdomain)
 		expectDNS(t, id, svcName, dns.TypeSRV, nxdomain)

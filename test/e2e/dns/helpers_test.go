@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
-	fw "github.com/mcsd-io/mcsd/test/framework"
 	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
@@ -26,19 +25,17 @@ const (
 	followTimeout = 10 * time.Second
 )
 
-func clusterIDs() []string {
-	var ids []string
-	for _, c := range env.TB.Clusters {
-		ids = append(ids, c.ID)
-	}
-	return ids
-}
+// clusterSetName is the clusterset.local DNS name of Service ns/name.
+func clusterSetName(ns, name string) string { return name + "." + ns + ".svc.clusterset.local" }
 
-func namespaceEverywhere(t *testing.T, ns string) {
+// setUpTest begins a DNS test of Service ns/name: it runs t in parallel
+// with the others, creates ns, the test's own namespace, in every cluster
+// and returns the Service's clusterset.local name.
+func setUpTest(t *testing.T, ns, name string) string {
 	t.Helper()
-	for _, id := range clusterIDs() {
-		fw.EnsureNamespace(t, env.Client(t, id), ns)
-	}
+	t.Parallel()
+	env.EnsureNamespaceEverywhere(t, ns)
+	return clusterSetName(ns, name)
 }
 
 // reply is a DNS answer reduced to what the tests compare.
@@ -90,11 +87,11 @@ func query(id, name string, qtype uint16) (reply, error) {
 	}
 	r := reply{rcode: m.Rcode}
 	for _, rr := range m.Answer {
+		if a, ok := address(rr); ok {
+			r.addrs = append(r.addrs, a)
+			continue
+		}
 		switch rr := rr.(type) {
-		case *dns.A:
-			r.addrs = append(r.addrs, rr.A.String())
-		case *dns.AAAA:
-			r.addrs = append(r.addrs, rr.AAAA.String())
 		case *dns.SRV:
 			r.srvs = append(r.srvs, fmt.Sprintf("%d %s", rr.Port, rr.Target))
 		case *dns.TXT:
@@ -102,17 +99,25 @@ func query(id, name string, qtype uint16) (reply, error) {
 		}
 	}
 	for _, rr := range m.Extra {
-		switch rr := rr.(type) {
-		case *dns.A:
-			r.extra = append(r.extra, rr.A.String())
-		case *dns.AAAA:
-			r.extra = append(r.extra, rr.AAAA.String())
+		if a, ok := address(rr); ok {
+			r.extra = append(r.extra, a)
 		}
 	}
 	slices.Sort(r.addrs)
 	slices.Sort(r.srvs)
 	slices.Sort(r.extra)
 	return r, nil
+}
+
+// address returns the address of an A or AAAA record.
+func address(rr dns.RR) (string, bool) {
+	switch rr := rr.(type) {
+	case *dns.A:
+		return rr.A.String(), true
+	case *dns.AAAA:
+		return rr.AAAA.String(), true
+	}
+	return "", false
 }
 
 // eventuallyDNS waits until the reply of cluster id's CoreDNS to name

@@ -41,23 +41,14 @@ func newEtcdScenario(t *testing.T, ns string) *etcdScenario {
 	if env.EtcdCluster() == nil {
 		t.Fatal("the suite's registry is not an etcd cluster")
 	}
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	s := &etcdScenario{ns: ns, want: map[string][]string{
 		"c1": deployAndExport(t, "c1", fw.App{Namespace: ns, Name: "web", Replicas: 2}),
 		"c3": deployAndExport(t, "c3", fw.App{Namespace: ns, Name: "web", Replicas: 1}),
 	}}
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, "web", s.want, timeout)
-	}
+	waitImportEverywhere(t, ns, "web", s.want)
 	waitQuiet(t, 2*time.Second, timeout)
-	s.objects = map[string]map[string]types.UID{}
-	for _, id := range clusterIDs() {
-		objs, err := derivedObjects(t, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.objects[id] = objs
-	}
+	s.objects = derivedEverywhere(t)
 	s.writes = allWrites()
 	s.start = time.Now()
 	return s
@@ -66,13 +57,15 @@ func newEtcdScenario(t *testing.T, ns string) *etcdScenario {
 // intact reports whether every object mcsd made before the fault is still
 // there, not recreated.
 func (s *etcdScenario) intact(t *testing.T) (bool, string) {
-	for _, id := range clusterIDs() {
-		objs, err := derivedObjects(t, id)
-		if err != nil {
-			return false, err.Error()
-		}
-		// The scale-up may add EndpointSlices; none may go.
-		if ok, msg := sameObjects(s.objects[id], objs); !ok {
+	// The scale-up may add EndpointSlices; none may go.
+	return sameEverywhere(t, s.objects)
+}
+
+// imported reports whether every cluster's import of web matches s.want
+// (see importMatches).
+func (s *etcdScenario) imported(t *testing.T) (bool, string) {
+	for _, id := range env.ClusterIDs() {
+		if ok, msg := importMatches(t, id, s.ns, "web", s.want); !ok {
 			return false, id + ": " + msg
 		}
 	}
@@ -99,12 +92,7 @@ func (s *etcdScenario) scale(t *testing.T, replicas int) time.Duration {
 		if ok, msg := s.intact(t); !ok {
 			t.Fatalf("during the fault: %s", msg)
 		}
-		for _, id := range clusterIDs() {
-			if ok, msg := importMatches(t, id, s.ns, "web", s.want); !ok {
-				return false, id + ": " + msg
-			}
-		}
-		return true, ""
+		return s.imported(t)
 	})
 	return time.Since(changed)
 }
@@ -118,10 +106,10 @@ func (s *etcdScenario) converge(t *testing.T, fault string, repaired time.Time, 
 		if ok, msg := s.intact(t); !ok {
 			t.Fatalf("after the repair: %s", msg)
 		}
-		for _, id := range clusterIDs() {
-			if ok, msg := importMatches(t, id, s.ns, "web", s.want); !ok {
-				return false, id + ": " + msg
-			}
+		if ok, msg := s.imported(t); !ok {
+			return false, msg
+		}
+		for _, id := range env.ClusterIDs() {
 			if c := conditionOf(fw.GetImport(t, clientOf(t, id), s.ns, "web"), "RegistryReachable"); c != nil {
 				return false, id + ": RegistryReachable still set"
 			}
@@ -138,16 +126,11 @@ func (s *etcdScenario) converge(t *testing.T, fault string, repaired time.Time, 
 		if ok, msg := s.intact(t); !ok {
 			return false, msg
 		}
-		for _, id := range clusterIDs() {
-			if ok, msg := importMatches(t, id, s.ns, "web", s.want); !ok {
-				return false, id + ": " + msg
-			}
-		}
-		return true, ""
+		return s.imported(t)
 	})
 	after := allWrites()
 	var writes []string
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		d := testbed.DiffWrites(s.writes[id], after[id])
 		writes = append(writes, fmt.Sprintf("%s %v", id, d))
 		// The scale-up is one EndpointSlice update in each cluster; the
@@ -174,35 +157,56 @@ func (s *etcdScenario) converge(t *testing.T, fault string, repaired time.Time, 
 		fault, during.Round(time.Millisecond), converged.Round(time.Millisecond), writes)
 }
 
-// The etcd leader is killed (SIGKILL) and restarted later.
-func TestEtcdLeaderKilled(t *testing.T) {
-	restoreOnCleanup(t)
-	s := newEtcdScenario(t, "fault-etcd-leader")
+// leaderFault is a fault of the etcd leader.
+type leaderFault struct {
+	// name names the fault in the logs: "leader killed".
+	name string
+	// inject breaks the leader, member leader; repair mends it.
+	inject func(leader int)
+	repair func(leader int) error
+	// hold is how long after the fault nothing may be deleted.
+	hold time.Duration
+}
+
+// breakLeader injects f into the etcd leader and checks the scenario
+// through it: another member leads, nothing is deleted for f.hold, and a
+// scale-up in c1 reaches every cluster; then it repairs the fault and waits
+// until everything converges (converge).
+func (s *etcdScenario) breakLeader(t *testing.T, f leaderFault) {
+	t.Helper()
 	etcd := env.EtcdCluster()
 	ctx := context.Background()
 	leader, err := etcd.WaitLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed := time.Now()
-	etcd.Kill(leader)
+	broken := time.Now()
+	f.inject(leader)
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	next, err := etcd.WaitLeader(wctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("member %d killed; member %d leads %s later", leader, next, time.Since(killed).Round(time.Millisecond))
-	poll.Throughout(t, 2*time.Second, "nothing deleted after the leader was killed", func() (bool, string) { return s.intact(t) })
+	t.Logf("%s: member %d broken; member %d leads %s later", f.name, leader, next, time.Since(broken).Round(time.Millisecond))
+	poll.Throughout(t, f.hold, "nothing deleted after the fault: "+f.name, func() (bool, string) { return s.intact(t) })
 	during := s.scale(t, 3)
 
-	if err := etcd.Restart(leader); err != nil {
+	if err := f.repair(leader); err != nil {
 		t.Fatal(err)
 	}
 	if err := etcd.WaitHealthy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s.converge(t, "leader killed", time.Now(), during)
+	s.converge(t, f.name, time.Now(), during)
+}
+
+// The etcd leader is killed (SIGKILL) and restarted later.
+func TestEtcdLeaderKilled(t *testing.T) {
+	restoreOnCleanup(t)
+	s := newEtcdScenario(t, "fault-etcd-leader")
+	etcd := env.EtcdCluster()
+	s.breakLeader(t, leaderFault{name: "leader killed", inject: etcd.Kill, repair: etcd.Restart, hold: 2 * time.Second})
 }
 
 // The etcd leader is cut off from the other members, then let back: the
@@ -211,31 +215,20 @@ func TestEtcdLeaderPartitioned(t *testing.T) {
 	restoreOnCleanup(t)
 	s := newEtcdScenario(t, "fault-etcd-partition")
 	etcd := env.EtcdCluster()
-	ctx := context.Background()
-	leader, err := etcd.WaitLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now()
-	etcd.Partition(leader)
-	defer etcd.Heal(leader)
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	next, err := etcd.WaitLeader(wctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("member %d cut off; member %d leads %s later", leader, next, time.Since(cut).Round(time.Millisecond))
-	// Longer than the lease TTL: a controller that kept renewing through
-	// the cut-off member only would lose its lease, and its records.
-	poll.Throughout(t, env.TTL()+2*time.Second, "nothing deleted while the leader is cut off", func() (bool, string) { return s.intact(t) })
-	during := s.scale(t, 3)
-
-	etcd.Heal(leader)
-	if err := etcd.WaitHealthy(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s.converge(t, "leader partitioned", time.Now(), during)
+	s.breakLeader(t, leaderFault{
+		name: "leader partitioned",
+		inject: func(leader int) {
+			etcd.Partition(leader)
+			t.Cleanup(func() { etcd.Heal(leader) })
+		},
+		repair: func(leader int) error {
+			etcd.Heal(leader)
+			return nil
+		},
+		// Longer than the lease TTL: a controller that kept renewing through
+		// the cut-off member only would lose its lease, and its records.
+		hold: env.TTL() + 2*time.Second,
+	})
 }
 
 // An importing cluster's API server restarts under a running mcsd: mcsd
@@ -244,11 +237,9 @@ func TestEtcdLeaderPartitioned(t *testing.T) {
 func TestAPIServerRestartUnderController(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns, restarted = "fault-apiserver", "c2"
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	want := map[string][]string{"c1": deployAndExport(t, "c1", fw.App{Namespace: ns, Name: "web", Replicas: 2})}
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, "web", want, timeout)
-	}
+	waitImportEverywhere(t, ns, "web", want)
 	waitQuiet(t, 2*time.Second, timeout)
 	objects, err := derivedObjects(t, restarted)
 	if err != nil {

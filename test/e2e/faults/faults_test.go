@@ -29,14 +29,12 @@ import (
 func TestClusterDownPastTTL(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns, name = "fault-cluster-down", "web"
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	want := map[string][]string{
 		"c1": deployAndExport(t, "c1", fw.App{Namespace: ns, Name: name, Replicas: 2}),
 		"c2": deployAndExport(t, "c2", fw.App{Namespace: ns, Name: name, Replicas: 2}),
 	}
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, name, want, timeout)
-	}
+	waitImportEverywhere(t, ns, name, want)
 
 	env.StopController("c2")
 	down := time.Now()
@@ -58,9 +56,7 @@ func TestClusterDownPastTTL(t *testing.T) {
 	restartCluster(t, "c2")
 	startController(t, "c2")
 	want["c2"] = waitPods(t, "c2", ns, name, 2)
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, name, want, timeout)
-	}
+	waitImportEverywhere(t, ns, name, want)
 }
 
 // A controller restarted within the TTL finds everything as it left it: it
@@ -68,7 +64,7 @@ func TestClusterDownPastTTL(t *testing.T) {
 func TestControllerRestartWithinTTL(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns = "fault-restart"
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	want := map[string]map[string][]string{
 		"api": {
 			"c1": deployAndExport(t, "c1", fw.App{Namespace: ns, Name: "api", Replicas: 2}),
@@ -77,10 +73,8 @@ func TestControllerRestartWithinTTL(t *testing.T) {
 		"db":    {"c2": deployAndExport(t, "c2", fw.App{Namespace: ns, Name: "db", Replicas: 2, Headless: true, StatefulSet: true})},
 		"cache": {"c3": deployAndExport(t, "c3", fw.App{Namespace: ns, Name: "cache", Replicas: 1})},
 	}
-	for _, id := range clusterIDs() {
-		for name, w := range want {
-			waitImport(t, id, ns, name, w, timeout)
-		}
+	for name, w := range want {
+		waitImportEverywhere(t, ns, name, w)
 	}
 	waitQuiet(t, 3*time.Second, timeout)
 
@@ -101,7 +95,7 @@ func TestControllerRestartWithinTTL(t *testing.T) {
 		t.Errorf("the controller restarted in %s wrote %v (all writes: %v), want no writes to %v", restarted, w, own, churnResources)
 	}
 	after := allWrites()
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		if id == restarted {
 			continue
 		}
@@ -117,7 +111,7 @@ func TestControllerRestartWithinTTL(t *testing.T) {
 		t.Errorf("%s's registry records changed across the restart:\nbefore %v\nafter  %v", restarted,
 			leasesAndRevisions(recsBefore), leasesAndRevisions(recsAfter))
 	}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		for name, w := range want {
 			if ok, msg := importMatches(t, id, ns, name, w); !ok {
 				t.Errorf("%s: import %s after the restart: %s", id, name, msg)
@@ -140,7 +134,7 @@ func leasesAndRevisions(recs map[string]fw.Record) map[string]string {
 func TestRegistryOutage(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns = "fault-registry"
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	want := map[string]map[string][]string{
 		"web": {
 			"c1": deployAndExport(t, "c1", fw.App{Namespace: ns, Name: "web", Replicas: 2}),
@@ -149,36 +143,16 @@ func TestRegistryOutage(t *testing.T) {
 		"db": {"c2": deployAndExport(t, "c2", fw.App{Namespace: ns, Name: "db", Replicas: 2, Headless: true, StatefulSet: true})},
 	}
 	names := slices.Sorted(maps.Keys(want))
-	for _, id := range clusterIDs() {
-		for _, name := range names {
-			waitImport(t, id, ns, name, want[name], timeout)
-		}
+	for _, name := range names {
+		waitImportEverywhere(t, ns, name, want[name])
 	}
-	objects := map[string]map[string]types.UID{}
-	for _, id := range clusterIDs() {
-		objs, err := derivedObjects(t, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objects[id] = objs
-	}
+	objects := derivedEverywhere(t)
 	// nothingDeleted fails when mcsd deleted (or recreated) anything it
 	// made in any cluster, in any namespace.
-	nothingDeleted := func() (bool, string) {
-		for _, id := range clusterIDs() {
-			objs, err := derivedObjects(t, id)
-			if err != nil {
-				return false, err.Error()
-			}
-			if ok, msg := sameObjects(objects[id], objs); !ok {
-				return false, id + ": " + msg
-			}
-		}
-		return true, ""
-	}
+	nothingDeleted := func() (bool, string) { return sameEverywhere(t, objects) }
 
 	leases := map[string]int64{}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		leases[id] = registryRecords(t, id)["alive"].Lease
 	}
 	outage := 2 * env.TTL()
@@ -191,7 +165,7 @@ func TestRegistryOutage(t *testing.T) {
 		if ok, msg := nothingDeleted(); !ok {
 			return false, msg
 		}
-		for _, id := range clusterIDs() {
+		for _, id := range env.ClusterIDs() {
 			for _, name := range names {
 				si := fw.GetImport(t, clientOf(t, id), ns, name)
 				c := conditionOf(si, conditions.RegistryReachable)
@@ -204,7 +178,7 @@ func TestRegistryOutage(t *testing.T) {
 		return true, ""
 	})
 	t.Logf("outage reported after: %v", reported)
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		for _, name := range names {
 			if _, ok := reported[id+" "+name]; !ok {
 				t.Errorf("%s: import %s never reported the outage (no %s=False %s condition within %s)",
@@ -221,7 +195,7 @@ func TestRegistryOutage(t *testing.T) {
 		if ok, msg := nothingDeleted(); !ok {
 			t.Fatalf("after the registry came back: %s (%s)", msg, leaseReport(leases))
 		}
-		for _, id := range clusterIDs() {
+		for _, id := range env.ClusterIDs() {
 			for _, name := range names {
 				if ok, msg := importMatches(t, id, ns, name, want[name]); !ok {
 					return false, fmt.Sprintf("%s: %s: %s", id, name, msg)
@@ -238,7 +212,7 @@ func TestRegistryOutage(t *testing.T) {
 	// Leases that were about to expire when etcd stopped get a new TTL when it
 	// starts; a backend whose lease was lost anyway writes its records again.
 	// Either way the records are there, on a live lease, and they stay.
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		poll.Until(t, timeout, id+"'s records back in the registry", func() (bool, string) {
 			return recordsLive(t, id, ns, want)
 		})
@@ -248,7 +222,7 @@ func TestRegistryOutage(t *testing.T) {
 		if ok, msg := nothingDeleted(); !ok {
 			return false, msg + " (" + leaseReport(leases) + ")"
 		}
-		for _, id := range clusterIDs() {
+		for _, id := range env.ClusterIDs() {
 			if ok, msg := recordsLive(t, id, ns, want); !ok {
 				return false, msg
 			}
@@ -268,7 +242,7 @@ func TestRegistryOutage(t *testing.T) {
 // seen them deleted.
 func leaseReport(before map[string]int64) string {
 	var out []string
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		recs, err := env.RegistryRecords(context.Background(), id)
 		switch l := recs["alive"].Lease; {
 		case err != nil:
@@ -316,18 +290,16 @@ func recordsLive(t *testing.T, id, ns string, want map[string]map[string][]strin
 func TestExportDeletedWhileControllerDown(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns, owner = "fault-orphan", "c3"
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	want := map[string]map[string][]string{}
 	for _, name := range []string{"forced", "pending", "keep"} {
 		want[name] = map[string][]string{owner: deployAndExport(t, owner, fw.App{Namespace: ns, Name: name, Replicas: 1})}
 	}
-	for _, id := range clusterIDs() {
-		for name, w := range want {
-			waitImport(t, id, ns, name, w, timeout)
-		}
+	for name, w := range want {
+		waitImportEverywhere(t, ns, name, w)
 	}
 	keepUIDs := map[string]types.UID{}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		keepUIDs[id] = fw.GetImport(t, clientOf(t, id), ns, "keep").UID
 	}
 	lease := registryRecords(t, owner)["alive"].Lease
@@ -358,7 +330,7 @@ func TestExportDeletedWhileControllerDown(t *testing.T) {
 		t.Fatalf("the controller was down %s, not within the TTL %s: the test proves nothing", since, env.TTL())
 	}
 
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		waitImportGone(t, id, ns, "forced", timeout)
 		waitImportGone(t, id, ns, "pending", timeout)
 		if ok, msg := importMatches(t, id, ns, "keep", want["keep"]); !ok {

@@ -62,14 +62,6 @@ func clientOf(t *testing.T, id string) client.Client {
 	return cl
 }
 
-func clusterIDs() []string {
-	var ids []string
-	for _, c := range env.TB.Clusters {
-		ids = append(ids, c.ID)
-	}
-	return ids
-}
-
 // restoreOnCleanup makes sure that whatever the test stops is running again
 // when it ends, pass or fail: the registry, every cluster and every
 // controller.
@@ -79,7 +71,7 @@ func restoreOnCleanup(t *testing.T) {
 		if err := env.StartRegistry(ctx); err != nil {
 			t.Errorf("restore: start registry: %v", err)
 		}
-		for _, id := range clusterIDs() {
+		for _, id := range env.ClusterIDs() {
 			if !stopped[id] {
 				continue
 			}
@@ -92,7 +84,7 @@ func restoreOnCleanup(t *testing.T) {
 		if err := env.StartControllers(ctx); err != nil {
 			t.Errorf("restore: start controllers: %v", err)
 		}
-		for _, id := range clusterIDs() {
+		for _, id := range env.ClusterIDs() {
 			if c := env.Controller(id); c != nil {
 				if err := c.WaitReady(ctx, readyTimeout); err != nil {
 					t.Errorf("restore: %v", err)
@@ -129,14 +121,6 @@ func startController(t *testing.T, id string) *fw.Controller {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// ensureNamespace creates ns in every cluster.
-func ensureNamespace(t *testing.T, ns string) {
-	t.Helper()
-	for _, id := range clusterIDs() {
-		fw.EnsureNamespace(t, clientOf(t, id), ns)
-	}
 }
 
 // deployAndExport deploys app in cluster id and exports it once its pods
@@ -206,6 +190,15 @@ func waitImport(t *testing.T, id, ns, name string, want map[string][]string, wit
 	})
 }
 
+// waitImportEverywhere waits until every cluster's import ns/name matches
+// want (see importMatches).
+func waitImportEverywhere(t *testing.T, ns, name string, want map[string][]string) {
+	t.Helper()
+	for _, id := range env.ClusterIDs() {
+		waitImport(t, id, ns, name, want, timeout)
+	}
+}
+
 // waitImportGone waits until cluster id has neither the import ns/name nor
 // anything mcsd derived for it.
 func waitImportGone(t *testing.T, id, ns, name string, within time.Duration) {
@@ -267,6 +260,37 @@ func derivedObjects(t *testing.T, id string) (map[string]types.UID, error) {
 	return out, nil
 }
 
+// derivedEverywhere returns the derivedObjects of every cluster, by cluster
+// id.
+func derivedEverywhere(t *testing.T) map[string]map[string]types.UID {
+	t.Helper()
+	out := map[string]map[string]types.UID{}
+	for _, id := range env.ClusterIDs() {
+		objs, err := derivedObjects(t, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[id] = objs
+	}
+	return out
+}
+
+// sameEverywhere reports whether the derivedObjects of every cluster are
+// the same as before (derivedEverywhere), describing what changed (see
+// sameObjects).
+func sameEverywhere(t *testing.T, before map[string]map[string]types.UID) (bool, string) {
+	for _, id := range env.ClusterIDs() {
+		objs, err := derivedObjects(t, id)
+		if err != nil {
+			return false, err.Error()
+		}
+		if ok, msg := sameObjects(before[id], objs); !ok {
+			return false, id + ": " + msg
+		}
+	}
+	return true, ""
+}
+
 // sameObjects compares derivedObjects results: it describes what was
 // deleted (or recreated) and what appeared.
 func sameObjects(before, now map[string]types.UID) (bool, string) {
@@ -291,7 +315,7 @@ func sameObjects(before, now map[string]types.UID) (bool, string) {
 // allWrites returns every running controller's write counts, by cluster.
 func allWrites() map[string]map[string]int {
 	out := map[string]map[string]int{}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		if c := env.Controller(id); c != nil {
 			out[id] = c.Writes()
 		}

@@ -59,11 +59,9 @@ func rejectedTotal(t *testing.T, cluster string) float64 {
 func TestHostileRecordsRefused(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns, name = "fault-hostile", "web"
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	want := map[string][]string{"c1": deployAndExport(t, "c1", fw.App{Namespace: ns, Name: name, Replicas: 2})}
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, name, want, timeout)
-	}
+	waitImportEverywhere(t, ns, name, want)
 	before := rejectedTotal(t, "c2")
 
 	cli := etcdClient(t)
@@ -91,7 +89,7 @@ func TestHostileRecordsRefused(t *testing.T) {
 	}
 	written := time.Now()
 
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		cl := clientOf(t, id)
 		poll.Until(t, timeout, id+": RecordsAccepted=False naming evil and c3", func() (bool, string) {
 			si := fw.GetImport(t, cl, ns, name)
@@ -126,9 +124,7 @@ func TestHostileRecordsRefused(t *testing.T) {
 	// c1's endpoints keep flowing: a new pod reaches every import.
 	scaleDeployment(t, "c1", ns, name, 3)
 	want["c1"] = waitPods(t, "c1", ns, name, 3)
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, name, want, timeout)
-	}
+	waitImportEverywhere(t, ns, name, want)
 
 	// The hostile records go: so does the condition.
 	if _, err := cli.Delete(ctx, evil, clientv3.WithPrefix()); err != nil {
@@ -137,7 +133,7 @@ func TestHostileRecordsRefused(t *testing.T) {
 	if _, err := cli.Txn(ctx).Then(clientv3.OpDelete(c3+"exports/"+ns+"/"+name), clientv3.OpDelete(c3+"endpoints/"+ns+"/"+name)).Commit(); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range clusterIDs() {
+	for _, id := range env.ClusterIDs() {
 		cl := clientOf(t, id)
 		poll.Until(t, timeout, id+": RecordsAccepted gone", func() (bool, string) {
 			c := conditionOf(fw.GetImport(t, cl, ns, name), conditions.RecordsAccepted)
@@ -153,11 +149,9 @@ func TestHostileRecordsRefused(t *testing.T) {
 func TestOwnRecordsRestored(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns, name, owner = "fault-self-repair", "web", "c1"
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	want := map[string][]string{owner: deployAndExport(t, owner, fw.App{Namespace: ns, Name: name, Replicas: 2})}
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, name, want, timeout)
-	}
+	waitImportEverywhere(t, ns, name, want)
 	lease := registryRecords(t, owner)["alive"].Lease
 	cli := etcdClient(t)
 	ctx := context.Background()
@@ -183,9 +177,7 @@ func TestOwnRecordsRestored(t *testing.T) {
 	}
 	took := restored(owner+"'s records of "+name+" written again on its lease", keys...)
 	t.Logf("%s's deleted records written again within %s", owner, took.Round(time.Millisecond))
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, name, want, timeout)
-	}
+	waitImportEverywhere(t, ns, name, want)
 
 	// The alive record deleted: the backend writes it again.
 	if _, err := cli.Delete(ctx, prefix+"alive"); err != nil {
@@ -201,9 +193,7 @@ func TestOwnRecordsRestored(t *testing.T) {
 	}
 	took = restored(owner+"'s records written again after all were deleted", append(keys, "alive")...)
 	t.Logf("%s's records written again within %s after all were deleted", owner, took.Round(time.Millisecond))
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, name, want, timeout)
-	}
+	waitImportEverywhere(t, ns, name, want)
 	se := &mcsv1beta1.ServiceExport{}
 	poll.Until(t, timeout, "ServiceExport Ready=True Exported", func() (bool, string) {
 		if err := clientOf(t, owner).Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, se); err != nil {

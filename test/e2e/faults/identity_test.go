@@ -25,7 +25,7 @@ func TestClusterIdentityMissingThenSet(t *testing.T) {
 	restoreOnCleanup(t)
 	ctx := context.Background()
 	const ns = "fault-identity"
-	ensureNamespace(t, ns)
+	env.EnsureNamespaceEverywhere(t, ns)
 	c3 := clientOf(t, "c3")
 	idProp := func(value string) *aboutv1beta1.ClusterProperty {
 		return &aboutv1beta1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1beta1.ClusterIDName},
@@ -70,7 +70,5 @@ func TestClusterIdentityMissingThenSet(t *testing.T) {
 	if err := ctrl.WaitReady(ctx, readyTimeout); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range clusterIDs() {
-		waitImport(t, id, ns, "late", map[string][]string{"c3": ips}, timeout)
-	}
+	waitImportEverywhere(t, ns, "late", map[string][]string{"c3": ips})
 }

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -102,49 +100,18 @@ func (m manifests) ofKind(kind string) manifests {
 	return out
 }
 
-// one converts the only object of obj's kind into obj.
-func (m manifests) one(t testing.TB, kind string, obj any) {
+// only converts the only object of m of T's kind (the type's name:
+// Deployment, ConfigMap, ...) into a new T.
+func only[T any](t testing.TB, m manifests) *T {
 	t.Helper()
+	kind := reflect.TypeFor[T]().Name()
 	objs := m.ofKind(kind)
 	if len(objs) != 1 {
 		t.Fatalf("want one %s, have %d", kind, len(objs))
 	}
+	obj := new(T)
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, obj); err != nil {
 		t.Fatalf("convert %s: %v", kind, err)
 	}
-}
-
-func (m manifests) deployment(t testing.TB) *appsv1.Deployment {
-	t.Helper()
-	d := &appsv1.Deployment{}
-	m.one(t, "Deployment", d)
-	return d
-}
-
-func (m manifests) clusterRole(t testing.TB) *rbacv1.ClusterRole {
-	t.Helper()
-	r := &rbacv1.ClusterRole{}
-	m.one(t, "ClusterRole", r)
-	return r
-}
-
-func (m manifests) role(t testing.TB) *rbacv1.Role {
-	t.Helper()
-	r := &rbacv1.Role{}
-	m.one(t, "Role", r)
-	return r
-}
-
-func (m manifests) configMap(t testing.TB) *corev1.ConfigMap {
-	t.Helper()
-	c := &corev1.ConfigMap{}
-	m.one(t, "ConfigMap", c)
-	return c
-}
-
-func (m manifests) serviceAccount(t testing.TB) *corev1.ServiceAccount {
-	t.Helper()
-	sa := &corev1.ServiceAccount{}
-	m.one(t, "ServiceAccount", sa)
-	return sa
+	return obj
 }

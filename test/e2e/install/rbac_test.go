@@ -57,8 +57,8 @@ func TestShippedRBAC(t *testing.T) {
 	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
 		rbac = append(rbac, m.ofKind(kind)...)
 	}
-	sa := m.serviceAccount(t)
-	pol := policy{cluster: m.clusterRole(t).Rules, namespace: sa.Namespace, namespaced: m.role(t).Rules}
+	sa := only[corev1.ServiceAccount](t, m)
+	pol := policy{cluster: only[rbacv1.ClusterRole](t, m).Rules, namespace: sa.Namespace, namespaced: only[rbacv1.Role](t, m).Rules}
 
 	configs := map[string]*rest.Config{}
 	controllers := map[string]*controller{}
@@ -201,7 +201,7 @@ func TestShippedRBAC(t *testing.T) {
 
 	t.Run("without EndpointSlices create", func(t *testing.T) {
 		controllers["c2"].stop()
-		shipped := m.clusterRole(t)
+		shipped := only[rbacv1.ClusterRole](t, m)
 		reduced := shipped.DeepCopy()
 		for i, rule := range reduced.Rules {
 			if slices.Contains(rule.Resources, "endpointslices") {

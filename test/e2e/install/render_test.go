@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -40,7 +41,7 @@ func TestKustomizationsRender(t *testing.T) {
 			if diff := cmp.Diff(want, kinds); diff != "" {
 				t.Errorf("kinds (-want +have):\n%s", diff)
 			}
-			checkDeployment(t, m.deployment(t), m.configMap(t).Name)
+			checkDeployment(t, only[appsv1.Deployment](t, m), only[corev1.ConfigMap](t, m).Name)
 		})
 	}
 }
@@ -119,10 +120,10 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, configMap string) {
 func TestOverlaysConfigureTheRegistry(t *testing.T) {
 	t.Run("etcd", func(t *testing.T) {
 		m := kustomize(t, repoPath(t, "config/overlays/etcd"))
-		if got := m.configMap(t).Data; !strings.HasPrefix(got["MCSD_REGISTRY"], "etcds://") {
+		if got := only[corev1.ConfigMap](t, m).Data; !strings.HasPrefix(got["MCSD_REGISTRY"], "etcds://") {
 			t.Errorf("registry %q, want etcds://", got["MCSD_REGISTRY"])
 		}
-		spec := m.deployment(t).Spec.Template.Spec
+		spec := only[appsv1.Deployment](t, m).Spec.Template.Spec
 		c := spec.Containers[0]
 		for _, arg := range []string{"--registry-ca=/etc/mcsd/registry/ca.crt", "--registry-cert=/etc/mcsd/registry/tls.crt", "--registry-key=/etc/mcsd/registry/tls.key"} {
 			if !slices.Contains(c.Args, arg) {
@@ -138,21 +139,21 @@ func TestOverlaysConfigureTheRegistry(t *testing.T) {
 	})
 	t.Run("etcd-password", func(t *testing.T) {
 		m := kustomize(t, repoPath(t, "config/overlays/etcd-password"))
-		if got := m.configMap(t).Data; !strings.HasPrefix(got["MCSD_REGISTRY"], "etcds://") {
+		if got := only[corev1.ConfigMap](t, m).Data; !strings.HasPrefix(got["MCSD_REGISTRY"], "etcds://") {
 			t.Errorf("registry %q, want etcds://", got["MCSD_REGISTRY"])
 		}
-		c := m.deployment(t).Spec.Template.Spec.Containers[0]
+		c := only[appsv1.Deployment](t, m).Spec.Template.Spec.Containers[0]
 		checkPasswordAuth(t, c, "mcsd-registry-etcd-auth")
 	})
 	t.Run("cloudmap", func(t *testing.T) {
 		m := kustomize(t, repoPath(t, "config/overlays/cloudmap"))
-		if diff := cmp.Diff(map[string]string{"MCSD_REGISTRY": "cloudmap://", "AWS_REGION": "eu-west-1"}, m.configMap(t).Data); diff != "" {
+		if diff := cmp.Diff(map[string]string{"MCSD_REGISTRY": "cloudmap://", "AWS_REGION": "eu-west-1"}, only[corev1.ConfigMap](t, m).Data); diff != "" {
 			t.Errorf("registry settings (-want +have):\n%s", diff)
 		}
-		if got := m.serviceAccount(t).Annotations["eks.amazonaws.com/role-arn"]; got == "" {
+		if got := only[corev1.ServiceAccount](t, m).Annotations["eks.amazonaws.com/role-arn"]; got == "" {
 			t.Error("ServiceAccount has no eks.amazonaws.com/role-arn annotation")
 		}
-		if v := m.deployment(t).Spec.Template.Spec.Volumes; len(v) != 0 {
+		if v := only[appsv1.Deployment](t, m).Spec.Template.Spec.Volumes; len(v) != 0 {
 			t.Errorf("volumes %+v, want none", v)
 		}
 	})
@@ -193,7 +194,7 @@ func TestKustomizeSetsTheImage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := kustomize(t, dir).deployment(t)
+	d := only[appsv1.Deployment](t, kustomize(t, dir))
 	if got := d.Spec.Template.Spec.Containers[0].Image; got != "registry.example/mcsd:v1.2.3" {
 		t.Errorf("image %q, want registry.example/mcsd:v1.2.3", got)
 	}
@@ -278,22 +279,22 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 					t.Errorf("CRD %s (-kustomize +helm):\n%s", crd.GetName(), diff)
 				}
 			}
-			if diff := cmp.Diff(k.clusterRole(t).Rules, h.clusterRole(t).Rules); diff != "" {
+			if diff := cmp.Diff(only[rbacv1.ClusterRole](t, k).Rules, only[rbacv1.ClusterRole](t, h).Rules); diff != "" {
 				t.Errorf("ClusterRole rules (-kustomize +helm):\n%s", diff)
 			}
-			if diff := cmp.Diff(k.role(t).Rules, h.role(t).Rules); diff != "" {
+			if diff := cmp.Diff(only[rbacv1.Role](t, k).Rules, only[rbacv1.Role](t, h).Rules); diff != "" {
 				t.Errorf("Role rules (-kustomize +helm):\n%s", diff)
 			}
-			if diff := cmp.Diff(k.configMap(t).Data, h.configMap(t).Data); diff != "" {
+			if diff := cmp.Diff(only[corev1.ConfigMap](t, k).Data, only[corev1.ConfigMap](t, h).Data); diff != "" {
 				t.Errorf("registry settings (-kustomize +helm):\n%s", diff)
 			}
-			if diff := cmp.Diff(k.serviceAccount(t).Annotations, h.serviceAccount(t).Annotations); diff != "" {
+			if diff := cmp.Diff(only[corev1.ServiceAccount](t, k).Annotations, only[corev1.ServiceAccount](t, h).Annotations); diff != "" {
 				t.Errorf("ServiceAccount annotations (-kustomize +helm):\n%s", diff)
 			}
 
-			hd := h.deployment(t)
-			checkDeployment(t, hd, h.configMap(t).Name)
-			kd := k.deployment(t)
+			hd := only[appsv1.Deployment](t, h)
+			checkDeployment(t, hd, only[corev1.ConfigMap](t, h).Name)
+			kd := only[appsv1.Deployment](t, k)
 			kp, hp := kd.Spec.Template.Spec, hd.Spec.Template.Spec
 			kc, hc := kp.Containers[0], hp.Containers[0]
 			// The chart also passes --lease-ttl, at mcsd's default.

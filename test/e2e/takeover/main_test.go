@@ -1,8 +1,6 @@
 package takeover
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -20,21 +18,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	if moto, err = framework.StartMoto(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer moto.Stop()
 	// The controllers start in the test, once the AWS controller's state is
 	// in place.
-	return framework.Main(m, framework.Options{Name: "e2e-takeover", Clusters: 2, OpenRegistry: moto.Open,
-		WithoutControllers: true, TakeoverGrace: grace}, func(_ context.Context, e *framework.Env) error {
-		env = e
-		return nil
-	})
+	os.Exit(framework.MainOnMoto(m, framework.Options{Name: "e2e-takeover", Clusters: 2,
+		WithoutControllers: true, TakeoverGrace: grace}, framework.Keep(&env), &moto))
 }

@@ -117,6 +117,31 @@ func switchTo(t *testing.T, what, ns, pod, url string, n int, keep func(string) 
 	return failed
 }
 
+// flipReadiness turns the web pods that flipped accepts (by
+// "<cluster>/<zone>"), named who, not ready and waits until the traffic
+// goes only where instead accepts; then it turns them ready again and waits
+// until the traffic is theirs alone again. A request lost on either switch
+// fails t.
+func flipReadiness(t *testing.T, ns, pod, url, who string, flipped, instead func(string) bool) {
+	t.Helper()
+	setReady := func(ready bool) {
+		for name, where := range localityPods(t, ns) {
+			if flipped(where) {
+				id, _, _ := strings.Cut(where, "/")
+				fw.SetPodReady(t, env.Client(t, id), ns, name, ready)
+			}
+		}
+	}
+	setReady(false)
+	if n := switchTo(t, who+" not ready: the other pods", ns, pod, url, 20, instead); n > 0 {
+		t.Errorf("%d requests failed when %s turned not ready", n, who)
+	}
+	setReady(true)
+	if n := switchTo(t, who+" ready again: "+who, ns, pod, url, 20, flipped); n > 0 {
+		t.Errorf("%d requests failed when %s turned ready", n, who)
+	}
+}
+
 // TestLocality exports web from three clusters, one pod in zone-a and one in
 // zone-b each, and checks from a client pod in c2 (the testbed routes every
 // pod of a cluster as its node 0 would, in zone-a) where requests land:
@@ -177,23 +202,7 @@ func TestLocality(t *testing.T) {
 			t.Errorf("replies %v: want zone-a pods of several clusters", got)
 		}
 
-		zoneA := func(ready bool) {
-			for _, id := range localityClusters {
-				for name, where := range localityPods(t, ns) {
-					if where == id+"/zone-a" {
-						fw.SetPodReady(t, env.Client(t, id), ns, name, ready)
-					}
-				}
-			}
-		}
-		zoneA(false)
-		if n := switchTo(t, "zone-a not ready: zone-b's pods", ns, pod, url, 20, inZoneB); n > 0 {
-			t.Errorf("%d requests failed when zone-a's pods turned not ready", n)
-		}
-		zoneA(true)
-		if n := switchTo(t, "zone-a ready again: zone-a's pods", ns, pod, url, 20, inZoneA); n > 0 {
-			t.Errorf("%d requests failed when zone-a's pods turned ready", n)
-		}
+		flipReadiness(t, ns, pod, url, "zone-a's pods", inZoneA, inZoneB)
 	})
 
 	t.Run("same-cluster preference: c2's pods, the others while c2 has none", func(t *testing.T) {
@@ -215,21 +224,7 @@ func TestLocality(t *testing.T) {
 			t.Errorf("replies %v: want both of c2's pods", got)
 		}
 
-		c2Pods := func(ready bool) {
-			for name, where := range localityPods(t, ns) {
-				if fromC2(where) {
-					fw.SetPodReady(t, env.Client(t, "c2"), ns, name, ready)
-				}
-			}
-		}
-		c2Pods(false)
-		if n := switchTo(t, "c2 not ready: c1's and c3's pods", ns, pod, url, 20, notC2); n > 0 {
-			t.Errorf("%d requests failed when c2's pods turned not ready", n)
-		}
-		c2Pods(true)
-		if n := switchTo(t, "c2 ready again: c2's pods", ns, pod, url, 20, fromC2); n > 0 {
-			t.Errorf("%d requests failed when c2's pods turned ready", n)
-		}
+		flipReadiness(t, ns, pod, url, "c2's pods", fromC2, notC2)
 		for _, z := range []string{"zone-a", "zone-b"} {
 			fw.Scale(t, env.Client(t, "c2"), ns, "web-"+z, 0)
 		}
