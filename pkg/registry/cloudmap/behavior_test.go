@@ -72,6 +72,22 @@ func (c *countingAPI) ListInstances(ctx context.Context, in *sd.ListInstancesInp
 	return c.API.ListInstances(ctx, in, optFns...)
 }
 
+// newCountingAPI is a countingAPI over a client of opts.
+func newCountingAPI(t *testing.T, opts Options) *countingAPI {
+	t.Helper()
+	client, err := NewClient(t.Context(), opts)
+	mustDo(t, err)
+	return &countingAPI{API: client}
+}
+
+// countingBackend opens a backend of opts over a countingAPI.
+func countingBackend(t *testing.T, opts Options) (*Backend, *countingAPI) {
+	t.Helper()
+	counting := newCountingAPI(t, opts)
+	newFn := func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, counting, opts) }
+	return openClosed(t, newFn, opts), counting
+}
+
 func webGroups(addrs ...string) []registry.EndpointGroup {
 	g := registry.EndpointGroup{
 		AddressType: discoveryv1.AddressTypeIPv4,
@@ -85,6 +101,36 @@ func webGroups(addrs ...string) []registry.EndpointGroup {
 
 var webSpec = registry.ServiceSpec{Type: registry.ClusterSetIP, Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
 
+// putWeb exports key from b with webSpec and endpoints at addrs.
+func putWeb(t *testing.T, b *Backend, key registry.ServiceKey, addrs ...string) {
+	t.Helper()
+	mustDo(t, b.PutExport(t.Context(), key, webSpec))
+	mustDo(t, b.PutEndpoints(t.Context(), key, webGroups(addrs...)))
+}
+
+// openExporting opens the backend of opts and exports a new web Service
+// from it, with webSpec and endpoints at addrs.
+func openExporting(t *testing.T, opts Options, addrs ...string) (*Backend, registry.ServiceKey) {
+	t.Helper()
+	b, key := openBackend(t, opts), randWebKey()
+	putWeb(t, b, key, addrs...)
+	return b, key
+}
+
+// waitFirstUpdate waits for rec's first update, and returns the events
+// consumed.
+func waitFirstUpdate(t *testing.T, rec *registrytest.Recorder) []registrytest.Event {
+	t.Helper()
+	return rec.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+}
+
+// hasOneGroupOf reports whether v holds the endpoints of id as one group of
+// n endpoints.
+func hasOneGroupOf(v *registrytest.View, id registry.RecordID, n int) bool {
+	g := v.Endpoints[id].Groups
+	return len(g) == 1 && len(g[0].Endpoints) == n
+}
+
 // TestForeignAttributesDoNotCauseWrites checks that attributes someone else
 // added to mcsd's instances neither make it write them again, including
 // after a restart, nor get lost when it does write them.
@@ -93,11 +139,8 @@ func TestForeignAttributesDoNotCauseWrites(t *testing.T) {
 	c := rawClient(t, srv)
 	ctx := t.Context()
 	id := registry.Identity{ClusterSet: randName("foreign"), Cluster: "east"}
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
 	opts := motoOptions(srv, id, 30*time.Second)
-	a := openBackend(t, opts)
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	a, key := openExporting(t, opts, "10.0.0.1")
 
 	// Another tool re-registers mcsd's instances with an attribute of its own.
 	prefix := ownerPrefix(id)
@@ -109,15 +152,9 @@ func TestForeignAttributesDoNotCauseWrites(t *testing.T) {
 	}
 	mustDo(t, a.Close())
 
-	client, err := NewClient(ctx, opts)
-	mustDo(t, err)
-	counting := &countingAPI{API: client}
-	b, err := NewFromAPI(ctx, counting, opts)
-	mustDo(t, err)
-	t.Cleanup(func() { _ = b.Close() })
+	b, counting := countingBackend(t, opts)
 	for range 3 {
-		mustDo(t, b.PutExport(ctx, key, webSpec))
-		mustDo(t, b.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+		putWeb(t, b, key, "10.0.0.1")
 	}
 	if n := counting.get(OpRegisterInstance); n != 0 {
 		t.Errorf("identical puts after a restart made %d registrations, want 0", n)
@@ -142,11 +179,8 @@ func TestExpiredRecordsDeletedOnStart(t *testing.T) {
 	c := rawClient(t, srv)
 	ctx := t.Context()
 	id := registry.Identity{ClusterSet: randName("stale"), Cluster: "east"}
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
 	opts := motoOptions(srv, id, time.Second)
-	a := openBackend(t, opts)
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
+	a, key := openExporting(t, opts, "10.0.0.1", "10.0.0.2")
 	if n, r := len(rawInstances(t, c, key.Namespace, key.Name)), len(rawRecords(t, c, id.ClusterSet, key)); n != 2 || r != 1 {
 		t.Fatalf("%d instances and %d service records, want 2 and 1", n, r)
 	}
@@ -172,7 +206,7 @@ func TestCleanupEmpty(t *testing.T) {
 	c := rawClient(t, srv)
 	ctx := t.Context()
 	cs := randName("tidy")
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	key := randWebKey()
 	open := func(cluster string) *Backend {
 		opts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: cluster}, 30*time.Second)
 		opts.CleanupEmpty = true
@@ -180,8 +214,7 @@ func TestCleanupEmpty(t *testing.T) {
 	}
 	a, b := open("a"), open("b")
 	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, b.PutExport(ctx, key, webSpec))
-	mustDo(t, b.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	putWeb(t, b, key, "10.0.0.1")
 
 	mustDo(t, a.DeleteExport(ctx, key))
 	if len(namespacesNamed(t, c, key.Namespace)) != 1 || len(rawInstances(t, c, key.Namespace, key.Name)) != 1 || len(rawRecords(t, c, cs, key)) != 1 {
@@ -240,7 +273,7 @@ func TestThrottling(t *testing.T) {
 	proxy := newThrottlingProxy(t, srv.URL)
 	ctx := t.Context()
 	cs := randName("throttle")
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	key := randWebKey()
 
 	aOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second)
 	aOpts.Endpoint = proxy.URL
@@ -254,10 +287,9 @@ func TestThrottling(t *testing.T) {
 
 	rec := registrytest.StartWatch(t, b)
 	aID := registry.RecordID{Cluster: "a", Service: key}
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	putWeb(t, a, key, "10.0.0.1")
 	rec.WaitFor(t, 15*time.Second, "a's records", func(_ registrytest.Event, v *registrytest.View) bool {
-		return len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 1
+		return hasOneGroupOf(v, aID, 1)
 	})
 
 	const window = 3 * time.Second
@@ -275,7 +307,7 @@ func TestThrottling(t *testing.T) {
 		if e.Update == nil && !e.Connected {
 			disconnected = true
 		}
-		return disconnected && v.Connected && len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 2
+		return disconnected && v.Connected && hasOneGroupOf(v, aID, 2)
 	})
 	for _, e := range events {
 		if u := e.Update; u != nil && (u.Full || len(u.DeletedExports) > 0 || len(u.DeletedEndpoints) > 0 || len(u.DeletedClusters) > 0) {
@@ -296,9 +328,8 @@ func TestThrottling(t *testing.T) {
 func TestPaginationPast1000(t *testing.T) {
 	moto(t)
 	srv := mototest.Start(t)
-	ctx := t.Context()
 	cs := randName("many")
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	key := randWebKey()
 	fast := func(cluster string) Options {
 		o := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: cluster}, 30*time.Second)
 		o.RateLimits = map[string]RateLimit{
@@ -315,20 +346,12 @@ func TestPaginationPast1000(t *testing.T) {
 	for i := range addrs {
 		addrs[i] = fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)
 	}
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups(addrs...)))
+	putWeb(t, a, key, addrs...)
 
-	opts := fast("b")
-	client, err := NewClient(ctx, opts)
-	mustDo(t, err)
-	counting := &countingAPI{API: client}
-	b, err := NewFromAPI(ctx, counting, opts)
-	mustDo(t, err)
-	t.Cleanup(func() { _ = b.Close() })
+	b, counting := countingBackend(t, fast("b"))
 	rec := registrytest.StartWatch(t, b)
 	rec.WaitFor(t, 30*time.Second, fmt.Sprintf("a's %d endpoints", n), func(_ registrytest.Event, v *registrytest.View) bool {
-		g := v.Endpoints[registry.RecordID{Cluster: "a", Service: key}].Groups
-		return len(g) == 1 && len(g[0].Endpoints) == n
+		return hasOneGroupOf(v, registry.RecordID{Cluster: "a", Service: key}, n)
 	})
 	if got := counting.get(OpListInstances); got < (n+1)/100 {
 		t.Errorf("%d ListInstances calls, want the pages of %d instances", got, n+1)
@@ -341,18 +364,12 @@ func TestPaginationPast1000(t *testing.T) {
 // created them.
 func TestWatcherWritesNothing(t *testing.T) {
 	srv := moto(t)
-	ctx := t.Context()
 	id := registry.Identity{ClusterSet: randName("reader")}
 	opts := motoOptions(srv, id, 30*time.Second)
 	opts.SystemNamespace = randName("sys") + ".system"
-	client, err := NewClient(ctx, opts)
-	mustDo(t, err)
-	counting := &countingAPI{API: client}
-	w, err := NewWatcherFromAPI(ctx, counting, opts)
-	mustDo(t, err)
-	t.Cleanup(func() { _ = w.Close() })
+	w, counting := countingWatcher(t, opts)
 	rec := registrytest.StartWatch(t, w)
-	events := rec.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	events := waitFirstUpdate(t, rec)
 	if u := events[len(events)-1].Update; !u.Full || len(u.Clusters) > 0 {
 		t.Errorf("first update of an empty clusterset: %+v", *u)
 	}
@@ -363,9 +380,8 @@ func TestWatcherWritesNothing(t *testing.T) {
 	member := opts
 	member.Identity.Cluster = "a"
 	a := openBackend(t, member)
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	key := randWebKey()
+	putWeb(t, a, key, "10.0.0.1")
 	rec.WaitFor(t, 15*time.Second, "cluster a and its endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, live := v.Clusters["a"]
 		return live && len(v.Endpoints[registry.RecordID{Cluster: "a", Service: key}].Groups) == 1

@@ -1,6 +1,7 @@
 package cloudmap
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,19 +16,26 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
 // countingWatcher opens a read-only watcher of opts over a countingAPI.
 func countingWatcher(t *testing.T, opts Options) (*Watcher, *countingAPI) {
 	t.Helper()
-	client, err := NewClient(t.Context(), opts)
-	mustDo(t, err)
-	counting := &countingAPI{API: client}
-	w, err := NewWatcherFromAPI(t.Context(), counting, opts)
-	mustDo(t, err)
-	t.Cleanup(func() { _ = w.Close() })
-	return w, counting
+	counting := newCountingAPI(t, opts)
+	newFn := func(ctx context.Context, opts Options) (*Watcher, error) {
+		return NewWatcherFromAPI(ctx, counting, opts)
+	}
+	return openClosed(t, newFn, opts), counting
+}
+
+// feedOptions are the options of a watcher of clusterset cs against srv
+// that sweeps once an hour: it sees changes through the change feed alone.
+func feedOptions(srv *mototest.Server, cs string, ttl time.Duration) Options {
+	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, ttl)
+	opts.SweepInterval = time.Hour
+	return opts
 }
 
 // TestFeedSeesChanges checks that, once the first sweep has read
@@ -39,29 +47,26 @@ func TestFeedSeesChanges(t *testing.T) {
 	c := rawClient(t, srv)
 	ctx := t.Context()
 	cs := randName("feed")
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
-	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second))
+	key := randWebKey()
+	a := openMember(t, srv, cs, "a", 30*time.Second)
 
-	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 30*time.Second)
-	opts.SweepInterval = time.Hour
-	w, counting := countingWatcher(t, opts)
+	w, counting := countingWatcher(t, feedOptions(srv, cs, 30*time.Second))
 	rec := registrytest.StartWatch(t, w)
-	rec.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	waitFirstUpdate(t, rec)
 	sweep := map[string]int{}
 	for _, op := range []string{OpListNamespaces, OpListServices, OpDiscoverInstancesRevision} {
 		sweep[op] = counting.get(op)
 	}
 
 	aID := registry.RecordID{Cluster: "a", Service: key}
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	putWeb(t, a, key, "10.0.0.1")
 	rec.WaitFor(t, 10*time.Second, "a's new export and endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, x := v.Exports[aID]
-		return x && len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 1
+		return x && hasOneGroupOf(v, aID, 1)
 	})
 	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
 	rec.WaitFor(t, 10*time.Second, "a's second endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
-		return len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 2
+		return hasOneGroupOf(v, aID, 2)
 	})
 
 	// The AWS controller's writes are ordinary instance operations.
@@ -98,10 +103,9 @@ func TestSweepRepairsMissedOperations(t *testing.T) {
 	srv := moto(t)
 	ctx := t.Context()
 	cs := randName("sweep")
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
-	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second))
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	key := randWebKey()
+	a := openMember(t, srv, cs, "a", 30*time.Second)
+	putWeb(t, a, key, "10.0.0.1")
 
 	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 30*time.Second)
 	opts.SweepInterval = 2 * time.Second
@@ -119,7 +123,7 @@ func TestSweepRepairsMissedOperations(t *testing.T) {
 	mustDo(t, a.PutExport(ctx, newKey, webSpec))
 	rec.WaitFor(t, 15*time.Second, "the missed changes", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, x := v.Exports[registry.RecordID{Cluster: "a", Service: newKey}]
-		return x && len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 2
+		return x && hasOneGroupOf(v, aID, 2)
 	})
 	if counting.get(OpListNamespaces) == sweeps {
 		t.Errorf("the changes were seen without a sweep, though the feed listed no operation")
@@ -130,29 +134,26 @@ func TestSweepRepairsMissedOperations(t *testing.T) {
 // or behind Cloud Map's see changes through the feed.
 func TestFeedClockSkew(t *testing.T) {
 	srv := moto(t)
-	ctx := t.Context()
 	cs := randName("skew")
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	key := randWebKey()
 	// A TTL longer than the skew, so that a's heartbeat counts as alive.
-	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 10*time.Minute))
+	a := openMember(t, srv, cs, "a", 10*time.Minute)
 	var recs []*registrytest.Recorder
 	for _, skew := range []time.Duration{3 * time.Minute, -3 * time.Minute} {
-		opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 10*time.Minute)
-		opts.SweepInterval = time.Hour
+		opts := feedOptions(srv, cs, 10*time.Minute)
 		opts.now = func() time.Time { return time.Now().Add(skew) }
 		w, _ := countingWatcher(t, opts)
 		rec := registrytest.StartWatch(t, w)
-		rec.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+		waitFirstUpdate(t, rec)
 		recs = append(recs, rec)
 	}
 	aID := registry.RecordID{Cluster: "a", Service: key}
 	for i := range 2 {
-		mustDo(t, a.PutExport(ctx, key, webSpec))
 		addrs := []string{"10.0.0.1", "10.0.0.2"}[:i+1]
-		mustDo(t, a.PutEndpoints(ctx, key, webGroups(addrs...)))
+		putWeb(t, a, key, addrs...)
 		for _, rec := range recs {
 			rec.WaitFor(t, 10*time.Second, "a's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
-				return len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == len(addrs)
+				return hasOneGroupOf(v, aID, len(addrs))
 			})
 		}
 	}
@@ -166,10 +167,9 @@ func TestFeedThrottling(t *testing.T) {
 	srv := moto(t)
 	ctx := t.Context()
 	cs := randName("feedthrottle")
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
-	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second))
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	key := randWebKey()
+	a := openMember(t, srv, cs, "a", 30*time.Second)
+	putWeb(t, a, key, "10.0.0.1")
 
 	target, err := url.Parse(srv.URL)
 	mustDo(t, err)
@@ -190,14 +190,10 @@ func TestFeedThrottling(t *testing.T) {
 	}))
 	t.Cleanup(proxy.Close)
 
-	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 30*time.Second)
+	opts := feedOptions(srv, cs, 30*time.Second)
 	opts.Endpoint = proxy.URL
 	opts.MaxAttempts = 1
-	opts.SweepInterval = time.Hour
-	w, err := NewWatcher(ctx, opts)
-	mustDo(t, err)
-	t.Cleanup(func() { _ = w.Close() })
-	rec := registrytest.StartWatch(t, w)
+	rec := registrytest.StartWatch(t, openWatcher(t, opts))
 	aID := registry.RecordID{Cluster: "a", Service: key}
 	rec.WaitFor(t, 15*time.Second, "a's endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
 		return v.Connected && len(v.Endpoints[aID].Groups) == 1
@@ -212,7 +208,7 @@ func TestFeedThrottling(t *testing.T) {
 	var disconnected bool
 	events := rec.WaitFor(t, 15*time.Second, "reconnection and a's new endpoint", func(e registrytest.Event, v *registrytest.View) bool {
 		disconnected = disconnected || e.Update == nil && !e.Connected
-		return v.Connected && len(v.Endpoints[aID].Groups) == 1 && len(v.Endpoints[aID].Groups[0].Endpoints) == 2
+		return v.Connected && hasOneGroupOf(v, aID, 2)
 	})
 	for _, e := range events {
 		if u := e.Update; u != nil && (u.Full || len(u.DeletedExports) > 0 || len(u.DeletedEndpoints) > 0 || len(u.DeletedClusters) > 0) {
@@ -233,11 +229,8 @@ func TestServiceRecordMoved(t *testing.T) {
 	c := rawClient(t, srv)
 	ctx := t.Context()
 	id := registry.Identity{ClusterSet: randName("move"), Cluster: "a"}
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
 	opts := motoOptions(srv, id, 30*time.Second)
-	a := openBackend(t, opts)
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1")))
+	a, key := openExporting(t, opts, "10.0.0.1")
 
 	// Put the record back where an older mcsd wrote it.
 	prefix := ownerPrefix(id)
@@ -290,11 +283,9 @@ func TestHeartbeatsCostNoCallEach(t *testing.T) {
 	const ttl = 6 * time.Second
 	members := []string{"a", "b", "c", "d"}
 	for _, id := range members {
-		openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: id}, ttl))
+		openMember(t, srv, cs, id, ttl)
 	}
-	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, ttl)
-	opts.SweepInterval = time.Hour
-	w, counting := countingWatcher(t, opts)
+	w, counting := countingWatcher(t, feedOptions(srv, cs, ttl))
 	rec := registrytest.StartWatch(t, w)
 	rec.WaitFor(t, 15*time.Second, "every member alive", func(_ registrytest.Event, v *registrytest.View) bool {
 		return len(v.Clusters) == len(members)
@@ -317,11 +308,9 @@ func TestHeartbeatsCostNoCallEach(t *testing.T) {
 	// A new cluster, in a clusterset whose heartbeats are read every 10 s:
 	// its first records lead the feed to its heartbeat at once.
 	cs2 := randName("join")
-	opts = motoOptions(srv, registry.Identity{ClusterSet: cs2}, 30*time.Second)
-	opts.SweepInterval = time.Hour
-	w2, counting2 := countingWatcher(t, opts)
+	w2, counting2 := countingWatcher(t, feedOptions(srv, cs2, 30*time.Second))
 	rec2 := registrytest.StartWatch(t, w2)
-	rec2.WaitFor(t, 15*time.Second, "the first update", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	waitFirstUpdate(t, rec2)
 	// Right after a periodic read of the heartbeats: the next is 10 s away.
 	read := counting2.get(OpListServices)
 	deadline := time.Now().Add(15 * time.Second)
@@ -329,8 +318,8 @@ func TestHeartbeatsCostNoCallEach(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	joined := time.Now()
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
-	e := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs2, Cluster: "e"}, 30*time.Second))
+	key := randWebKey()
+	e := openMember(t, srv, cs2, "e", 30*time.Second)
 	mustDo(t, e.PutExport(ctx, key, webSpec))
 	rec2.WaitFor(t, 15*time.Second, "the new cluster's export", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, ok := v.Exports[registry.RecordID{Cluster: "e", Service: key}]

@@ -35,7 +35,7 @@ func TestInteropAWSController(t *testing.T) {
 	awsInst := awsControllerInstance("aws-east", cs, "10.1.0.5", 8080, true, "1665108776000")
 	svcID := awsRegistrar(t, c, nsName)("web", awsInst)
 
-	b := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "mcsd-west"}, 30*time.Second))
+	b := openMember(t, srv, cs, "mcsd-west", 30*time.Second)
 	rec := registrytest.StartWatch(t, b)
 	awsID := registry.RecordID{Cluster: "aws-east", Service: key}
 	wantExport := registry.Export{Cluster: "aws-east", Service: key, Order: 1665108776000, WrittenBy: awsInstanceController, Spec: registry.ServiceSpec{
@@ -130,8 +130,7 @@ func TestExistingPrivateDNSNamespace(t *testing.T) {
 	mustDo(t, err)
 
 	cs := randName("dnsset")
-	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second))
-	b := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "b"}, 30*time.Second))
+	a, b := openMember(t, srv, cs, "a", 30*time.Second), openMember(t, srv, cs, "b", 30*time.Second)
 	key := registry.ServiceKey{Namespace: nsName, Name: "db"}
 	spec := registry.ServiceSpec{Type: registry.Headless}
 	mustDo(t, a.PutExport(ctx, key, spec))
@@ -178,7 +177,7 @@ func TestTakeOverAWSControllerInstances(t *testing.T) {
 	register("web", inst("10.1.0.5"), inst("10.1.0.6"))
 	register("gone", inst("10.1.0.9"))
 
-	west := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second))
+	west := openMember(t, srv, cs, "west", 30*time.Second)
 	rec := registrytest.StartWatch(t, west)
 	eastWeb := registry.RecordID{Cluster: "east", Service: web}
 	addrs := func(v *registrytest.View, id registry.RecordID) []string {
@@ -197,7 +196,7 @@ func TestTakeOverAWSControllerInstances(t *testing.T) {
 	})
 
 	// mcsd starts as east, with no heartbeat of its own before.
-	east := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "east"}, 30*time.Second))
+	east := openMember(t, srv, cs, "east", 30*time.Second)
 	exported, err := east.Exported(ctx)
 	mustDo(t, err)
 	if !slices.Equal(exported, []registry.ServiceKey{gone, web}) {
@@ -254,12 +253,9 @@ func TestTakeOverAWSControllerInstances(t *testing.T) {
 func awsRegistrar(t *testing.T, c *sd.Client, nsName string) func(name string, insts ...instance) string {
 	t.Helper()
 	ctx := t.Context()
-	nsOut, err := c.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String(nsName)})
-	mustDo(t, err)
-	op, err := c.GetOperation(ctx, &sd.GetOperationInput{OperationId: nsOut.OperationId})
-	mustDo(t, err)
+	nsID, _ := createHTTPNamespace(t, c, nsName)
 	return func(name string, insts ...instance) string {
-		out, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(op.Operation.Targets["NAMESPACE"])})
+		out, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(nsID)})
 		mustDo(t, err)
 		for _, in := range insts {
 			_, err = c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: out.Service.Id, InstanceId: aws.String(in.ID), Attributes: in.Attrs})

@@ -14,26 +14,26 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
 )
 
+// ownMotoClient starts a moto server of the test's own, and returns a client
+// of it that makes every call once.
+func ownMotoClient(t *testing.T) *sd.Client {
+	t.Helper()
+	srv := mototest.Start(t)
+	api, err := NewClient(t.Context(), Options{Region: mototest.Region, Endpoint: srv.URL, Credentials: mototest.Credentials, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api
+}
+
 // The patched moto records instance operations with their namespace and
 // service and lists operations with Cloud Map's filters and paging
 // (hack/moto/cloudmap_server.py, deviation 6): what a change feed built on
 // ListOperations relies on.
 func TestMotoListOperations(t *testing.T) {
 	ctx := context.Background()
-	srv := mototest.Start(t)
-	api, err := NewClient(ctx, Options{Region: mototest.Region, Endpoint: srv.URL, Credentials: mototest.Credentials, MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := api.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("ops")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nsOp, err := api.GetOperation(ctx, &sd.GetOperationInput{OperationId: ns.OperationId})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nsID := nsOp.Operation.Targets["NAMESPACE"]
+	api := ownMotoClient(t)
+	nsID, nsOpID := createHTTPNamespace(t, api, "ops")
 	var services []string
 	for _, name := range []string{"a", "b"} {
 		out, err := api.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String(name), NamespaceId: aws.String(nsID)})
@@ -100,7 +100,7 @@ func TestMotoListOperations(t *testing.T) {
 		{"by namespace and date, one a page", 1, []types.OperationFilter{
 			{Name: types.OperationFilterNameNamespaceId, Values: []string{nsID}}, between(now.Add(-time.Minute), now.Add(time.Minute)),
 			{Name: types.OperationFilterNameStatus, Condition: types.FilterConditionIn, Values: []string{"SUCCESS", "FAIL"}},
-		}, []string{aws.ToString(ns.OperationId), regA1, regA2, regB1, deregA1}},
+		}, []string{nsOpID, regA1, regA2, regB1, deregA1}},
 		{"before any of them", 100, []types.OperationFilter{between(now.Add(-time.Hour), now.Add(-time.Minute))}, nil},
 	}
 	for _, tc := range cases {
@@ -109,7 +109,7 @@ func TestMotoListOperations(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if all := list(2); !slices.Contains(all, aws.ToString(ns.OperationId)) || len(all) != 5 {
+	if all := list(2); !slices.Contains(all, nsOpID) || len(all) != 5 {
 		t.Errorf("every operation, two a page: %d (%v)", len(all), all)
 	}
 	_, err = api.ListOperations(ctx, &sd.ListOperationsInput{Filters: []types.OperationFilter{
@@ -125,20 +125,9 @@ func TestMotoListOperations(t *testing.T) {
 // the services whose revision the change feed read last.
 func TestMotoDiscoverInstancesRevision(t *testing.T) {
 	ctx := context.Background()
-	srv := mototest.Start(t)
-	api, err := NewClient(ctx, Options{Region: mototest.Region, Endpoint: srv.URL, Credentials: mototest.Credentials, MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := api.CreateHttpNamespace(ctx, &sd.CreateHttpNamespaceInput{Name: aws.String("rev")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nsOp, err := api.GetOperation(ctx, &sd.GetOperationInput{OperationId: ns.OperationId})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := api.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("a"), NamespaceId: aws.String(nsOp.Operation.Targets["NAMESPACE"])})
+	api := ownMotoClient(t)
+	nsID, _ := createHTTPNamespace(t, api, "rev")
+	svc, err := api.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("a"), NamespaceId: aws.String(nsID)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -64,14 +65,27 @@ func motoOptions(srv *mototest.Server, id registry.Identity, ttl time.Duration) 
 	}
 }
 
-func openBackend(t *testing.T, opts Options) *Backend {
+// openClosed opens a backend or watcher of opts with newFn, closed at the
+// end of the test.
+func openClosed[T io.Closer](t *testing.T, newFn func(context.Context, Options) (T, error), opts Options) T {
 	t.Helper()
-	b, err := New(t.Context(), opts)
+	c, err := newFn(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func openBackend(t *testing.T, opts Options) *Backend {
+	t.Helper()
+	return openClosed(t, New, opts)
+}
+
+// openMember opens the backend of cluster in clusterset cs against srv.
+func openMember(t *testing.T, srv *mototest.Server, cs, cluster string, ttl time.Duration) *Backend {
+	t.Helper()
+	return openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: cluster}, ttl))
 }
 
 // rawClient is a plain client of srv, for what other writers do.
@@ -92,6 +106,12 @@ func randName(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
+// randWebKey is the key of a Service named web in a namespace that no other
+// test uses.
+func randWebKey() registry.ServiceKey {
+	return registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+}
+
 // TestConformance runs the shared suite on a moto server of its own: every
 // watcher checks every Cloud Map service of the account each poll, and the
 // other tests' services would slow moto down.
@@ -109,12 +129,7 @@ func TestConformance(t *testing.T) {
 
 func openWatcher(t *testing.T, opts Options) *Watcher {
 	t.Helper()
-	w, err := NewWatcher(t.Context(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
-	return w
+	return openClosed(t, NewWatcher, opts)
 }
 
 // rawInstances reads every instance of nsName/name.
@@ -131,6 +146,17 @@ func rawInstances(t *testing.T, c *sd.Client, nsName, name string) map[string]ma
 		m[aws.ToString(in.InstanceId)] = in.Attributes
 	}
 	return m
+}
+
+// createHTTPNamespace creates the HTTP namespace name, and returns its id
+// and the id of the operation that created it.
+func createHTTPNamespace(t *testing.T, c *sd.Client, name string) (id, operationID string) {
+	t.Helper()
+	out, err := c.CreateHttpNamespace(t.Context(), &sd.CreateHttpNamespaceInput{Name: aws.String(name)})
+	mustDo(t, err)
+	op, err := c.GetOperation(t.Context(), &sd.GetOperationInput{OperationId: out.OperationId})
+	mustDo(t, err)
+	return op.Operation.Targets["NAMESPACE"], aws.ToString(out.OperationId)
 }
 
 // namespaceNamed returns the namespaces called name.

@@ -1,6 +1,7 @@
 package cloudmap
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -148,38 +149,18 @@ type Options struct {
 
 // Default fills the unset fields with their defaults.
 func (o *Options) Default() {
-	if o.TTL == 0 {
-		o.TTL = DefaultTTL
-	}
-	if o.PollInterval == 0 {
-		o.PollInterval = DefaultPollInterval
-	}
-	if o.SweepInterval == 0 {
-		o.SweepInterval = max(DefaultSweepInterval, o.PollInterval)
-	}
-	if o.FeedOverlap == 0 {
-		o.FeedOverlap = DefaultFeedOverlap
-	}
-	if o.SystemNamespace == "" {
-		o.SystemNamespace = DefaultSystemNamespace
-	}
+	o.TTL = cmp.Or(o.TTL, DefaultTTL)
+	o.PollInterval = cmp.Or(o.PollInterval, DefaultPollInterval)
+	o.SweepInterval = cmp.Or(o.SweepInterval, max(DefaultSweepInterval, o.PollInterval))
+	o.FeedOverlap = cmp.Or(o.FeedOverlap, DefaultFeedOverlap)
+	o.SystemNamespace = cmp.Or(o.SystemNamespace, DefaultSystemNamespace)
 	limits := DefaultRateLimits()
-	for op, l := range o.RateLimits {
-		limits[op] = l
-	}
+	maps.Copy(limits, o.RateLimits)
 	o.RateLimits = limits
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = DefaultMaxAttempts
-	}
-	if o.MaxBackoff == 0 {
-		o.MaxBackoff = DefaultMaxBackoff
-	}
-	if o.OperationTimeout == 0 {
-		o.OperationTimeout = DefaultOperationTimeout
-	}
-	if o.Concurrency == 0 {
-		o.Concurrency = DefaultConcurrency
-	}
+	o.MaxAttempts = cmp.Or(o.MaxAttempts, DefaultMaxAttempts)
+	o.MaxBackoff = cmp.Or(o.MaxBackoff, DefaultMaxBackoff)
+	o.OperationTimeout = cmp.Or(o.OperationTimeout, DefaultOperationTimeout)
+	o.Concurrency = cmp.Or(o.Concurrency, DefaultConcurrency)
 }
 
 // Validate reports whether the options can open a Backend.

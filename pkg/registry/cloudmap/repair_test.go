@@ -23,7 +23,7 @@ func TestOwnRecordsRepaired(t *testing.T) {
 	c := rawClient(t, srv)
 	ctx := t.Context()
 	id := registry.Identity{ClusterSet: randName("repair"), Cluster: "east"}
-	key := registry.ServiceKey{Namespace: randName("ns"), Name: "web"}
+	key := randWebKey()
 	a := openBackend(t, motoOptions(srv, id, 30*time.Second))
 
 	v := clusterset.NewView()
@@ -32,8 +32,7 @@ func TestOwnRecordsRepaired(t *testing.T) {
 	go func() { defer close(done); _ = a.Watch(wctx, v) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	mustDo(t, a.PutExport(ctx, key, webSpec))
-	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
+	putWeb(t, a, key, "10.0.0.1", "10.0.0.2")
 	has := func(addrs int) func() (bool, string) {
 		return func() (bool, string) {
 			eps, ok := v.Endpoints(key)["east"]

@@ -85,36 +85,9 @@ func (s *snapshot) full() registry.Update {
 // only when it appears: its LastSeen moves with every heartbeat.
 func (s *snapshot) diff(next *snapshot) registry.Update {
 	var u registry.Update
-	for id, x := range next.exports {
-		if old, ok := s.exports[id]; !ok || !reflect.DeepEqual(old, x) {
-			u.Exports = append(u.Exports, x)
-		}
-	}
-	for id := range s.exports {
-		if _, ok := next.exports[id]; !ok {
-			u.DeletedExports = append(u.DeletedExports, id)
-		}
-	}
-	for id, x := range next.endpoints {
-		if old, ok := s.endpoints[id]; !ok || !reflect.DeepEqual(old, x) {
-			u.Endpoints = append(u.Endpoints, x)
-		}
-	}
-	for id := range s.endpoints {
-		if _, ok := next.endpoints[id]; !ok {
-			u.DeletedEndpoints = append(u.DeletedEndpoints, id)
-		}
-	}
-	for id, c := range next.clusters {
-		if _, ok := s.clusters[id]; !ok {
-			u.Clusters = append(u.Clusters, c)
-		}
-	}
-	for id := range s.clusters {
-		if _, ok := next.clusters[id]; !ok {
-			u.DeletedClusters = append(u.DeletedClusters, id)
-		}
-	}
+	u.Exports, u.DeletedExports = diffMap(s.exports, next.exports, differ)
+	u.Endpoints, u.DeletedEndpoints = diffMap(s.endpoints, next.endpoints, differ)
+	u.Clusters, u.DeletedClusters = diffMap(s.clusters, next.clusters, func(_, _ registry.Cluster) bool { return false })
 	slices.SortFunc(u.Exports, func(a, b registry.Export) int {
 		return compareRecordIDs(registry.RecordID{Cluster: a.Cluster, Service: a.Service}, registry.RecordID{Cluster: b.Cluster, Service: b.Service})
 	})
@@ -127,6 +100,25 @@ func (s *snapshot) diff(next *snapshot) registry.Update {
 	slices.Sort(u.DeletedClusters)
 	return u
 }
+
+// diffMap lists the values of next that old lacks or that changed reports
+// changed from old's, and the keys of old that next lacks.
+func diffMap[K comparable, V any](old, next map[K]V, changed func(old, next V) bool) (upserted []V, deleted []K) {
+	for k, v := range next {
+		if o, ok := old[k]; !ok || changed(o, v) {
+			upserted = append(upserted, v)
+		}
+	}
+	for k := range old {
+		if _, ok := next[k]; !ok {
+			deleted = append(deleted, k)
+		}
+	}
+	return upserted, deleted
+}
+
+// differ reports whether a and b differ, deeply.
+func differ[V any](a, b V) bool { return !reflect.DeepEqual(a, b) }
 
 func compareRecordIDs(a, b registry.RecordID) int {
 	return cmp.Or(cmp.Compare(a.Service.Namespace, b.Service.Namespace), cmp.Compare(a.Service.Name, b.Service.Name), cmp.Compare(a.Cluster, b.Cluster))

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/connstate"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
@@ -57,10 +58,7 @@ func (r *reader) watch(ctx context.Context, h registry.Handler) error {
 			break
 		}
 	}
-	if r.ctx.Err() != nil {
-		return registry.ErrClosed
-	}
-	return ctx.Err()
+	return lifetime.Ended(ctx, r.ctx)
 }
 
 // watcher is one call of Watch.
@@ -68,8 +66,8 @@ type watcher struct {
 	b   *reader
 	h   registry.Handler
 	log logr.Logger
-	// connected is nil until the first poll ends.
-	connected *bool
+	// conn is the connection as h knows it, from the first poll that ends.
+	conn connstate.State
 
 	// services caches what was read of each Cloud Map service that can
 	// hold exports, by id.
@@ -140,17 +138,7 @@ func (hb *beat) alive(now time.Time) bool {
 }
 
 func (w *watcher) setConnected(connected bool, err error) {
-	err = forbidden(err)
-	if w.connected != nil && *w.connected == connected {
-		return
-	}
-	w.connected = &connected
-	if connected {
-		w.log.Info("registry connected")
-	} else {
-		w.log.Error(err, "registry disconnected")
-	}
-	w.h.OnConnection(connected, err)
+	w.conn.Report(w.log, w.h, connected, forbidden(err))
 }
 
 // poll reads what changed and delivers it: the change feed's news, and

@@ -1,9 +1,11 @@
 package etcd_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -58,8 +61,7 @@ func TestConformance(t *testing.T) {
 // writes no key, and reports the members' leases.
 func TestWatcherWritesNothing(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) { o.TTL = 7 * time.Second })
 	must(t, a.PutExport(t.Context(), web, spec))
 	rev := revision(t, cli)
@@ -99,11 +101,9 @@ func TestWatcherWritesNothing(t *testing.T) {
 
 func TestKeyLayout(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	b := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) { o.TTL = 7 * time.Second })
-	must(t, b.PutExport(t.Context(), web, spec))
-	must(t, b.PutEndpoints(t.Context(), web, groups))
+	putWeb(t, b)
 
 	resp, err := cli.Get(t.Context(), prefix+"/", clientv3.WithPrefix())
 	must(t, err)
@@ -163,18 +163,15 @@ func TestKeyLayout(t *testing.T) {
 // records are taken over as they are.
 func TestRestartWritesNothing(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
 	b := open(t, srv.ClientURL(), id)
-	must(t, b.PutExport(t.Context(), web, spec))
-	must(t, b.PutEndpoints(t.Context(), web, groups))
+	putWeb(t, b)
 	must(t, b.Close())
 	before := revision(t, cli)
 
 	b = open(t, srv.ClientURL(), id)
-	must(t, b.PutExport(t.Context(), web, spec))
-	must(t, b.PutEndpoints(t.Context(), web, groups))
+	putWeb(t, b)
 	if after := revision(t, cli); after != before {
 		t.Errorf("reopening and putting the same records moved the revision from %d to %d", before, after)
 	}
@@ -190,8 +187,7 @@ func TestRestartWritesNothing(t *testing.T) {
 // write notice first.
 func TestLeaseLossHeals(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	for _, tc := range []struct {
 		name string
 		// writeAtOnce puts a change right after the revocation.
@@ -206,14 +202,9 @@ func TestLeaseLossHeals(t *testing.T) {
 			a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: set, Cluster: "a"}, func(o *etcd.Options) { o.TTL = 3 * time.Second })
 			b := open(t, srv.ClientURL(), registry.Identity{ClusterSet: set, Cluster: "b"})
 			rec := registrytest.StartWatch(t, b)
-			must(t, a.PutExport(t.Context(), web, spec))
-			must(t, a.PutEndpoints(t.Context(), web, groups))
+			putWeb(t, a)
 			id := registry.RecordID{Cluster: "a", Service: web}
-			rec.WaitFor(t, 10*time.Second, "a's records", func(_ registrytest.Event, v *registrytest.View) bool {
-				_, x := v.Exports[id]
-				_, p := v.Endpoints[id]
-				return x && p
-			})
+			waitRecords(t, rec, "a's records", id)
 
 			order := rec.View().Exports[id].Order
 			aliveKey := prefix + "/" + set + "/clusters/a/alive"
@@ -260,8 +251,7 @@ func TestLeaseLossHeals(t *testing.T) {
 // without changing their Order.
 func TestReopenWithOtherTTL(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
 	a := open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 5 * time.Second })
 	must(t, a.PutExport(t.Context(), web, spec))
@@ -287,8 +277,7 @@ func TestReopenWithOtherTTL(t *testing.T) {
 // empty.
 func TestReopenAfterExpiry(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
 	a := open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 2 * time.Second })
 	must(t, a.PutExport(t.Context(), web, spec))
@@ -315,8 +304,7 @@ func TestReopenAfterExpiry(t *testing.T) {
 // again.
 func TestServerRestart(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "etcd")
-	srv := startServer(t, dir, "")
+	srv, restart := startRestartable(t)
 	url := srv.ClientURL()
 	fast := func(o *etcd.Options) {
 		o.HealthInterval = 200 * time.Millisecond
@@ -324,15 +312,10 @@ func TestServerRestart(t *testing.T) {
 	}
 	a := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "a"}, fast)
 	b := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "b"}, fast)
-	must(t, a.PutExport(t.Context(), web, spec))
-	must(t, a.PutEndpoints(t.Context(), web, groups))
+	putWeb(t, a)
 	rec := registrytest.StartWatch(t, b)
 	id := registry.RecordID{Cluster: "a", Service: web}
-	rec.WaitFor(t, 10*time.Second, "a's records", func(_ registrytest.Event, v *registrytest.View) bool {
-		_, x := v.Exports[id]
-		_, p := v.Endpoints[id]
-		return x && p
-	})
+	waitRecords(t, rec, "a's records", id)
 	order := rec.View().Exports[id].Order
 
 	stopped := time.Now()
@@ -345,7 +328,7 @@ func TestServerRestart(t *testing.T) {
 		t.Errorf("disconnection reported without an error")
 	}
 
-	startServer(t, dir, url)
+	restart()
 	// Nothing changed: the read after the restart delivers nothing but
 	// the reconnection.
 	events = append(events, rec.WaitFor(t, 20*time.Second, "reconnection", func(e registrytest.Event, _ *registrytest.View) bool {
@@ -381,6 +364,28 @@ func startServer(t *testing.T, dir, url string) *embedded.Server {
 	return embeddedtest.Start(t, embedded.Config{DataDir: dir, ListenClientURL: url})
 }
 
+// startWithClient starts etcd in a data directory of the test's own, and
+// returns it with a client of it.
+func startWithClient(t *testing.T) (*embedded.Server, *clientv3.Client) {
+	t.Helper()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	return srv, client(t, srv.ClientURL())
+}
+
+// startRestartable starts etcd in a data directory of the test's own;
+// restart starts it again, with the same data and client url, after
+// srv.Close.
+func startRestartable(t *testing.T) (srv *embedded.Server, restart func()) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "etcd")
+	srv = startServer(t, dir, "")
+	url := srv.ClientURL()
+	return srv, func() {
+		t.Helper()
+		startServer(t, dir, url)
+	}
+}
+
 // open opens a backend of etcd at url (or, with url "", at the Endpoints
 // that a modifier sets).
 func open(t *testing.T, url string, id registry.Identity, modify ...func(*etcd.Options)) *etcd.Backend {
@@ -395,32 +400,29 @@ func open(t *testing.T, url string, id registry.Identity, modify ...func(*etcd.O
 // openWith opens a backend with opts, closed at the end of the test.
 func openWith(t *testing.T, opts etcd.Options) *etcd.Backend {
 	t.Helper()
-	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
-	b, err := etcd.New(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
-		}
-	})
-	return b
+	return openClosed(t, etcd.New, opts)
 }
 
 func openWatcher(t *testing.T, url string, id registry.Identity) *etcd.Watcher {
 	t.Helper()
+	return openClosed(t, etcd.NewWatcher, etcd.Options{Identity: id, Endpoints: []string{url}, Prefix: prefix})
+}
+
+// openClosed opens a backend or watcher of opts with newFn, logging to t,
+// and checks at the end of the test that it closes.
+func openClosed[T io.Closer](t *testing.T, newFn func(context.Context, etcd.Options) (T, error), opts etcd.Options) T {
+	t.Helper()
 	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
-	w, err := etcd.NewWatcher(ctx, etcd.Options{Identity: id, Endpoints: []string{url}, Prefix: prefix})
+	c, err := newFn(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
+		if err := c.Close(); err != nil {
 			t.Errorf("Close() = %v", err)
 		}
 	})
-	return w
+	return c
 }
 
 func client(t *testing.T, url string) *clientv3.Client {
@@ -440,34 +442,30 @@ func revision(t *testing.T, cli *clientv3.Client) int64 {
 	return resp.Header.Revision
 }
 
-func modRevision(t *testing.T, cli *clientv3.Client, key string) int64 {
+// getKey reads key, which must exist.
+func getKey(t *testing.T, cli *clientv3.Client, key string) *mvccpb.KeyValue {
 	t.Helper()
 	resp, err := cli.Get(t.Context(), key)
 	must(t, err)
 	if len(resp.Kvs) != 1 {
 		t.Fatalf("key %s missing", key)
 	}
-	return resp.Kvs[0].ModRevision
+	return resp.Kvs[0]
+}
+
+func modRevision(t *testing.T, cli *clientv3.Client, key string) int64 {
+	t.Helper()
+	return getKey(t, cli, key).ModRevision
 }
 
 func createRevision(t *testing.T, cli *clientv3.Client, key string) int64 {
 	t.Helper()
-	resp, err := cli.Get(t.Context(), key)
-	must(t, err)
-	if len(resp.Kvs) != 1 {
-		t.Fatalf("key %s missing", key)
-	}
-	return resp.Kvs[0].CreateRevision
+	return getKey(t, cli, key).CreateRevision
 }
 
 func leaseOf(t *testing.T, cli *clientv3.Client, key string) clientv3.LeaseID {
 	t.Helper()
-	resp, err := cli.Get(t.Context(), key)
-	must(t, err)
-	if len(resp.Kvs) != 1 {
-		t.Fatalf("key %s missing", key)
-	}
-	return clientv3.LeaseID(resp.Kvs[0].Lease)
+	return clientv3.LeaseID(getKey(t, cli, key).Lease)
 }
 
 func mustJSON(t *testing.T, v any) string {
@@ -484,13 +482,29 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// waitRecords waits until rec has an export and endpoints of id.
+func waitRecords(t *testing.T, rec *registrytest.Recorder, what string, id registry.RecordID) {
+	t.Helper()
+	rec.WaitFor(t, 10*time.Second, what, func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[id]
+		_, p := v.Endpoints[id]
+		return x && p
+	})
+}
+
+// putWeb exports web from reg, with spec and groups.
+func putWeb(t *testing.T, reg registry.Registry) {
+	t.Helper()
+	must(t, reg.PutExport(t.Context(), web, spec))
+	must(t, reg.PutEndpoints(t.Context(), web, groups))
+}
+
 // TestPublishOneTransaction: Publish writes a new export and its endpoints
 // at one revision; two records too large for one request together are
 // written endpoints first, then the export.
 func TestPublishOneTransaction(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	b := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
 	exportKey, endpointsKey := "/test/set1/clusters/a/exports/shop/web", "/test/set1/clusters/a/endpoints/shop/web"
 

@@ -73,12 +73,10 @@ func waitView(t *testing.T, v *clusterset.View, key registry.ServiceKey, wantCou
 // counting when its alive record goes.
 func TestOnlyLiveMembersCount(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	ctx := t.Context()
 	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
-	must(t, a.PutExport(ctx, web, spec))
-	must(t, a.PutEndpoints(ctx, web, groups))
+	putWeb(t, a)
 	v := watchView(t, openWatcher(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1"}))
 	waitView(t, v, web, "a,eps:a", "")
 
@@ -186,13 +184,11 @@ func TestLeaseChangeKeepsRecords(t *testing.T) {
 // View shows them gone), even of the same value.
 func TestOwnRecordsRepaired(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	cli := client(t, srv.ClientURL())
+	srv, cli := startWithClient(t)
 	ctx := t.Context()
 	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
 	v := watchView(t, a)
-	must(t, a.PutExport(ctx, web, spec))
-	must(t, a.PutEndpoints(ctx, web, groups))
+	putWeb(t, a)
 	waitView(t, v, web, "a,eps:a", "")
 	root := "/test/set1/clusters/a/"
 	lease := leaseOf(t, cli, root+"alive")
@@ -203,8 +199,7 @@ func TestOwnRecordsRepaired(t *testing.T) {
 	_, err = cli.Delete(ctx, root+"endpoints/shop/web")
 	must(t, err)
 	waitView(t, v, web, "", "")
-	must(t, a.PutExport(ctx, web, spec))
-	must(t, a.PutEndpoints(ctx, web, groups))
+	putWeb(t, a)
 	waitView(t, v, web, "a,eps:a", "")
 	if got := leaseOf(t, cli, root+"exports/shop/web"); got != lease {
 		t.Errorf("export written again on lease %x, want %x", got, lease)
@@ -243,8 +238,7 @@ func TestOwnRecordsRepaired(t *testing.T) {
 		return err == nil && len(resp.Kvs) == 1, ""
 	})
 	waitView(t, v, web, "", "")
-	must(t, a.PutExport(ctx, web, spec))
-	must(t, a.PutEndpoints(ctx, web, groups))
+	putWeb(t, a)
 	waitView(t, v, web, "a,eps:a", "")
 }
 

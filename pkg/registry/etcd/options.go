@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -91,30 +92,16 @@ type Options struct {
 
 // Default fills the unset fields with their defaults.
 func (o *Options) Default() {
-	if o.DialTimeout == 0 {
-		o.DialTimeout = DefaultDialTimeout
-	}
-	if o.RequestTimeout == 0 {
-		o.RequestTimeout = DefaultRequestTimeout
-	}
-	if o.TTL == 0 {
-		o.TTL = DefaultTTL
-	}
-	if o.HealthInterval == 0 {
-		o.HealthInterval = DefaultHealthInterval
-	}
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
-	}
-	if o.UnreachableAfter == 0 {
-		o.UnreachableAfter = 2 * o.HealthInterval
-	}
+	o.DialTimeout = cmp.Or(o.DialTimeout, DefaultDialTimeout)
+	o.RequestTimeout = cmp.Or(o.RequestTimeout, DefaultRequestTimeout)
+	o.TTL = cmp.Or(o.TTL, DefaultTTL)
+	o.HealthInterval = cmp.Or(o.HealthInterval, DefaultHealthInterval)
+	o.Prefix = cmp.Or(o.Prefix, DefaultPrefix)
+	o.UnreachableAfter = cmp.Or(o.UnreachableAfter, 2*o.HealthInterval)
 	if o.ResyncPageSize <= 0 {
 		o.ResyncPageSize = DefaultResyncPageSize
 	}
-	if o.ResyncJitter == 0 {
-		o.ResyncJitter = DefaultResyncJitter
-	}
+	o.ResyncJitter = cmp.Or(o.ResyncJitter, DefaultResyncJitter)
 }
 
 // Validate reports whether the options can open a Backend with New.

@@ -125,8 +125,7 @@ func TestResyncReadsInPages(t *testing.T) {
 // delivered, so no import writes a condition it then clears.
 func TestShortOutageIsNotReported(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "etcd")
-	srv := startServer(t, dir, "")
+	srv, restart := startRestartable(t)
 	url := srv.ClientURL()
 	opts := func(o *etcd.Options) {
 		o.HealthInterval = 300 * time.Millisecond
@@ -144,7 +143,7 @@ func TestShortOutageIsNotReported(t *testing.T) {
 	})
 
 	srv.Close()
-	startServer(t, dir, url)
+	restart()
 	must(t, a.PutExport(t.Context(), web, spec2))
 	events := rec.WaitFor(t, 30*time.Second, "a's change after the restart", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Exports[id].Spec, spec2)

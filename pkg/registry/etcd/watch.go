@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/connstate"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
@@ -43,10 +44,7 @@ func (c *conn) watch(ctx context.Context, h registry.Handler, own ownObserver) e
 	}
 	w := &watch{c: c, h: h, log: log, own: own}
 	w.run(ctx)
-	if c.ctx.Err() != nil {
-		return registry.ErrClosed
-	}
-	return ctx.Err()
+	return lifetime.Ended(ctx, c.ctx)
 }
 
 // watch is one call of Watch.
@@ -54,8 +52,9 @@ type watch struct {
 	c   *conn
 	h   registry.Handler
 	log logr.Logger
-	// connected is nil until the first read succeeds or fails.
-	connected *bool
+	// conn is the connection as h knows it, from the first read that
+	// succeeds or fails.
+	conn connstate.State
 	// own hears of the own cluster's records; nil for a read-only Watcher.
 	own ownObserver
 	// members holds the live clusters: those with an alive record on a
@@ -139,7 +138,7 @@ func (w *watch) run(ctx context.Context) {
 			// Every controller's watch ends at once on a leader change or
 			// a compaction: spread their reads.
 			wait += w.jitter()
-		case w.connected == nil || !*w.connected || failures >= 2 && time.Since(failingSince) >= w.c.opts.UnreachableAfter:
+		case !w.conn.Connected() || failures >= 2 && time.Since(failingSince) >= w.c.opts.UnreachableAfter:
 			w.setConnected(false, err)
 		default:
 			w.log.Info("registry read failed, trying again before reporting it unreachable", "reason", err.Error())
@@ -163,16 +162,7 @@ func (w *watch) setConnected(connected bool, err error) {
 	if errors.Is(err, rpctypes.ErrPermissionDenied) {
 		err = fmt.Errorf("%w: %w (this identity needs read on %s; mcsd registry setup-auth grants it)", registry.ErrForbidden, err, w.c.keys.clusters())
 	}
-	if w.connected != nil && *w.connected == connected {
-		return
-	}
-	w.connected = &connected
-	if connected {
-		w.log.Info("registry connected")
-	} else {
-		w.log.Error(err, "registry disconnected")
-	}
-	w.h.OnConnection(connected, err)
+	w.conn.Report(w.log, w.h, connected, err)
 }
 
 // sync reads the clusterset and delivers it: the first time in full, as

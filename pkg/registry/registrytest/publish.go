@@ -10,15 +10,10 @@ import (
 // to the stored ones are not written again, and a change of one leaves the
 // other as it is.
 func testPublish(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	cs, a, _, rec := openPair(t, f, longTTL)
 
 	must(t, a.Publish(t.Context(), web, spec(80), endpoints("10.0.0.1")))
-	rec.WaitFor(t, timeout, "a's export and endpoints", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1"))
-	})
+	waitRecords(t, rec, "a's export and endpoints", rid("a", web), spec(80), endpoints("10.0.0.1"))
 	stamp := rec.View().Endpoints[rid("a", web)].Updated
 
 	must(t, a.Publish(t.Context(), web, spec(80), endpoints("10.0.0.1")))
@@ -29,9 +24,7 @@ func testPublish(t *testing.T, f Factory) {
 	}
 
 	must(t, a.Publish(t.Context(), web, spec(81), endpoints("10.0.0.1")))
-	for _, e := range rec.WaitFor(t, timeout, "a's changed export", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(81))
-	}) {
+	for _, e := range waitExport(t, rec, "a's changed export", rid("a", web), spec(81)) {
 		if e.Update != nil && containsEndpoints(e.Update.Endpoints, web) {
 			t.Errorf("Publish of a changed export delivered unchanged endpoints: %s", e)
 		}
@@ -54,10 +47,7 @@ func testPublish(t *testing.T, f Factory) {
 // promise of Publish (etcd, memory): a watcher gets a new export and its
 // endpoints in one update, never the export alone.
 func RunPublishTogether(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	_, a, _, rec := openPair(t, f, longTTL)
 
 	must(t, a.Publish(t.Context(), web, spec(80), endpoints("10.0.0.1")))
 	events := rec.WaitFor(t, timeout, "a's export", func(e Event, _ *View) bool {

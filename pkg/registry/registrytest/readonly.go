@@ -36,16 +36,14 @@ func RunReadOnly(t *testing.T, f Factory, wf WatcherFactory) {
 func testReaderSeesEverything(t *testing.T, f Factory, wf WatcherFactory) {
 	cs := newClusterSet(t, f)
 	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
-	must(t, b.PutExport(t.Context(), web, spec(81)))
-	must(t, b.PutEndpoints(t.Context(), web, endpoints("10.1.0.1")))
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
+	put(t, b, web, spec(81), endpoints("10.1.0.1"))
 
 	// The first full update of a reader opened late holds everything.
 	r := StartWatch(t, wf(t, registry.Identity{ClusterSet: cs.id}))
 	r.WaitFor(t, timeout, "a's and b's records and clusters", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1")) &&
-			hasExport(v, rid("b", web), spec(81)) && hasEndpoints(v, rid("b", web), endpoints("10.1.0.1")) &&
+		return hasRecords(v, rid("a", web), spec(80), endpoints("10.0.0.1")) &&
+			hasRecords(v, rid("b", web), spec(81), endpoints("10.1.0.1")) &&
 			sameClusters(v, "a", "b")
 	})
 	for _, id := range []registry.RecordID{rid("a", web), rid("b", web)} {
@@ -58,9 +56,7 @@ func testReaderSeesEverything(t *testing.T, f Factory, wf WatcherFactory) {
 	must(t, a.PutExport(t.Context(), api, spec(80)))
 	must(t, b.DeleteExport(t.Context(), web))
 	r.WaitFor(t, timeout, "a's new export and b's withdrawal", func(_ Event, v *View) bool {
-		_, x := v.Exports[rid("b", web)]
-		_, p := v.Endpoints[rid("b", web)]
-		return hasExport(v, rid("a", api), spec(80)) && !x && !p
+		return hasExport(v, rid("a", api), spec(80)) && lacksRecords(v, rid("b", web))
 	})
 	if v := r.View(); !sameClusters(v, "a", "b") {
 		t.Errorf("reader sees clusters %v, want a and b", clusterIDs(v))
@@ -71,23 +67,20 @@ func testReaderIsNoMember(t *testing.T, f Factory, wf WatcherFactory) {
 	cs := newClusterSet(t, f)
 	// A reader of an empty clusterset, even one named like a cluster, finds
 	// nothing and adds nothing.
-	r := StartWatch(t, wf(t, registry.Identity{ClusterSet: cs.id, Cluster: "reader"}))
-	firstUpdate(t, r)
+	r := startSynced(t, wf(t, registry.Identity{ClusterSet: cs.id, Cluster: "reader"}))
 	if v := r.View(); len(v.Clusters) != 0 || len(v.Exports) != 0 || len(v.Endpoints) != 0 {
 		t.Fatalf("reader of an empty clusterset sees clusters %v, exports %v, endpoints %v", clusterIDs(v), v.Exports, v.Endpoints)
 	}
 
 	a := cs.open("a", longTTL)
-	rec := StartWatch(t, a)
-	firstUpdate(t, rec)
+	rec := startSynced(t, a)
 	cs.barrier(a, "a", rec)
 	r.WaitFor(t, timeout, "cluster a", func(_ Event, v *View) bool { return sameClusters(v, "a") })
 	if v := rec.View(); !sameClusters(v, "a") {
 		t.Errorf("a member sees clusters %v, want a only", clusterIDs(v))
 	}
 	// A second reader opened meanwhile changes nothing either.
-	r2 := StartWatch(t, wf(t, registry.Identity{ClusterSet: cs.id}))
-	firstUpdate(t, r2)
+	r2 := startSynced(t, wf(t, registry.Identity{ClusterSet: cs.id}))
 	rec.Quiet(t, 2*time.Second, "a cluster appeared or went", func(e Event) bool {
 		return e.Update != nil && (len(e.Update.Clusters) > 0 || len(e.Update.DeletedClusters) > 0)
 	})

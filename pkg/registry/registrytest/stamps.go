@@ -15,10 +15,7 @@ func within(ts, before, after time.Time) bool {
 }
 
 func testEndpointsUpdated(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	cs, a, b, rec := openPair(t, f, longTTL)
 	id := rid("a", web)
 
 	must(t, a.PutExport(t.Context(), web, spec(80)))
@@ -37,17 +34,10 @@ func testEndpointsUpdated(t *testing.T, f Factory) {
 	time.Sleep(5 * stampPrecision)
 	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
 	must(t, a.PutExport(t.Context(), web, spec(81)))
-	rec.WaitFor(t, timeout, "a's changed export", func(_ Event, v *View) bool {
-		return hasExport(v, id, spec(81))
-	})
+	waitExport(t, rec, "a's changed export", id, spec(81))
 	for _, e := range cs.barrier(a, "a", rec) {
-		if e.Update == nil {
-			continue
-		}
-		for _, x := range e.Update.Endpoints {
-			if x.Service == web {
-				t.Errorf("endpoints delivered without a change: %s", e)
-			}
+		if e.Update != nil && containsEndpoints(e.Update.Endpoints, web) {
+			t.Errorf("endpoints delivered without a change: %s", e)
 		}
 	}
 	if got := rec.View().Endpoints[id].Updated; !got.Equal(first) {
@@ -68,9 +58,7 @@ func testEndpointsUpdated(t *testing.T, f Factory) {
 	}
 
 	// A full update delivers the stamp as it is.
-	late := StartWatch(t, b)
-	firstUpdate(t, late)
-	if got := late.View().Endpoints[id].Updated; !got.Equal(second) {
+	if got := startSynced(t, b).View().Endpoints[id].Updated; !got.Equal(second) {
 		t.Errorf("full update has Updated %s, want %s", got, second)
 	}
 }
@@ -78,8 +66,7 @@ func testEndpointsUpdated(t *testing.T, f Factory) {
 func testClusterLiveness(t *testing.T, f Factory) {
 	cs := newClusterSet(t, f)
 	b := cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	rec := startSynced(t, b)
 
 	before := time.Now()
 	a := cs.open("a", shortTTL)
@@ -99,9 +86,7 @@ func testClusterLiveness(t *testing.T, f Factory) {
 	// Reopened within the TTL, its records never expired: Since stays.
 	must(t, a.Close())
 	cs.open("a", shortTTL)
-	late := StartWatch(t, b)
-	firstUpdate(t, late)
-	if got := late.View().Clusters["a"]; !got.Since.Equal(c.Since) {
+	if got := startSynced(t, b).View().Clusters["a"]; !got.Since.Equal(c.Since) {
 		t.Errorf("cluster a reopened within its TTL has Since %s, want %s", got.Since, c.Since)
 	}
 }

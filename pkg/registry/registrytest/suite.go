@@ -163,13 +163,41 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// firstUpdate waits for the first update and checks that it is full.
-func firstUpdate(t *testing.T, rec *Recorder) {
+// startSynced starts a watch of reg, as StartWatch does, and waits for its
+// first update, which must be full.
+func startSynced(t *testing.T, reg registry.Watcher) *Recorder {
 	t.Helper()
+	rec := StartWatch(t, reg)
 	events := rec.WaitFor(t, timeout, "the first update", isUpdate)
 	if u := events[len(events)-1].Update; !u.Full {
 		t.Fatalf("first update is not full: %+v", *u)
 	}
+	return rec
+}
+
+// openPair opens clusters a, whose records outlive it by ttlA, and b, whose
+// records outlive it by longTTL, of a new clusterset, and watches from b.
+func openPair(t *testing.T, f Factory, ttlA time.Duration) (cs *clusterSet, a, b registry.Registry, rec *Recorder) {
+	t.Helper()
+	cs = newClusterSet(t, f)
+	a, b = cs.open("a", ttlA), cs.open("b", longTTL)
+	return cs, a, b, startSynced(t, b)
+}
+
+// put writes the export s and the endpoints groups of svc from reg.
+func put(t *testing.T, reg registry.Registry, svc registry.ServiceKey, s registry.ServiceSpec, groups []registry.EndpointGroup) {
+	t.Helper()
+	must(t, reg.PutExport(t.Context(), svc, s))
+	must(t, reg.PutEndpoints(t.Context(), svc, groups))
+}
+
+// waitRecords waits until rec has the export s and the endpoints groups of
+// id, and returns the events consumed.
+func waitRecords(t *testing.T, rec *Recorder, what string, id registry.RecordID, s registry.ServiceSpec, groups []registry.EndpointGroup) []Event {
+	t.Helper()
+	return rec.WaitFor(t, timeout, what, func(_ Event, v *View) bool {
+		return hasRecords(v, id, s, groups)
+	})
 }
 
 func isUpdate(e Event, _ *View) bool { return e.Update != nil }
@@ -182,6 +210,28 @@ func hasExport(v *View, id registry.RecordID, want registry.ServiceSpec) bool {
 func hasEndpoints(v *View, id registry.RecordID, want []registry.EndpointGroup) bool {
 	x, ok := v.Endpoints[id]
 	return ok && cmp.Equal(want, x.Groups, equateEmpty)
+}
+
+// waitExport waits until rec has the export s of id, and returns the events
+// consumed.
+func waitExport(t *testing.T, rec *Recorder, what string, id registry.RecordID, s registry.ServiceSpec) []Event {
+	t.Helper()
+	return rec.WaitFor(t, timeout, what, func(_ Event, v *View) bool {
+		return hasExport(v, id, s)
+	})
+}
+
+// hasRecords reports whether v has the export s and the endpoints groups of
+// id.
+func hasRecords(v *View, id registry.RecordID, s registry.ServiceSpec, groups []registry.EndpointGroup) bool {
+	return hasExport(v, id, s) && hasEndpoints(v, id, groups)
+}
+
+// lacksRecords reports whether v has neither an export nor endpoints of id.
+func lacksRecords(v *View, id registry.RecordID) bool {
+	_, x := v.Exports[id]
+	_, p := v.Endpoints[id]
+	return !x && !p
 }
 
 // mentions reports whether e carries a record or deletion of svc.
@@ -209,16 +259,10 @@ func mentions(e Event, svc registry.ServiceKey) bool {
 }
 
 func testWatchDeliversOtherClusters(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	_, a, _, rec := openPair(t, f, longTTL)
 
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1", "10.0.0.2")))
-	events := rec.WaitFor(t, timeout, "a's export and endpoints", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1", "10.0.0.2"))
-	})
+	put(t, a, web, spec(80), endpoints("10.0.0.1", "10.0.0.2"))
+	events := waitRecords(t, rec, "a's export and endpoints", rid("a", web), spec(80), endpoints("10.0.0.1", "10.0.0.2"))
 	for _, e := range events {
 		if e.Update != nil && e.Update.Full {
 			t.Errorf("change delivered as a full update: %s", e)
@@ -233,11 +277,9 @@ func testWatchDeliversOtherClusters(t *testing.T, f Factory) {
 func testWatchStartedAfterWrites(t *testing.T, f Factory) {
 	cs := newClusterSet(t, f)
 	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
 
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	rec := startSynced(t, b)
 	v := rec.View()
 	if !hasExport(v, rid("a", web), spec(80)) {
 		t.Errorf("full update lacks a's export: %+v", v.Exports)
@@ -248,19 +290,12 @@ func testWatchStartedAfterWrites(t *testing.T, f Factory) {
 }
 
 func testIdenticalPutsAreSkipped(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	cs, a, _, rec := openPair(t, f, longTTL)
 
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
-	rec.WaitFor(t, timeout, "a's export and endpoints", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1"))
-	})
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
+	waitRecords(t, rec, "a's export and endpoints", rid("a", web), spec(80), endpoints("10.0.0.1"))
 
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
 	for _, e := range cs.barrier(a, "a", rec) {
 		if mentions(e, web) {
 			t.Errorf("identical puts delivered: %s", e)
@@ -268,22 +303,14 @@ func testIdenticalPutsAreSkipped(t *testing.T, f Factory) {
 	}
 
 	must(t, a.PutExport(t.Context(), web, spec(81)))
-	rec.WaitFor(t, timeout, "a's changed export", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(81))
-	})
+	waitExport(t, rec, "a's changed export", rid("a", web), spec(81))
 }
 
 func testPutEndpointsLeavesExport(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	_, a, _, rec := openPair(t, f, longTTL)
 
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
-	rec.WaitFor(t, timeout, "a's export and endpoints", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1"))
-	})
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
+	waitRecords(t, rec, "a's export and endpoints", rid("a", web), spec(80), endpoints("10.0.0.1"))
 	before := rec.View().Exports[rid("a", web)]
 
 	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1", "10.0.0.2")))
@@ -291,13 +318,8 @@ func testPutEndpointsLeavesExport(t *testing.T, f Factory) {
 		return hasEndpoints(v, rid("a", web), endpoints("10.0.0.1", "10.0.0.2"))
 	})
 	for _, e := range events {
-		if e.Update == nil {
-			continue
-		}
-		for _, x := range e.Update.Exports {
-			if x.Service == web {
-				t.Errorf("PutEndpoints delivered the export: %s", e)
-			}
+		if e.Update != nil && containsExport(e.Update.Exports, web) {
+			t.Errorf("PutEndpoints delivered the export: %s", e)
 		}
 	}
 	if diff := cmp.Diff(before, rec.View().Exports[rid("a", web)], equateEmpty); diff != "" {
@@ -306,18 +328,14 @@ func testPutEndpointsLeavesExport(t *testing.T, f Factory) {
 }
 
 func testDeleteExport(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	cs, a, _, rec := openPair(t, f, longTTL)
 
 	for _, svc := range []registry.ServiceKey{web, api} {
-		must(t, a.PutExport(t.Context(), svc, spec(80)))
-		must(t, a.PutEndpoints(t.Context(), svc, endpoints("10.0.0.1")))
+		put(t, a, svc, spec(80), endpoints("10.0.0.1"))
 	}
 	rec.WaitFor(t, timeout, "a's exports and endpoints", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1")) &&
-			hasExport(v, rid("a", api), spec(80)) && hasEndpoints(v, rid("a", api), endpoints("10.0.0.1"))
+		return hasRecords(v, rid("a", web), spec(80), endpoints("10.0.0.1")) &&
+			hasRecords(v, rid("a", api), spec(80), endpoints("10.0.0.1"))
 	})
 
 	must(t, a.DeleteExport(t.Context(), web))
@@ -333,7 +351,7 @@ func testDeleteExport(t *testing.T, f Factory) {
 	if _, ok := v.Exports[rid("a", web)]; ok {
 		t.Errorf("a's export of web still delivered")
 	}
-	if !hasExport(v, rid("a", api), spec(80)) || !hasEndpoints(v, rid("a", api), endpoints("10.0.0.1")) {
+	if !hasRecords(v, rid("a", api), spec(80), endpoints("10.0.0.1")) {
 		t.Errorf("deleting web lost api")
 	}
 	got, err := a.Exported(t.Context())
@@ -394,30 +412,25 @@ func testExportedListsOwnServices(t *testing.T, f Factory) {
 func testClustersDoNotTouchEachOther(t *testing.T, f Factory) {
 	cs := newClusterSet(t, f)
 	a, b, c := cs.open("a", longTTL), cs.open("b", longTTL), cs.open("c", longTTL)
-	rec := StartWatch(t, c)
-	firstUpdate(t, rec)
+	rec := startSynced(t, c)
 
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
-	must(t, b.PutExport(t.Context(), web, spec(81)))
-	must(t, b.PutEndpoints(t.Context(), web, endpoints("10.1.0.1")))
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
+	put(t, b, web, spec(81), endpoints("10.1.0.1"))
 	rec.WaitFor(t, timeout, "a's and b's records", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1")) &&
-			hasExport(v, rid("b", web), spec(81)) && hasEndpoints(v, rid("b", web), endpoints("10.1.0.1"))
+		return hasRecords(v, rid("a", web), spec(80), endpoints("10.0.0.1")) &&
+			hasRecords(v, rid("b", web), spec(81), endpoints("10.1.0.1"))
 	})
 
 	must(t, a.DeleteExport(t.Context(), web))
 	rec.WaitFor(t, timeout, "a's records deleted", func(_ Event, v *View) bool {
-		_, x := v.Exports[rid("a", web)]
-		_, p := v.Endpoints[rid("a", web)]
-		return !x && !p
+		return lacksRecords(v, rid("a", web))
 	})
 	// a deleting again, or a Service it never exported, leaves b's alone.
 	must(t, a.DeleteExport(t.Context(), web))
 	must(t, a.DeleteExport(t.Context(), db))
 	cs.barrier(a, "a", rec)
 	v := rec.View()
-	if !hasExport(v, rid("b", web), spec(81)) || !hasEndpoints(v, rid("b", web), endpoints("10.1.0.1")) {
+	if !hasRecords(v, rid("b", web), spec(81), endpoints("10.1.0.1")) {
 		t.Errorf("a's DeleteExport removed b's records: exports %+v endpoints %+v", v.Exports, v.Endpoints)
 	}
 	got, err := b.Exported(t.Context())
@@ -430,8 +443,7 @@ func testClustersDoNotTouchEachOther(t *testing.T, f Factory) {
 func testOrder(t *testing.T, f Factory) {
 	cs := newClusterSet(t, f)
 	a, b, c := cs.open("a", longTTL), cs.open("b", longTTL), cs.open("c", longTTL)
-	rec := StartWatch(t, c)
-	firstUpdate(t, rec)
+	rec := startSynced(t, c)
 
 	must(t, a.PutExport(t.Context(), web, spec(80)))
 	must(t, b.PutExport(t.Context(), web, spec(81)))
@@ -444,17 +456,13 @@ func testOrder(t *testing.T, f Factory) {
 	}
 
 	must(t, a.PutExport(t.Context(), web, spec(82)))
-	rec.WaitFor(t, timeout, "a's changed export", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(82))
-	})
+	waitExport(t, rec, "a's changed export", rid("a", web), spec(82))
 	if got := rec.View().Exports[rid("a", web)].Order; got != orderA {
 		t.Errorf("changing a's export moved its Order from %d to %d", orderA, got)
 	}
 
 	must(t, a.PutExport(t.Context(), api, spec(80)))
-	rec.WaitFor(t, timeout, "a's export of api", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", api), spec(80))
-	})
+	waitExport(t, rec, "a's export of api", rid("a", api), spec(80))
 	if got := rec.View().Exports[rid("a", api)].Order; got <= orderB {
 		t.Errorf("a's later export of api has Order %d, not after b's %d", got, orderB)
 	}
@@ -462,8 +470,7 @@ func testOrder(t *testing.T, f Factory) {
 	// The same cluster and Service in another clusterset stay out of sight.
 	other := newClusterSet(t, f)
 	x := other.open("a", longTTL)
-	must(t, x.PutExport(t.Context(), web, spec(9999)))
-	must(t, x.PutEndpoints(t.Context(), web, endpoints("192.0.2.1")))
+	put(t, x, web, spec(9999), endpoints("192.0.2.1"))
 	for _, e := range cs.barrier(a, "a", rec) {
 		if mentions(e, web) {
 			t.Errorf("another clusterset's records delivered: %s", e)
@@ -480,28 +487,22 @@ func testOrder(t *testing.T, f Factory) {
 }
 
 func testDeadClusterExpires(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", shortTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	_, a, b, rec := openPair(t, f, shortTTL)
 
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
 	must(t, b.PutExport(t.Context(), web, spec(80)))
 	rec.WaitFor(t, timeout, "a's and b's records and clusters", func(_ Event, v *View) bool {
 		_, liveA := v.Clusters["a"]
 		_, liveB := v.Clusters["b"]
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1")) &&
+		return hasRecords(v, rid("a", web), spec(80), endpoints("10.0.0.1")) &&
 			hasExport(v, rid("b", web), spec(80)) && liveA && liveB
 	})
 
 	must(t, a.Close())
 	closed := time.Now()
 	rec.WaitFor(t, shortTTL+expiryMargin, "a's records and cluster deleted", func(_ Event, v *View) bool {
-		_, x := v.Exports[rid("a", web)]
-		_, p := v.Endpoints[rid("a", web)]
 		_, live := v.Clusters["a"]
-		return !x && !p && !live
+		return lacksRecords(v, rid("a", web)) && !live
 	})
 	t.Logf("a's records expired %s after Close", time.Since(closed).Round(100*time.Millisecond))
 	v := rec.View()
@@ -511,16 +512,10 @@ func testDeadClusterExpires(t *testing.T, f Factory) {
 }
 
 func testReopenWithinTTL(t *testing.T, f Factory) {
-	cs := newClusterSet(t, f)
-	a, b := cs.open("a", shortTTL), cs.open("b", longTTL)
-	rec := StartWatch(t, b)
-	firstUpdate(t, rec)
+	cs, a, b, rec := openPair(t, f, shortTTL)
 
-	must(t, a.PutExport(t.Context(), web, spec(80)))
-	must(t, a.PutEndpoints(t.Context(), web, endpoints("10.0.0.1")))
-	rec.WaitFor(t, timeout, "a's records", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(80)) && hasEndpoints(v, rid("a", web), endpoints("10.0.0.1"))
-	})
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
+	waitRecords(t, rec, "a's records", rid("a", web), spec(80), endpoints("10.0.0.1"))
 	order := rec.View().Exports[rid("a", web)].Order
 
 	must(t, a.Close())
@@ -540,10 +535,8 @@ func testReopenWithinTTL(t *testing.T, f Factory) {
 			len(u.DeletedClusters) > 0 || !x
 	})
 
-	late := StartWatch(t, b)
-	firstUpdate(t, late)
-	v := late.View()
-	if !hasExport(v, rid("a", web), spec(80)) || !hasEndpoints(v, rid("a", web), endpoints("10.0.0.1")) {
+	v := startSynced(t, b).View()
+	if !hasRecords(v, rid("a", web), spec(80), endpoints("10.0.0.1")) {
 		t.Fatalf("a's records lost over the reopen: exports %+v endpoints %+v", v.Exports, v.Endpoints)
 	}
 	if got := v.Exports[rid("a", web)].Order; got != order {
@@ -551,9 +544,7 @@ func testReopenWithinTTL(t *testing.T, f Factory) {
 	}
 
 	must(t, a.PutExport(t.Context(), web, spec(81)))
-	rec.WaitFor(t, timeout, "the reopened cluster's change", func(_ Event, v *View) bool {
-		return hasExport(v, rid("a", web), spec(81))
-	})
+	waitExport(t, rec, "the reopened cluster's change", rid("a", web), spec(81))
 	if got := rec.View().Exports[rid("a", web)].Order; got != order {
 		t.Errorf("changing the export after reopening moved its Order from %d to %d", order, got)
 	}

@@ -23,6 +23,16 @@ func Bind(ctx, backend context.Context) (context.Context, context.CancelFunc, er
 	}, nil
 }
 
+// Ended is what a call bound by Bind returns once it is over, given the
+// context Bind returned and the backend's: registry.ErrClosed when the
+// backend is closed, or else ctx's error.
+func Ended(ctx, backend context.Context) error {
+	if backend.Err() != nil {
+		return registry.ErrClosed
+	}
+	return ctx.Err()
+}
+
 // Sleep waits d, and reports false if ctx ends first.
 func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

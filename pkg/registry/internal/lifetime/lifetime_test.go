@@ -64,3 +64,16 @@ func TestSleep(t *testing.T) {
 		t.Error("Sleep of a done context waited its whole duration")
 	}
 }
+
+func TestEnded(t *testing.T) {
+	backend, closeBackend := context.WithCancel(context.Background())
+	ctx, end := context.WithCancel(context.Background())
+	end()
+	if err := Ended(ctx, backend); !errors.Is(err, context.Canceled) {
+		t.Errorf("Ended after the call's context ended: %v, want context.Canceled", err)
+	}
+	closeBackend()
+	if err := Ended(ctx, backend); !errors.Is(err, registry.ErrClosed) {
+		t.Errorf("Ended after the backend closed: %v, want ErrClosed", err)
+	}
+}
