@@ -13,7 +13,8 @@
 // echo; otherwise the reconcile is told (Missed) and requeues itself, since
 // the event that would have brought it back was taken. Behind tells a
 // reconcile that its cache does not show its own last write of an object
-// yet.
+// yet; the event of that write then passes, and brings the reconcile back
+// once the cache shows it.
 //
 // A dropped event is one at a version this controller wrote; the one way it
 // can carry more is an informer's relist folding another writer's change,
@@ -59,6 +60,10 @@ type Filter struct {
 	// the versions of the events of the object that came meanwhile.
 	inflight map[objectKey]int
 	held     map[objectKey][]string
+	// awaited are the objects a reconcile found its cache behind on
+	// (Behind): the event of their last write passes, to bring the
+	// reconcile back as soon as the cache shows it.
+	awaited map[types.UID]bool
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 }
@@ -147,7 +152,7 @@ func (f *Filter) end(ctx context.Context, o client.Object, tracked bool, err err
 		if f.inflight[k]--; f.inflight[k] <= 0 {
 			delete(f.inflight, k)
 			for _, rv := range f.held[k] {
-				if !f.consumeLocked(o.GetUID(), rv) {
+				if !f.consumeLocked(o.GetUID(), rv) || f.caughtUpLocked(o.GetUID()) {
 					foreign++
 				}
 			}
@@ -207,6 +212,11 @@ func (f *Filter) prune(now time.Time) {
 		}
 		f.m[uid] = v
 	}
+	for uid := range f.awaited {
+		if len(f.m[uid]) == 0 {
+			delete(f.awaited, uid)
+		}
+	}
 	f.pruned = now
 }
 
@@ -218,7 +228,18 @@ func (f *Filter) echo(o client.Object) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.consumeLocked(o.GetUID(), o.GetResourceVersion())
+	return f.consumeLocked(o.GetUID(), o.GetResourceVersion()) && !f.caughtUpLocked(o.GetUID())
+}
+
+// caughtUpLocked reports whether a reconcile awaits uid's cache (Behind)
+// and the cache now shows its last write, and then forgets the wait.
+// Callers hold f.mu, after consumeLocked.
+func (f *Filter) caughtUpLocked(uid types.UID) bool {
+	if !f.awaited[uid] || len(f.m[uid]) > 0 {
+		return false
+	}
+	delete(f.awaited, uid)
+	return true
 }
 
 // consumeLocked reports whether version rv of the object uid is one Filter
@@ -246,16 +267,26 @@ func (f *Filter) consumeLocked(uid types.UID, rv string) bool {
 // is at another version, an earlier write's included (the cache is updated
 // before its events are delivered, so it may show a write whose event is
 // still on its way when a later write was made). A write made from o would
-// conflict with the last write, or undo it.
+// conflict with the last write, or undo it. When it is behind, the event
+// of that last write is let through rather than dropped, so that the
+// reconcile comes back as soon as the cache shows the write.
 func (f *Filter) Behind(o client.Object) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	v := f.m[o.GetUID()]
+	uid := o.GetUID()
+	v := f.m[uid]
 	if len(v) == 0 {
 		return false
 	}
 	last := v[len(v)-1]
-	return last.rv != o.GetResourceVersion() && f.clock().Sub(last.at) <= Remember
+	behind := last.rv != o.GetResourceVersion() && f.clock().Sub(last.at) <= Remember
+	if behind {
+		if f.awaited == nil {
+			f.awaited = map[types.UID]bool{}
+		}
+		f.awaited[uid] = true
+	}
+	return behind
 }
 
 func (f *Filter) forget(o client.Object) {
@@ -265,6 +296,7 @@ func (f *Filter) forget(o client.Object) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.m, o.GetUID())
+	delete(f.awaited, o.GetUID())
 }
 
 // writer is a client that tells its Filter what it wrote.

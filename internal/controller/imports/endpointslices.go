@@ -47,7 +47,8 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	plan := planSlices(s, existing)
 	// A slice the cache shows older than this controller's last write of
 	// it is left for the next look, once the cache has caught up: a write
-	// made from it would conflict.
+	// made from it would conflict. The event of that write brings the
+	// import back (echo.Behind); the recheck after cacheLag is the fallback.
 	behind := 0
 	plan.update = slices.DeleteFunc(plan.update, func(sl *discoveryv1.EndpointSlice) bool {
 		b := r.echoes.Behind(sl)

@@ -36,8 +36,8 @@ func (d *disruption) line(what string) string {
 	if d == nil {
 		return ""
 	}
-	return fmt.Sprintf("\n[scale]   %s: every member current in %s (%d read again, %s received; %d deletions, %d reports; real clusters %d deletions, writes %s)",
-		what, d.Took.Round(time.Millisecond), d.Rereads, report.Bytes(uint64(d.Received)), d.Deletions, d.Reports, d.RealDeletions, counts(d.RealWrites))
+	return fmt.Sprintf("\n[scale]   %s: every member current in %s (change written in %s, half the members current in %s; %d read again, %s received; %d deletions, %d reports; real clusters %d deletions, writes %s)",
+		what, d.Took.Round(time.Millisecond), d.Written.Round(time.Millisecond), d.Median.Round(time.Millisecond), d.Rereads, report.Bytes(uint64(d.Received)), d.Deletions, d.Reports, d.RealDeletions, counts(d.RealWrites))
 }
 
 func (x *realResult) line() string {
@@ -137,7 +137,7 @@ func (res results) disruptionsMarkdown() string {
 		if d == nil {
 			return
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s | %d / %d | %d / %s |\n", n, what, d.Took.Round(time.Millisecond), d.Rereads, report.Bytes(uint64(d.Received)), d.Deletions, d.Reports, d.RealDeletions, counts(d.RealWrites))
+		fmt.Fprintf(&b, "| %d | %s | %s / %s / %s | %d | %s | %d / %d | %d / %s |\n", n, what, d.Written.Round(time.Millisecond), d.Median.Round(time.Millisecond), d.Took.Round(time.Millisecond), d.Rereads, report.Bytes(uint64(d.Received)), d.Deletions, d.Reports, d.RealDeletions, counts(d.RealWrites))
 	}
 	for _, r := range res.Runs {
 		row(r.N, fmt.Sprintf("leader of %d members killed", res.Config.RegistryMembers), r.LeaderKill)
@@ -146,7 +146,7 @@ func (res results) disruptionsMarkdown() string {
 	if b.Len() == 0 {
 		return ""
 	}
-	return "\n## Registry disruptions\n\n| N | what | until every member has a change written after it | members that read the clusterset again | bytes they received | deletions / outage reports delivered | real clusters: deletions / writes |\n|---|---|---|---|---|---|---|\n" + b.String()
+	return "\n## Registry disruptions\n\n| N | what | from the registry back: the change written / half the members have it / every member has it | members that read the clusterset again | bytes they received | deletions / outage reports delivered | real clusters: deletions / writes |\n|---|---|---|---|---|---|---|\n" + b.String()
 }
 
 func yes(ok bool) string {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -602,8 +603,12 @@ func (r *sizeRun) compact(ctx context.Context, res *runResult) error {
 // disruption is what a disruption of the registry cost.
 type disruption struct {
 	// Took is from the registry taking writes again until every member
-	// had the change written then.
-	Took time.Duration `json:"took"`
+	// had the change written then; Median, until half of them had it;
+	// Written, until the change itself was written (its writer is a member
+	// that was cut off too).
+	Took    time.Duration `json:"took"`
+	Median  time.Duration `json:"median"`
+	Written time.Duration `json:"written"`
 	// Deletions and Reports are the records delivered as deleted and the
 	// outages reported (OnConnection(false)) meanwhile, over every member;
 	// Rereads, the members that read the clusterset again (rather than
@@ -666,18 +671,20 @@ func (r *sizeRun) disrupt(ctx context.Context, what string, do func() error) (di
 			return d, fmt.Errorf("write after %s: %w", what, err)
 		}
 	}
+	d.Written = time.Since(start)
 	if err := r.waitAll("every member resumed or read again after "+what, func(m *member) bool {
 		_, ok := m.markedAt()
 		return ok
 	}); err != nil {
 		return d, err
 	}
+	var took []time.Duration
 	for i, m := range r.members {
 		if m == nil {
 			continue
 		}
 		t, _ := m.markedAt()
-		d.Took = max(d.Took, t.Sub(start))
+		took = append(took, t.Sub(start))
 		dels, down := m.stats()
 		reads, bytes := m.traffic()
 		if reads > before[i].reads {
@@ -687,6 +694,8 @@ func (r *sizeRun) disrupt(ctx context.Context, what string, do func() error) (di
 		d.Deletions += dels - before[i].deletions
 		d.Reports += down - before[i].down
 	}
+	slices.Sort(took)
+	d.Took, d.Median = took[len(took)-1], took[len(took)/2]
 	if r.real == nil {
 		return d, nil
 	}
