@@ -355,3 +355,93 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 		}
 	}
 }
+
+// slowKV makes the reads of what changed since a revision (the filtered
+// scans of a resync) take delay, as they do on an etcd that every
+// controller of a large clusterset scans at once.
+type slowKV struct {
+	clientv3.KV
+	delay time.Duration
+	mu    sync.Mutex
+	slow  bool
+	took  []time.Duration // the slow reads that were answered
+}
+
+func (k *slowKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	k.mu.Lock()
+	slow := k.slow && clientv3.OpGet(key, opts...).MinModRev() != 0
+	k.mu.Unlock()
+	if !slow {
+		return k.KV.Get(ctx, key, opts...)
+	}
+	start := time.Now()
+	select {
+	case <-time.After(k.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	resp, err := k.KV.Get(ctx, key, opts...)
+	if err == nil {
+		k.mu.Lock()
+		k.took = append(k.took, time.Since(start))
+		k.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (k *slowKV) setSlow() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.slow = true
+}
+
+func (k *slowKV) answered() []time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]time.Duration(nil), k.took...)
+}
+
+// A resync's read of what changed takes longer than RequestTimeout when
+// every controller's watch ended at once and etcd scans the clusterset for
+// each of them: it is waited for, not cut off and made again behind the
+// others, while etcd answers the count within RequestTimeout.
+func TestSlowResyncReadIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	must(t, a.PutExport(t.Context(), web, spec))
+
+	cli := client(t, srv.ClientURL())
+	const requestTimeout = time.Second
+	kv := &slowKV{KV: cli.KV, delay: 3 * requestTimeout / 2}
+	watcher := &deafWatcher{Watcher: cli.Watcher}
+	cli.KV, cli.Watcher = kv, watcher
+	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
+	b, err := etcd.NewFromClient(ctx, cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "b"},
+		Prefix: prefix, RequestTimeout: requestTimeout, ResyncJitter: -1, HealthInterval: time.Minute, UnreachableAfter: time.Minute})
+	must(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	rec := registrytest.StartWatch(t, b)
+	id := registry.RecordID{Cluster: "a", Service: web}
+	rec.WaitFor(t, 10*time.Second, "a's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[id]
+		return ok
+	})
+
+	watcher.setDeaf()
+	must(t, a.PutExport(t.Context(), web, spec2))
+	kv.setSlow()
+	watcher.end()
+	events := rec.WaitFor(t, 20*time.Second, "a's change, read after the watch ended", func(_ registrytest.Event, v *registrytest.View) bool {
+		return cmp.Equal(v.Exports[id].Spec, spec2)
+	})
+	for _, e := range events {
+		if e.Update == nil && !e.Connected {
+			t.Errorf("the slow resync reported an outage: %s", e)
+		}
+	}
+	took := kv.answered()
+	if len(took) != 1 || took[0] <= requestTimeout {
+		t.Errorf("the reads of what changed that were answered took %v; want one, longer than RequestTimeout (%v)", took, requestTimeout)
+	}
+}

@@ -219,21 +219,29 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 // a leader change every controller of the clusterset reads at once, and
 // the values of the whole clusterset would cost each of them the
 // registry's size, on the wire and in decoding.
+//
+// The count comes first: etcd answers it from its index, so it tells
+// within RequestTimeout that etcd answers, and fixes the revision. The read
+// of what changed then has resyncBudget times as long: etcd scans the whole
+// clusterset for it, and when every controller's watch ended at once (a
+// compaction, a leader change) their scans queue on etcd; a read cut off at
+// RequestTimeout would only be made again, behind the others.
 func (w *watch) syncChanges(ctx context.Context) (int64, error) {
-	changed, rev, err := w.readChanged(ctx)
+	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
+		clientv3.WithCountOnly())
 	if err != nil {
-		return 0, fmt.Errorf("read changed records: %w", err)
+		return 0, fmt.Errorf("count clusterset keys: %w", err)
 	}
+	rev := resp.Header.Revision
 	if rev < w.rev {
 		// etcd went back (restored from a snapshot, or another cluster
 		// at the same address): what changed since cannot be told.
 		w.log.Info("registry revision went back, reading all records again", "revision", rev, "held", w.rev)
 		return w.syncFull(ctx)
 	}
-	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
-		clientv3.WithCountOnly(), clientv3.WithRev(rev))
+	changed, err := w.readChanged(ctx, rev)
 	if err != nil {
-		return 0, fmt.Errorf("count clusterset keys: %w", err)
+		return 0, fmt.Errorf("read changed records: %w", err)
 	}
 	events := make([]*clientv3.Event, 0, len(changed))
 	added := 0
@@ -274,26 +282,29 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// readChanged reads the keys changed after w.rev, with their values, and
-// returns them with the revision it read at. etcd scans the whole range
-// for a filtered read, page after page: when the changes fill more than
-// one page, the rest is read in plain pages and filtered here.
-func (w *watch) readChanged(ctx context.Context) ([]*mvccpb.KeyValue, int64, error) {
+// resyncBudget is how many times RequestTimeout the read of what changed
+// has (syncChanges).
+const resyncBudget = 3
+
+// readChanged reads the keys changed after w.rev, with their values, at
+// revision rev. etcd scans the whole range for a filtered read, whatever
+// its limit: when the changes fill more than one page, the rest is read in
+// plain pages and filtered here.
+func (w *watch) readChanged(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, error) {
 	end := clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
-	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(end), clientv3.WithMinModRev(w.rev+1),
-		clientv3.WithLimit(w.c.opts.ResyncPageSize))
+	resp, err := w.readKeyWithin(ctx, resyncBudget*w.c.opts.RequestTimeout, w.c.keys.clusters(), clientv3.WithRange(end),
+		clientv3.WithMinModRev(w.rev+1), clientv3.WithLimit(w.c.opts.ResyncPageSize), clientv3.WithRev(rev))
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	rev := resp.Header.Revision
 	if !resp.More {
-		return resp.Kvs, rev, nil
+		return resp.Kvs, nil
 	}
 	all, _, err := w.readAll(ctx, rev)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return slices.DeleteFunc(all, func(kv *mvccpb.KeyValue) bool { return kv.ModRevision <= w.rev }), rev, nil
+	return slices.DeleteFunc(all, func(kv *mvccpb.KeyValue) bool { return kv.ModRevision <= w.rev }), nil
 }
 
 // holds reports whether the last read found key (kept in revs).
@@ -427,10 +438,15 @@ func (w *watch) read(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.
 // (the pages of one resync are read at the revision of the first) makes
 // the resync start again (errResync).
 func (w *watch) readKey(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
+	return w.readKeyWithin(ctx, w.c.opts.RequestTimeout, key, opts...)
+}
+
+// readKeyWithin is readKey within budget in place of RequestTimeout.
+func (w *watch) readKeyWithin(ctx context.Context, budget time.Duration, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	var resp *clientv3.GetResponse
-	err := w.c.eachMember(ctx, func(ctx context.Context) error {
+	err := w.c.eachMemberWithin(ctx, budget, func(ctx context.Context) error {
 		var err error
 		resp, err = w.c.cli.Get(ctx, key, opts...)
 		return err
