@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/memory"
@@ -125,5 +126,36 @@ func TestOwnRecordsWrittenBack(t *testing.T) {
 	exported()
 	if keys := e.reg.store.Snapshot(clusterSet).Exports; !slices.ContainsFunc(keys, func(x registry.Export) bool { return x.Cluster == thisID }) {
 		t.Errorf("registry holds no export of %s: %v", thisID, keys)
+	}
+}
+
+// A change of a Service's records in the registry reaches the export
+// controller's queue only where it can concern this cluster's export: a
+// ServiceExport of the Service, or records of this cluster to withdraw.
+// Another cluster's change of a Service this cluster does not export
+// reconciles nothing.
+func TestChangeToExportConcernsThisClustersExportsOnly(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	elsewhere := registry.ServiceKey{Namespace: ns, Name: "elsewhere"}
+	stale := registry.ServiceKey{Namespace: ns, Name: "stale"}
+	spec := registry.ServiceSpec{Type: registry.ClusterSetIP}
+	e.syncView(
+		registry.Export{Cluster: otherID, Service: webKey, Spec: spec, Order: otherOrd},
+		registry.Export{Cluster: otherID, Service: elsewhere, Spec: spec, Order: otherOrd},
+		registry.Export{Cluster: thisID, Service: stale, Spec: spec, Order: ownOrder},
+	)
+	for _, tc := range []struct {
+		what string
+		key  registry.ServiceKey
+		want bool
+	}{
+		{"a Service this cluster exports", webKey, true},
+		{"a Service only another cluster exports", elsewhere, false},
+		{"this cluster's records with no ServiceExport (to withdraw)", stale, true},
+	} {
+		got := len(e.r.changeToExport(context.Background(), clusterset.Change{Service: tc.key})) > 0
+		if got != tc.want {
+			t.Errorf("%s: queued %v, want %v", tc.what, got, tc.want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -134,12 +135,16 @@ func sliceToExport(_ context.Context, o client.Object) []reconcile.Request {
 }
 
 // changeToExport maps a Service whose registry records changed to its
-// ServiceExport. When the View becomes usable (the first full read, or the
-// registry back after an outage), every ServiceExport of this cluster, from
-// the manager's cache: their Conflict conditions follow the View. Its
-// becoming unreachable concerns no export.
+// ServiceExport, when the change can concern it (concerns). When the View
+// becomes usable (the first full read, or the registry back after an
+// outage), every ServiceExport of this cluster, from the manager's cache:
+// their Conflict conditions follow the View. Its becoming unreachable
+// concerns no export.
 func (r *Reconciler) changeToExport(ctx context.Context, c clusterset.Change) []reconcile.Request {
 	if !c.Reachability {
+		if !r.concerns(ctx, c.Service) {
+			return nil
+		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Service.Namespace, Name: c.Service.Name}}}
 	}
 	if connected, _ := r.View.Connected(); !connected {
@@ -155,6 +160,23 @@ func (r *Reconciler) changeToExport(ctx context.Context, c clusterset.Change) []
 		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
 	}
 	return reqs
+}
+
+// concerns reports whether a change of key's records in the registry can
+// concern this cluster's export of it: there is a ServiceExport of key (or
+// the cache cannot tell), or this cluster has records of key to withdraw
+// (withdrawGone). Any other cluster's change of any other Service would
+// reconcile an export that does not exist: at a hundred clusters, most of
+// the clusterset's changes.
+func (r *Reconciler) concerns(ctx context.Context, key registry.ServiceKey) bool {
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, &mcsv1beta1.ServiceExport{})
+	if !apierrors.IsNotFound(err) {
+		return true
+	}
+	r.unguardedMu.Lock()
+	unguarded := r.unguarded[key]
+	r.unguardedMu.Unlock()
+	return unguarded || !r.withdrawn(key)
 }
 
 // enqueueExported lists, once the controller starts, the Services this
