@@ -99,7 +99,8 @@ func (f *Filter) Client(c client.Client) client.Client {
 }
 
 // Predicate drops the create and update events that carry a version Filter
-// remembers, and forgets the object on its deletion.
+// remembers, but for the last write of an object a reconcile awaits
+// (Behind), and forgets the object on its deletion.
 func (f *Filter) Predicate() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool { return !f.echo(e.Object) && !f.hold(e.Object) },
@@ -140,7 +141,8 @@ func (f *Filter) begin(ctx context.Context, o client.Object) bool {
 
 // end notes the end of a write of o (err nil: it succeeded), begun if
 // tracked. The events held meanwhile are dropped if they echo this
-// controller's writes; the others are reported to ctx's Missed.
+// controller's writes; the others, and the echo of a write a reconcile
+// awaits (Behind), are reported to ctx's Missed.
 func (f *Filter) end(ctx context.Context, o client.Object, tracked bool, err error) error {
 	f.mu.Lock()
 	if err == nil {
@@ -152,7 +154,8 @@ func (f *Filter) end(ctx context.Context, o client.Object, tracked bool, err err
 		if f.inflight[k]--; f.inflight[k] <= 0 {
 			delete(f.inflight, k)
 			for _, rv := range f.held[k] {
-				if !f.consumeLocked(o.GetUID(), rv) || f.caughtUpLocked(o.GetUID()) {
+				echo := f.consumeLocked(o.GetUID(), rv)
+				if f.caughtUpLocked(o.GetUID()) || !echo {
 					foreign++
 				}
 			}
@@ -221,25 +224,30 @@ func (f *Filter) prune(now time.Time) {
 }
 
 // echo reports whether o is at a version Filter remembers (written within
-// Remember), and forgets it and the versions before it.
+// Remember) and no reconcile awaits it (Behind), and forgets it and the
+// versions before it.
 func (f *Filter) echo(o client.Object) bool {
 	if o == nil {
 		return false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.consumeLocked(o.GetUID(), o.GetResourceVersion()) && !f.caughtUpLocked(o.GetUID())
+	echo := f.consumeLocked(o.GetUID(), o.GetResourceVersion())
+	return !f.caughtUpLocked(o.GetUID()) && echo
 }
 
 // caughtUpLocked reports whether a reconcile awaits uid's cache (Behind)
-// and the cache now shows its last write, and then forgets the wait.
-// Callers hold f.mu, after consumeLocked.
+// and no write of uid is remembered any more: its cache shows the last
+// one. Once none is remembered, the wait is forgotten, whether or not its
+// event matched (it may have come after Remember). Callers hold f.mu, after
+// consumeLocked.
 func (f *Filter) caughtUpLocked(uid types.UID) bool {
-	if !f.awaited[uid] || len(f.m[uid]) > 0 {
+	if len(f.m[uid]) > 0 {
 		return false
 	}
+	awaited := f.awaited[uid]
 	delete(f.awaited, uid)
-	return true
+	return awaited
 }
 
 // consumeLocked reports whether version rv of the object uid is one Filter

@@ -56,7 +56,8 @@ type Steps[S any] struct {
 
 // Reconcile runs steps for req, in a reconcile that package echo follows:
 // it asks to look again within echo.Recheck when an event of an object it
-// wrote was held back and was not that write's echo (echo.Missed.Requeue).
+// wrote was held back and was not that write's echo, or was the echo of a
+// write a reconcile awaited (echo.Missed.Requeue).
 func Reconcile[S any](ctx context.Context, req ctrl.Request, steps Steps[S]) (ctrl.Result, error) {
 	ctx, missed := echo.Track(ctx)
 	return missed.Requeue(runSteps(ctx, req, steps))

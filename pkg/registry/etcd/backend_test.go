@@ -425,9 +425,9 @@ func openClosed[T io.Closer](t *testing.T, newFn func(context.Context, etcd.Opti
 	return c
 }
 
-func client(t *testing.T, url string) *clientv3.Client {
+func client(t *testing.T, urls ...string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	c, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

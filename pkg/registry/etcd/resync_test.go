@@ -135,12 +135,7 @@ func TestShortOutageIsNotReported(t *testing.T) {
 	a := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "a"}, opts)
 	b := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "b"}, opts)
 	must(t, a.PutExport(t.Context(), web, spec))
-	rec := registrytest.StartWatch(t, b)
-	id := registry.RecordID{Cluster: "a", Service: web}
-	rec.WaitFor(t, 10*time.Second, "a's export", func(_ registrytest.Event, v *registrytest.View) bool {
-		_, ok := v.Exports[id]
-		return ok
-	})
+	rec, id := watchUntilExported(t, b)
 
 	srv.Close()
 	restart()
@@ -404,14 +399,29 @@ func (k *slowKV) answered() []time.Duration {
 // A resync's read of what changed takes longer than RequestTimeout when
 // every controller's watch ended at once and etcd scans the clusterset for
 // each of them: it is waited for, not cut off and made again behind the
-// others, while etcd answers the count within RequestTimeout.
+// others, while etcd answers the count within RequestTimeout. With several
+// endpoints, each member's try has that longer budget (the scan is as slow
+// on any of them).
 func TestSlowResyncReadIsWaitedFor(t *testing.T) {
 	t.Parallel()
+	for _, endpoints := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d endpoints", endpoints), func(t *testing.T) {
+			t.Parallel()
+			slowResync(t, endpoints)
+		})
+	}
+}
+
+func slowResync(t *testing.T, endpoints int) {
 	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
 	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
 	must(t, a.PutExport(t.Context(), web, spec))
 
-	cli := client(t, srv.ClientURL())
+	urls := make([]string, endpoints)
+	for i := range urls {
+		urls[i] = srv.ClientURL()
+	}
+	cli := client(t, urls...)
 	const requestTimeout = time.Second
 	kv := &slowKV{KV: cli.KV, delay: 3 * requestTimeout / 2}
 	watcher := &deafWatcher{Watcher: cli.Watcher}
@@ -421,12 +431,7 @@ func TestSlowResyncReadIsWaitedFor(t *testing.T) {
 		Prefix: prefix, RequestTimeout: requestTimeout, ResyncJitter: -1, HealthInterval: time.Minute, UnreachableAfter: time.Minute})
 	must(t, err)
 	t.Cleanup(func() { _ = b.Close() })
-	rec := registrytest.StartWatch(t, b)
-	id := registry.RecordID{Cluster: "a", Service: web}
-	rec.WaitFor(t, 10*time.Second, "a's export", func(_ registrytest.Event, v *registrytest.View) bool {
-		_, ok := v.Exports[id]
-		return ok
-	})
+	rec, id := watchUntilExported(t, b)
 
 	watcher.setDeaf()
 	must(t, a.PutExport(t.Context(), web, spec2))
@@ -444,4 +449,17 @@ func TestSlowResyncReadIsWaitedFor(t *testing.T) {
 	if len(took) != 1 || took[0] <= requestTimeout {
 		t.Errorf("the reads of what changed that were answered took %v; want one, longer than RequestTimeout (%v)", took, requestTimeout)
 	}
+}
+
+// watchUntilExported starts b's watch and waits until it holds cluster a's
+// export of web, whose record id it returns.
+func watchUntilExported(t *testing.T, b registry.Watcher) (*registrytest.Recorder, registry.RecordID) {
+	t.Helper()
+	rec := registrytest.StartWatch(t, b)
+	id := registry.RecordID{Cluster: "a", Service: web}
+	rec.WaitFor(t, 10*time.Second, "a's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[id]
+		return ok
+	})
+	return rec, id
 }

@@ -282,8 +282,8 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
-// resyncBudget is how many times RequestTimeout the read of what changed
-// has (syncChanges).
+// resyncBudget is how many times RequestTimeout each member's try of the
+// read of what changed has (syncChanges).
 const resyncBudget = 3
 
 // readChanged reads the keys changed after w.rev, with their values, at
@@ -292,7 +292,10 @@ const resyncBudget = 3
 // plain pages and filtered here.
 func (w *watch) readChanged(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, error) {
 	end := clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
-	resp, err := w.readKeyWithin(ctx, resyncBudget*w.c.opts.RequestTimeout, w.c.keys.clusters(), clientv3.WithRange(end),
+	// Each member's try has resyncBudget times RequestTimeout (eachMember
+	// shares the budget among the tries): the scan queues on any member.
+	budget := resyncBudget * w.c.opts.RequestTimeout * time.Duration(max(1, len(w.c.cli.Endpoints())))
+	resp, err := w.readKeyWithin(ctx, budget, w.c.keys.clusters(), clientv3.WithRange(end),
 		clientv3.WithMinModRev(w.rev+1), clientv3.WithLimit(w.c.opts.ResyncPageSize), clientv3.WithRev(rev))
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -159,6 +160,35 @@ func (r *sizeRun) startReal(ctx context.Context) error {
 		}
 		if err := rc.watch(ctx); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// removeFloor deletes the join floor's objects (their namespace) in every
+// real cluster, waits until they are gone, and makes the namespace again,
+// empty, for the API floor of the churn. A cluster that joins has no
+// ServiceImports and derived Services of someone else's; left in place, the
+// floor's would each be reconciled by the import and the export controllers
+// beside the imports the join times, on the same workers.
+func (rs *realSet) removeFloor(ctx context.Context, timeout time.Duration) error {
+	for _, rc := range rs.clusters {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: harness.FloorNamespace}}
+		if err := client.IgnoreNotFound(rc.cl.Delete(ctx, ns)); err != nil {
+			return fmt.Errorf("delete namespace %s in %s: %w", harness.FloorNamespace, rc.c.ID, err)
+		}
+	}
+	for _, rc := range rs.clusters {
+		err := waitFor(ctx, timeout, "the join floor's objects gone from "+rc.c.ID, func() bool {
+			err := rc.cl.Get(ctx, client.ObjectKey{Name: harness.FloorNamespace}, &corev1.Namespace{})
+			return apierrors.IsNotFound(err)
+		})
+		if err != nil {
+			return err
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: harness.FloorNamespace}}
+		if err := rc.cl.Create(ctx, ns); err != nil {
+			return fmt.Errorf("create namespace %s in %s again: %w", harness.FloorNamespace, rc.c.ID, err)
 		}
 	}
 	return nil
@@ -359,6 +389,9 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		return fmt.Errorf("join floor: %w", err)
 	}
 	res.JoinFloor = time.Since(start)
+	if err := r.real.removeFloor(ctx, r.cfg.Timeout); err != nil {
+		return err
+	}
 
 	start = time.Now()
 	for _, rc := range r.real.clusters {

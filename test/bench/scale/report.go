@@ -110,7 +110,7 @@ func (res results) realMarkdown() string {
 			x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, counts(x.RestartWrites),
 			x.LeaveGone.Round(time.Millisecond), x.LeaverSlices, counts(x.LeaveWrites), x.LeaveOtherDeletions)
 	}
-	b.WriteString("\nThe join is timed from the controllers' start (both real clusters at once); its floor is the harness writing the same ServiceImports, derived Services and EndpointSlices in both clusters at once, with the import controller's concurrency and in its order. The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch. Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
+	b.WriteString("\nThe join is timed from the controllers' start (both real clusters at once); its floor is the harness writing the same ServiceImports, derived Services and EndpointSlices in both clusters at once, with the import controller's concurrency and in its order, then deleted before the controllers start. The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch. Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
 	return b.String()
 }
 

@@ -695,7 +695,7 @@ func (r *sizeRun) disrupt(ctx context.Context, what string, do func() error) (di
 		d.Reports += down - before[i].down
 	}
 	slices.Sort(took)
-	d.Took, d.Median = took[len(took)-1], took[len(took)/2]
+	d.Took, d.Median = took[len(took)-1], took[(len(took)-1)/2]
 	if r.real == nil {
 		return d, nil
 	}
