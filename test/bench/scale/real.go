@@ -61,6 +61,10 @@ type realResult struct {
 	JoinWrites        map[string]int `json:"joinWrites,omitempty"`
 	JoinReconciles    float64        `json:"joinReconciles"`
 	JoinReconcileTime float64        `json:"joinReconcileSeconds"`
+	// JoinCPU is the real controllers' CPU from ready to every import
+	// whole, summed, in cores of that time: what the controllers took from
+	// the machine the floor had to itself.
+	JoinCPU float64 `json:"joinCores"`
 
 	// Churn: a member's change of an endpoint in a real cluster's namespace
 	// until that cluster's EndpointSlice has it; the API floor is an
@@ -407,12 +411,19 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		}
 	}
 	res.JoinReady = time.Since(start)
+	cpuReady := r.real.usage()
 	for _, rc := range r.real.clusters {
 		if err := waitFor(ctx, r.cfg.Timeout, "every import whole in "+rc.c.ID, func() bool { return rc.whole(want, r.cfg.Endpoints) }); err != nil {
 			return err
 		}
 	}
 	res.Join = time.Since(start)
+	for i, c := range r.real.usage() {
+		res.JoinCPU += c - cpuReady[i]
+	}
+	if d := (res.Join - res.JoinReady).Seconds(); d > 0 {
+		res.JoinCPU /= d
+	}
 	w, err := r.real.writes(ctx)
 	if err != nil {
 		return err

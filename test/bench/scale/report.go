@@ -44,8 +44,8 @@ func (x *realResult) line() string {
 	if x == nil {
 		return ""
 	}
-	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
-		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
+	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
+		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, x.JoinCPU, ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
 		x.SliceWritesPerChange, x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, x.LeaverSlices, x.LeaveGone.Round(time.Millisecond), counts(x.LeaveWrites))
 }
 
