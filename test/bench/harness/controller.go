@@ -433,6 +433,15 @@ func (c *Controller) Reconciles(ctx context.Context, controller string) (n, seco
 	return n, seconds, err
 }
 
+// StartProfile starts a CPU profile of the controller into file (a path
+// on this machine); StopProfile ends it.
+func (c *Controller) StartProfile(ctx context.Context, file string) error {
+	return c.p.startProfile(ctx, file)
+}
+
+// StopProfile ends the CPU profile StartProfile began.
+func (c *Controller) StopProfile(ctx context.Context) error { return c.p.stopProfile(ctx) }
+
 // PID is the controller's process id.
 func (c *Controller) PID() int { return c.p.pid() }
 

@@ -49,6 +49,9 @@ type config struct {
 	Timeout     time.Duration `json:"timeout"`
 	SkipRestart bool          `json:"skipRestart"`
 	SkipLeave   bool          `json:"skipLeave"`
+	// ProfileJoin writes a CPU profile of each real controller from ready
+	// to every import whole (join-<cluster>.pprof beside its log).
+	ProfileJoin bool `json:"profileJoin,omitempty"`
 	// Real testbed clusters running mcsd join the simulated members; they
 	// have (and import) the first RealNamespaces of the 50 namespaces.
 	Real           int `json:"realClusters"`
@@ -87,6 +90,7 @@ func run() error {
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on each wait")
 	flag.BoolVar(&cfg.SkipRestart, "skip-restart", false, "leave out the registry restart")
 	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
+	flag.BoolVar(&cfg.ProfileJoin, "profile-join", false, "write CPU profiles of the real controllers during the join, beside their logs")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
 	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")
 	flag.IntVar(&cfg.RegistryMembers, "registry-members", 1, "etcd members: 1 (embedded), or 3 (etcd processes; the run also kills the leader)")

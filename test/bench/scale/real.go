@@ -412,12 +412,26 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	}
 	res.JoinReady = time.Since(start)
 	cpuReady := r.real.usage()
+	if r.cfg.ProfileJoin {
+		for _, rc := range r.real.clusters {
+			if err := rc.ctrl.StartProfile(ctx, filepath.Join(r.real.logs, "join-"+rc.c.ID+".pprof")); err != nil {
+				return fmt.Errorf("profile the join of %s: %w", rc.c.ID, err)
+			}
+		}
+	}
 	for _, rc := range r.real.clusters {
 		if err := waitFor(ctx, r.cfg.Timeout, "every import whole in "+rc.c.ID, func() bool { return rc.whole(want, r.cfg.Endpoints) }); err != nil {
 			return err
 		}
 	}
 	res.Join = time.Since(start)
+	if r.cfg.ProfileJoin {
+		for _, rc := range r.real.clusters {
+			if err := rc.ctrl.StopProfile(ctx); err != nil {
+				return fmt.Errorf("end the join's profile of %s: %w", rc.c.ID, err)
+			}
+		}
+	}
 	for i, c := range r.real.usage() {
 		res.JoinCPU += c - cpuReady[i]
 	}
