@@ -433,9 +433,10 @@ func slowResync(t *testing.T, endpoints int) {
 	t.Cleanup(func() { _ = b.Close() })
 	rec, id := watchUntilExported(t, b)
 
+	// Slow before the change is made: any read that can deliver it is.
+	kv.setSlow()
 	watcher.setDeaf()
 	must(t, a.PutExport(t.Context(), web, spec2))
-	kv.setSlow()
 	watcher.end()
 	events := rec.WaitFor(t, 20*time.Second, "a's change, read after the watch ended", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Exports[id].Spec, spec2)
@@ -446,8 +447,13 @@ func slowResync(t *testing.T, endpoints int) {
 		}
 	}
 	took := kv.answered()
-	if len(took) != 1 || took[0] <= requestTimeout {
-		t.Errorf("the reads of what changed that were answered took %v; want one, longer than RequestTimeout (%v)", took, requestTimeout)
+	if len(took) == 0 {
+		t.Errorf("no read of what changed was answered; want one, longer than RequestTimeout (%v)", requestTimeout)
+	}
+	for _, d := range took {
+		if d <= requestTimeout {
+			t.Errorf("a read of what changed was answered in %v, not longer than RequestTimeout (%v): the test did not slow it", d, requestTimeout)
+		}
 	}
 }
 
