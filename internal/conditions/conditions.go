@@ -75,15 +75,6 @@ func IsTrue(conds []metav1.Condition, t string) bool {
 	return meta.IsStatusConditionTrue(conds, t)
 }
 
-// Types lists the types of conds, in their order.
-func Types(conds []metav1.Condition) []string {
-	var out []string
-	for _, c := range conds {
-		out = append(out, c.Type)
-	}
-	return out
-}
-
 // Conditions of a ServiceImport besides the mcs-api Ready condition.
 const (
 	// RegistryReachable is False while the registry cannot be read: the

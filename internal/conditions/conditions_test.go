@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 )
 
 var (
@@ -134,10 +136,10 @@ func TestSetOrderIndependentOfHistory(t *testing.T) {
 		Set(&b, 1, cond(typ, "True", "R", 1, t0))
 	}
 	want := []string{"Valid", "Ready", "Conflict"}
-	if diff := cmp.Diff(want, Types(a)); diff != "" {
+	if diff := cmp.Diff(want, ctrltest.ConditionTypes(a)); diff != "" {
 		t.Errorf("order a (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want, Types(b)); diff != "" {
+	if diff := cmp.Diff(want, ctrltest.ConditionTypes(b)); diff != "" {
 		t.Errorf("order b (-want +got):\n%s", diff)
 	}
 }
@@ -160,7 +162,7 @@ func TestRemove(t *testing.T) {
 			if got := Remove(&conds, tt.typ); got != tt.ok {
 				t.Errorf("Remove() = %v, want %v", got, tt.ok)
 			}
-			if diff := cmp.Diff(tt.want, Types(conds)); diff != "" {
+			if diff := cmp.Diff(tt.want, ctrltest.ConditionTypes(conds)); diff != "" {
 				t.Errorf("types (-want +got):\n%s", diff)
 			}
 		})

@@ -366,7 +366,7 @@ func TestNoServiceThenService(t *testing.T) {
 	if spec, ok := e.reg.export(webKey); !ok || spec.Type != registry.ClusterSetIP {
 		t.Errorf("registry export = %+v, %v; want a ClusterSetIP export", spec, ok)
 	}
-	if got := conditions.Types(se.Status.Conditions); !cmp.Equal(got, []string{validType, readyType}) {
+	if got := ctrltest.ConditionTypes(se.Status.Conditions); !cmp.Equal(got, []string{validType, readyType}) {
 		t.Errorf("condition order = %v", got)
 	}
 }
@@ -717,7 +717,7 @@ func TestConflictFollowsTheView(t *testing.T) {
 	e.syncView(agreed)
 	e.mustReconcile()
 	assertCondition(t, e.serviceExport(), confType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoConflicts))
-	if got := conditions.Types(e.serviceExport().Status.Conditions); !cmp.Equal(got, []string{validType, readyType, confType}) {
+	if got := ctrltest.ConditionTypes(e.serviceExport().Status.Conditions); !cmp.Equal(got, []string{validType, readyType, confType}) {
 		t.Errorf("condition order = %v", got)
 	}
 }

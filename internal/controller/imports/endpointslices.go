@@ -33,8 +33,9 @@ const maxEndpointsPerSlice = 100
 // reconcileEndpointSlices makes the import's EndpointSlices those of
 // clusterSlices for each source cluster (planSlices): it creates the
 // missing ones, updates those whose content differs and deletes the rest.
-// A slice whose content is already right is not written. Once all are in place, it reports the endpoint
-// records they reflect to the propagation metric. It reports whether every
+// A slice whose content is already right is not written. Once all are in
+// place, it reports the endpoint records they reflect to the propagation
+// metric. It reports whether every
 // slice is in place (none waits for the cache to show it). It reads s and
 // writes none of it: it runs beside reconcileImport.
 func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (bool, error) {

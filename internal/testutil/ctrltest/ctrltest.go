@@ -9,6 +9,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -72,4 +73,13 @@ func Events(rec *record.FakeRecorder) []string {
 			return out
 		}
 	}
+}
+
+// ConditionTypes lists the types of conds, in their order.
+func ConditionTypes(conds []metav1.Condition) []string {
+	var out []string
+	for _, c := range conds {
+		out = append(out, c.Type)
+	}
+	return out
 }
