@@ -310,3 +310,37 @@ func TestFilterLetsTheAwaitedWriteThrough(t *testing.T) {
 		t.Errorf("requeue after %v, want %v: the held event of the awaited write was taken for an echo", res.RequeueAfter, Recheck)
 	}
 }
+
+// A wait (Behind) whose write's event comes only after Remember is
+// forgotten with that event: it does not let the echo of a later write of
+// the object, which no reconcile awaits, pass.
+func TestFilterForgetsAWaitWhoseEventCameLate(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := Filter{now: func() time.Time { return now }}
+	at := func(d time.Duration) { now = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Add(d) }
+	other := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "v", ResourceVersion: "1"}}
+	f.wrote(other) // the first write prunes
+	at(5 * time.Second)
+	written := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "5"}}
+	cached := written.DeepCopy()
+	cached.ResourceVersion = "4"
+	f.wrote(written)
+	if !f.Behind(cached) {
+		t.Fatal("the cache at version 4 is not behind the write at 5")
+	}
+	// Another object's write prunes while the awaited write is still
+	// remembered, so that the next prune is Remember away.
+	at(11 * time.Second)
+	f.wrote(other)
+	at(16 * time.Second)
+	if f.echo(written) {
+		t.Error("the event of a write older than Remember was dropped")
+	}
+	at(17 * time.Second)
+	later := written.DeepCopy()
+	later.ResourceVersion = "6"
+	f.wrote(later)
+	if !f.echo(later) {
+		t.Error("the echo of a write no reconcile awaits passed: the late event left its wait behind")
+	}
+}
