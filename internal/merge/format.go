@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mcsd-io/mcsd/internal/conditions"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/mcsd-io/mcsd/internal/conditions"
 )
 
 // Bounds on the conflict message. With them a message stays well under the

@@ -158,4 +158,25 @@ func TestChangeToExportConcernsThisClustersExportsOnly(t *testing.T) {
 			t.Errorf("%s: queued %v, want %v", tc.what, got, tc.want)
 		}
 	}
+
+	// Records of this cluster the View does not show, found by the startup
+	// cleanup (unguarded): queued, to be withdrawn.
+	unseen := registry.ServiceKey{Namespace: ns, Name: "unseen"}
+	e.r.setUnguarded(unseen, true)
+	if len(e.r.changeToExport(context.Background(), clusterset.Change{Service: unseen})) == 0 {
+		t.Error("a change of a Service the startup cleanup found this cluster's records of was not queued")
+	}
+
+	// A cache that cannot tell whether the ServiceExport exists: queued.
+	e.r.Client = unsyncedExports{e.c}
+	if len(e.r.changeToExport(context.Background(), clusterset.Change{Service: elsewhere})) == 0 {
+		t.Error("a change was not queued though the cache could not tell whether its ServiceExport exists")
+	}
+
+	// A View that has not read the registry yet cannot tell which records
+	// are this cluster's: queued.
+	unsynced := newEnv(t)
+	if len(unsynced.r.changeToExport(context.Background(), clusterset.Change{Service: elsewhere})) == 0 {
+		t.Error("a change was not queued before the View read the registry")
+	}
 }

@@ -77,7 +77,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(r.echoes.Predicate(), notStatusOnly())).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToExport)).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToExport)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToExport)).
 		WatchesRawSource(r.View.Source(r.changeToExport)).
 		WatchesRawSource(source.Channel(exported, &handler.TypedEnqueueRequestForObject[*mcsv1beta1.ServiceExport]{})).
@@ -105,9 +105,31 @@ func notStatusOnly() predicate.Predicate {
 	}
 }
 
-// serviceToExport maps a Service to the ServiceExport of the same name.
-func serviceToExport(_ context.Context, o client.Object) []reconcile.Request {
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+// serviceToExport maps a Service to the ServiceExport of the same name. A
+// Service mcsd derived for an import maps to it only when that
+// ServiceExport exists (or the cache cannot tell): the import controller
+// writes each derived Service twice when it creates an import (hundreds of
+// times when a cluster joins), and each write would queue a reconcile of an
+// export that does not exist.
+func (r *Reconciler) serviceToExport(ctx context.Context, o client.Object) []reconcile.Request {
+	key := client.ObjectKeyFromObject(o)
+	if derived(o) && !r.mayBeExported(ctx, key) {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// derived reports whether mcsd derived the Service o for an import.
+func derived(o client.Object) bool {
+	a := o.GetAnnotations()
+	return a[wellknown.AnnotationManaged] == "true" && a[wellknown.AnnotationServiceImport] != ""
+}
+
+// mayBeExported reports whether the manager's cache has a ServiceExport
+// named key, or cannot tell.
+func (r *Reconciler) mayBeExported(ctx context.Context, key types.NamespacedName) bool {
+	err := r.Client.Get(ctx, key, &mcsv1beta1.ServiceExport{})
+	return !apierrors.IsNotFound(err)
 }
 
 // sliceIndex indexes, in the manager's cache, the EndpointSlices of local
@@ -169,8 +191,7 @@ func (r *Reconciler) changeToExport(ctx context.Context, c clusterset.Change) []
 // reconcile an export that does not exist: at a hundred clusters, most of
 // the clusterset's changes.
 func (r *Reconciler) concerns(ctx context.Context, key registry.ServiceKey) bool {
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, &mcsv1beta1.ServiceExport{})
-	if !apierrors.IsNotFound(err) {
+	if r.mayBeExported(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}) {
 		return true
 	}
 	r.unguardedMu.Lock()

@@ -2,10 +2,13 @@ package export
 
 import (
 	"context"
+	"errors"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -36,6 +39,55 @@ func TestSliceToExport(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Service mcsd derived for an import queues its ServiceExport only when
+// one of that name exists, or the cache cannot tell; any other Service
+// always does.
+func TestServiceToExport(t *testing.T) {
+	derivedSvc := newService(func(svc *corev1.Service) {
+		svc.Name = "mcsd-web-0123456789"
+		svc.Annotations = map[string]string{wellknown.AnnotationManaged: "true", wellknown.AnnotationServiceImport: "web"}
+	})
+	exportedDerived := newServiceExport(func(se *mcsv1beta1.ServiceExport) { se.Name = derivedSvc.Name })
+	tests := []struct {
+		name     string
+		svc      *corev1.Service
+		objs     []client.Object
+		unsynced bool
+		want     bool
+	}{
+		{name: "a Service with no ServiceExport", svc: newService(), want: true},
+		{name: "a derived Service", svc: derivedSvc},
+		{name: "a derived Service that is exported", svc: derivedSvc, objs: []client.Object{exportedDerived}, want: true},
+		{name: "a derived Service, the cache unsynced", svc: derivedSvc, unsynced: true, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, tt.objs...)
+			if tt.unsynced {
+				e.r.Client = unsyncedExports{e.c}
+			}
+			reqs := e.r.serviceToExport(context.Background(), tt.svc)
+			switch {
+			case !tt.want && len(reqs) != 0:
+				t.Errorf("requests = %v, want none", reqs)
+			case tt.want && (len(reqs) != 1 || reqs[0].NamespacedName != client.ObjectKeyFromObject(tt.svc)):
+				t.Errorf("requests = %v, want %s", reqs, client.ObjectKeyFromObject(tt.svc))
+			}
+		})
+	}
+}
+
+// unsyncedExports is a client whose cache cannot tell whether a
+// ServiceExport exists.
+type unsyncedExports struct{ client.Client }
+
+func (c unsyncedExports) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*mcsv1beta1.ServiceExport); ok {
+		return errors.New("cache not synced")
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 func TestNotStatusOnly(t *testing.T) {
