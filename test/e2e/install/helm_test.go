@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	fw "github.com/mcsd-io/mcsd/test/framework"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	fw "github.com/mcsd-io/mcsd/test/framework"
 )
 
 // chartCRDs are the CRDs the chart installs.
