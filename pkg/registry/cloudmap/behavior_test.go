@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,21 +239,22 @@ func TestCleanupEmpty(t *testing.T) {
 	}
 }
 
-// throttlingProxy forwards to moto, or answers every request with a
-// ThrottlingException while throttling is set.
+// throttlingProxy forwards to moto, or, while throttling is set, answers
+// every call of ops (every call, with no ops) with a ThrottlingException.
 type throttlingProxy struct {
 	*httptest.Server
+	ops        []string
 	throttling atomic.Bool
 	throttled  atomic.Int64
 }
 
-func newThrottlingProxy(t *testing.T, target string) *throttlingProxy {
+func newThrottlingProxy(t *testing.T, target string, ops ...string) *throttlingProxy {
 	u, err := url.Parse(target)
 	mustDo(t, err)
 	rp := httputil.NewSingleHostReverseProxy(u)
-	p := &throttlingProxy{}
+	p := &throttlingProxy{ops: ops}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p.throttling.Load() {
+		if p.throttles(r) {
 			p.throttled.Add(1)
 			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
@@ -263,6 +266,18 @@ func newThrottlingProxy(t *testing.T, target string) *throttlingProxy {
 	}))
 	t.Cleanup(p.Close)
 	return p
+}
+
+// throttles reports whether p answers r with a ThrottlingException.
+func (p *throttlingProxy) throttles(r *http.Request) bool {
+	if !p.throttling.Load() {
+		return false
+	}
+	if len(p.ops) == 0 {
+		return true
+	}
+	target := r.Header.Get("X-Amz-Target")
+	return slices.ContainsFunc(p.ops, func(op string) bool { return strings.HasSuffix(target, "."+op) })
 }
 
 // TestThrottling puts Cloud Map behind a proxy that throttles every call for

@@ -2,13 +2,6 @@ package cloudmap
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,9 +96,7 @@ func TestSweepRepairsMissedOperations(t *testing.T) {
 	srv := moto(t)
 	ctx := t.Context()
 	cs := randName("sweep")
-	key := randWebKey()
-	a := openMember(t, srv, cs, "a", 30*time.Second)
-	putWeb(t, a, key, "10.0.0.1")
+	a, key := openExporting(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second), "10.0.0.1")
 
 	opts := motoOptions(srv, registry.Identity{ClusterSet: cs}, 30*time.Second)
 	opts.SweepInterval = 2 * time.Second
@@ -167,29 +158,9 @@ func TestFeedThrottling(t *testing.T) {
 	srv := moto(t)
 	ctx := t.Context()
 	cs := randName("feedthrottle")
-	key := randWebKey()
-	a := openMember(t, srv, cs, "a", 30*time.Second)
-	putWeb(t, a, key, "10.0.0.1")
+	a, key := openExporting(t, motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "a"}, 30*time.Second), "10.0.0.1")
 
-	target, err := url.Parse(srv.URL)
-	mustDo(t, err)
-	rp := httputil.NewSingleHostReverseProxy(target)
-	var throttling atomic.Bool
-	var throttled atomic.Int64
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := r.Header.Get("X-Amz-Target")
-		if throttling.Load() && (strings.HasSuffix(op, ".ListOperations") || strings.HasSuffix(op, ".GetOperation")) {
-			throttled.Add(1)
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-			w.WriteHeader(http.StatusBadRequest)
-			_, _ = w.Write([]byte(`{"__type":"ThrottlingException","message":"Rate exceeded"}`))
-			return
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(proxy.Close)
-
+	proxy := newThrottlingProxy(t, srv.URL, OpListOperations, OpGetOperation)
 	opts := feedOptions(srv, cs, 30*time.Second)
 	opts.Endpoint = proxy.URL
 	opts.MaxAttempts = 1
@@ -199,12 +170,12 @@ func TestFeedThrottling(t *testing.T) {
 		return v.Connected && len(v.Endpoints[aID].Groups) == 1
 	})
 
-	throttling.Store(true)
+	proxy.throttling.Store(true)
 	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
 	rec.WaitFor(t, 10*time.Second, "the connection lost", func(e registrytest.Event, v *registrytest.View) bool {
 		return e.Update == nil && !v.Connected
 	})
-	throttling.Store(false)
+	proxy.throttling.Store(false)
 	var disconnected bool
 	events := rec.WaitFor(t, 15*time.Second, "reconnection and a's new endpoint", func(e registrytest.Event, v *registrytest.View) bool {
 		disconnected = disconnected || e.Update == nil && !e.Connected
@@ -215,7 +186,7 @@ func TestFeedThrottling(t *testing.T) {
 			t.Errorf("throttling of the feed deleted or replaced imports: %s", e)
 		}
 	}
-	if throttled.Load() == 0 {
+	if proxy.throttled.Load() == 0 {
 		t.Errorf("no call throttled")
 	}
 }

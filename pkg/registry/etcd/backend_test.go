@@ -251,15 +251,12 @@ func TestLeaseLossHeals(t *testing.T) {
 // without changing their Order.
 func TestReopenWithOtherTTL(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
-	a := open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 5 * time.Second })
-	must(t, a.PutExport(t.Context(), web, spec))
+	cli, a, reopen := startExporting(t, 5*time.Second)
 	exportKey := "/test/set1/clusters/a/exports/shop/web"
 	created := createRevision(t, cli, exportKey)
 	must(t, a.Close())
 
-	open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 7 * time.Second })
+	reopen(7 * time.Second)
 	ttl, err := cli.TimeToLive(t.Context(), leaseOf(t, cli, exportKey))
 	must(t, err)
 	if ttl.GrantedTTL != 7 {
@@ -277,10 +274,7 @@ func TestReopenWithOtherTTL(t *testing.T) {
 // empty.
 func TestReopenAfterExpiry(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
-	a := open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 2 * time.Second })
-	must(t, a.PutExport(t.Context(), web, spec))
+	cli, a, reopen := startExporting(t, 2*time.Second)
 	aliveKey := "/test/set1/clusters/a/alive"
 	gone := cli.Watch(t.Context(), aliveKey, clientv3.WithRev(revision(t, cli)+1), clientv3.WithFilterPut())
 	must(t, a.Close())
@@ -290,7 +284,7 @@ func TestReopenAfterExpiry(t *testing.T) {
 		t.Fatal("alive key not deleted 10s after Close")
 	}
 
-	a = open(t, srv.ClientURL(), id, func(o *etcd.Options) { o.TTL = 2 * time.Second })
+	a = reopen(2 * time.Second)
 	got, err := a.Exported(t.Context())
 	must(t, err)
 	if len(got) != 0 {
@@ -304,14 +298,11 @@ func TestReopenAfterExpiry(t *testing.T) {
 // again.
 func TestServerRestart(t *testing.T) {
 	t.Parallel()
-	srv, restart := startRestartable(t)
-	url := srv.ClientURL()
 	fast := func(o *etcd.Options) {
 		o.HealthInterval = 200 * time.Millisecond
 		o.RequestTimeout = time.Second
 	}
-	a := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "a"}, fast)
-	b := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "b"}, fast)
+	srv, restart, a, b := startRestartablePair(t, fast)
 	putWeb(t, a)
 	rec := registrytest.StartWatch(t, b)
 	id := registry.RecordID{Cluster: "a", Service: web}
@@ -384,6 +375,33 @@ func startRestartable(t *testing.T) (srv *embedded.Server, restart func()) {
 		t.Helper()
 		startServer(t, dir, url)
 	}
+}
+
+// startExporting starts etcd as startWithClient does, opens on it the
+// backend of cluster a of set1 with a lease TTL of ttl, and exports web from
+// it with spec. reopen opens that backend again, with a lease TTL of its
+// own; each backend is closed at the end of the test.
+func startExporting(t *testing.T, ttl time.Duration) (cli *clientv3.Client, a *etcd.Backend, reopen func(ttl time.Duration) *etcd.Backend) {
+	t.Helper()
+	srv, cli := startWithClient(t)
+	reopen = func(ttl time.Duration) *etcd.Backend {
+		t.Helper()
+		return open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) { o.TTL = ttl })
+	}
+	a = reopen(ttl)
+	must(t, a.PutExport(t.Context(), web, spec))
+	return cli, a, reopen
+}
+
+// startRestartablePair starts etcd as startRestartable does, and opens on it
+// the backends of clusters a and b of set1, with modify.
+func startRestartablePair(t *testing.T, modify func(*etcd.Options)) (srv *embedded.Server, restart func(), a, b *etcd.Backend) {
+	t.Helper()
+	srv, restart = startRestartable(t)
+	url := srv.ClientURL()
+	a = open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "a"}, modify)
+	b = open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "b"}, modify)
+	return srv, restart, a, b
 }
 
 // open opens a backend of etcd at url (or, with url "", at the Endpoints

@@ -125,15 +125,12 @@ func TestResyncReadsInPages(t *testing.T) {
 // delivered, so no import writes a condition it then clears.
 func TestShortOutageIsNotReported(t *testing.T) {
 	t.Parallel()
-	srv, restart := startRestartable(t)
-	url := srv.ClientURL()
 	opts := func(o *etcd.Options) {
 		o.HealthInterval = 300 * time.Millisecond
 		o.RequestTimeout = time.Second
 		o.UnreachableAfter = 30 * time.Second
 	}
-	a := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "a"}, opts)
-	b := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "b"}, opts)
+	srv, restart, a, b := startRestartablePair(t, opts)
 	must(t, a.PutExport(t.Context(), web, spec))
 	rec, id := watchUntilExported(t, b)
 

@@ -65,17 +65,12 @@ func TestControllerRestartWithinTTL(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns = "fault-restart"
 	env.EnsureNamespaceEverywhere(t, ns)
-	want := map[string]map[string][]string{
-		"api": {
-			"c1": deployAndExport(t, "c1", fw.App{Namespace: ns, Name: "api", Replicas: 2}),
-			"c2": deployAndExport(t, "c2", fw.App{Namespace: ns, Name: "api", Replicas: 2}),
-		},
-		"db":    {"c2": deployAndExport(t, "c2", fw.App{Namespace: ns, Name: "db", Replicas: 2, Headless: true, StatefulSet: true})},
-		"cache": {"c3": deployAndExport(t, "c3", fw.App{Namespace: ns, Name: "cache", Replicas: 1})},
-	}
-	for name, w := range want {
-		waitImportEverywhere(t, ns, name, w)
-	}
+	want := deployAndImport(t, ns,
+		exported{"c1", fw.App{Name: "api", Replicas: 2}},
+		exported{"c2", fw.App{Name: "api", Replicas: 2}},
+		exported{"c2", fw.App{Name: "db", Replicas: 2, Headless: true, StatefulSet: true}},
+		exported{"c3", fw.App{Name: "cache", Replicas: 1}},
+	)
 	waitQuiet(t, 3*time.Second, timeout)
 
 	const restarted = "c2"
@@ -135,17 +130,12 @@ func TestRegistryOutage(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns = "fault-registry"
 	env.EnsureNamespaceEverywhere(t, ns)
-	want := map[string]map[string][]string{
-		"web": {
-			"c1": deployAndExport(t, "c1", fw.App{Namespace: ns, Name: "web", Replicas: 2}),
-			"c3": deployAndExport(t, "c3", fw.App{Namespace: ns, Name: "web", Replicas: 1}),
-		},
-		"db": {"c2": deployAndExport(t, "c2", fw.App{Namespace: ns, Name: "db", Replicas: 2, Headless: true, StatefulSet: true})},
-	}
+	want := deployAndImport(t, ns,
+		exported{"c1", fw.App{Name: "web", Replicas: 2}},
+		exported{"c3", fw.App{Name: "web", Replicas: 1}},
+		exported{"c2", fw.App{Name: "db", Replicas: 2, Headless: true, StatefulSet: true}},
+	)
 	names := slices.Sorted(maps.Keys(want))
-	for _, name := range names {
-		waitImportEverywhere(t, ns, name, want[name])
-	}
 	objects := derivedEverywhere(t)
 	// nothingDeleted fails when mcsd deleted (or recreated) anything it
 	// made in any cluster, in any namespace.

@@ -199,6 +199,32 @@ func waitImportEverywhere(t *testing.T, ns, name string, want map[string][]strin
 	}
 }
 
+// exported is an app that cluster deploys and exports.
+type exported struct {
+	cluster string
+	app     fw.App
+}
+
+// deployAndImport deploys and exports each app from its cluster, in
+// namespace ns, then waits until every cluster's import of each Service
+// matches; it returns the pods' IPs by Service name and cluster, as
+// importMatches wants them.
+func deployAndImport(t *testing.T, ns string, apps ...exported) map[string]map[string][]string {
+	t.Helper()
+	want := map[string]map[string][]string{}
+	for _, e := range apps {
+		e.app.Namespace = ns
+		if want[e.app.Name] == nil {
+			want[e.app.Name] = map[string][]string{}
+		}
+		want[e.app.Name][e.cluster] = deployAndExport(t, e.cluster, e.app)
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		waitImportEverywhere(t, ns, name, want[name])
+	}
+	return want
+}
+
 // waitImportGone waits until cluster id has neither the import ns/name nor
 // anything mcsd derived for it.
 func waitImportGone(t *testing.T, id, ns, name string, within time.Duration) {
