@@ -14,7 +14,9 @@
 // the event that would have brought it back was taken. Behind tells a
 // reconcile that its cache does not show its own last write of an object
 // yet; the event of that write then passes, and brings the reconcile back
-// once the cache shows it.
+// once the cache shows it. It also tells a reconcile that read the object
+// before the event of that write came, when the event came while the
+// reconcile ran: the reconcile looks again within Recheck.
 //
 // A dropped event is one at a version this controller wrote; the one way it
 // can carry more is an informer's relist folding another writer's change,
@@ -64,6 +66,9 @@ type Filter struct {
 	// (Behind): the event of their last write passes, to bring the
 	// reconcile back as soon as the cache shows it.
 	awaited map[types.UID]bool
+	// came is, by object, the last remembered write whose event came, and
+	// when in the order of events (arrivals).
+	came map[types.UID]arrival
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 }
@@ -84,6 +89,18 @@ type version struct {
 	rv string
 	at time.Time
 }
+
+// arrival is the event of a remembered write: the write's version, its
+// place in the order of all Filters' arrivals, and when it came.
+type arrival struct {
+	rv  string
+	seq uint64
+	at  time.Time
+}
+
+// arrivals orders the events of remembered writes, of every Filter: a
+// reconcile (Track) notes the last one before its reads.
+var arrivals atomic.Uint64
 
 func (f *Filter) clock() time.Time {
 	if f.now != nil {
@@ -220,6 +237,11 @@ func (f *Filter) prune(now time.Time) {
 			delete(f.awaited, uid)
 		}
 	}
+	for uid, a := range f.came {
+		if now.Sub(a.at) > Remember {
+			delete(f.came, uid)
+		}
+	}
 	f.pruned = now
 }
 
@@ -265,36 +287,49 @@ func (f *Filter) consumeLocked(uid types.UID, rv string) bool {
 		} else {
 			delete(f.m, uid)
 		}
-		return f.clock().Sub(w.at) <= Remember
+		now := f.clock()
+		if f.came == nil {
+			f.came = map[types.UID]arrival{}
+		}
+		f.came[uid] = arrival{rv: rv, seq: arrivals.Add(1), at: now}
+		return now.Sub(w.at) <= Remember
 	}
 	return false
 }
 
-// Behind reports whether o, as a cache shows it, is older than the last
-// write of it that Filter remembers: that write's event has not come, and o
-// is at another version, an earlier write's included (the cache is updated
-// before its events are delivered, so it may show a write whose event is
-// still on its way when a later write was made). A write made from o would
-// conflict with the last write, or undo it. When it is behind, the event
-// of that last write is let through rather than dropped, so that the
-// reconcile comes back as soon as the cache shows the write.
-func (f *Filter) Behind(o client.Object) bool {
+// Behind reports whether o, as the reconcile of ctx read it from a cache,
+// is older than the last write of it that Filter remembers. Either that
+// write's event has not come, and o is at another version, an earlier
+// write's included (the cache is updated before its events are delivered,
+// so it may show a write whose event is still on its way when a later
+// write was made); the event of that last write is then let through rather
+// than dropped, so that the reconcile comes back as soon as the cache shows
+// it. Or the event came while the reconcile ran (Track), after o may have
+// been read, and o is not at its version; the reconcile is then told
+// (Missed) and looks again within Recheck, since that event was dropped. A
+// write made from o would conflict with the last write, or undo it.
+func (f *Filter) Behind(ctx context.Context, o client.Object) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	uid := o.GetUID()
-	v := f.m[uid]
-	if len(v) == 0 {
+	uid, now := o.GetUID(), f.clock()
+	if v := f.m[uid]; len(v) > 0 {
+		last := v[len(v)-1]
+		behind := last.rv != o.GetResourceVersion() && now.Sub(last.at) <= Remember
+		if behind {
+			if f.awaited == nil {
+				f.awaited = map[types.UID]bool{}
+			}
+			f.awaited[uid] = true
+		}
+		return behind
+	}
+	m := missedFrom(ctx)
+	a, ok := f.came[uid]
+	if m == nil || !ok || a.seq <= m.mark || a.rv == o.GetResourceVersion() || now.Sub(a.at) > Remember {
 		return false
 	}
-	last := v[len(v)-1]
-	behind := last.rv != o.GetResourceVersion() && f.clock().Sub(last.at) <= Remember
-	if behind {
-		if f.awaited == nil {
-			f.awaited = map[types.UID]bool{}
-		}
-		f.awaited[uid] = true
-	}
-	return behind
+	m.n.Add(1)
+	return true
 }
 
 func (f *Filter) forget(o client.Object) {
@@ -305,6 +340,7 @@ func (f *Filter) forget(o client.Object) {
 	defer f.mu.Unlock()
 	delete(f.m, o.GetUID())
 	delete(f.awaited, o.GetUID())
+	delete(f.came, o.GetUID())
 }
 
 // writer is a client that tells its Filter what it wrote.
@@ -352,15 +388,20 @@ func (s *subClient) Patch(ctx context.Context, obj client.Object, patch client.P
 const Recheck = 10 * time.Millisecond
 
 // Missed counts the events that Filter held back during a reconcile's
-// writes and that were not their echoes.
-type Missed struct{ n atomic.Int32 }
+// writes and that were not their echoes, and the objects Behind found read
+// before the event of their last write came.
+type Missed struct {
+	n atomic.Int32
+	// mark is the last arrival before the reconcile began.
+	mark uint64
+}
 
 type missedKey struct{}
 
 // Track returns ctx for one reconcile, whose writes hold back the events
 // of the objects they write until they return (Filter), and its Missed.
 func Track(ctx context.Context) (context.Context, *Missed) {
-	m := &Missed{}
+	m := &Missed{mark: arrivals.Load()}
 	return context.WithValue(ctx, missedKey{}, m), m
 }
 

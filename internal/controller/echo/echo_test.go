@@ -226,19 +226,19 @@ func TestFilterTellsACacheBehindItsWrites(t *testing.T) {
 	written := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "5"}}
 	cached := written.DeepCopy()
 	cached.ResourceVersion = "4"
-	if f.Behind(cached) {
+	if f.Behind(context.Background(), cached) {
 		t.Error("behind a write never made")
 	}
 	f.wrote(written)
-	if !f.Behind(cached) {
+	if !f.Behind(context.Background(), cached) {
 		t.Error("the cache at version 4 is not behind the write at 5")
 	}
-	if f.Behind(written) {
+	if f.Behind(context.Background(), written) {
 		t.Error("the cache at the written version is behind")
 	}
 	// The event of the write a reconcile found the cache behind passes
 	// (TestFilterLetsTheAwaitedWriteThrough).
-	if f.echo(written) || f.Behind(cached) {
+	if f.echo(written) || f.Behind(context.Background(), cached) {
 		t.Error("still behind once the write's event came, or that event was dropped")
 	}
 	// Two writes, the first one's event not delivered yet: a cache at the
@@ -247,18 +247,18 @@ func TestFilterTellsACacheBehindItsWrites(t *testing.T) {
 	second := written.DeepCopy()
 	second.ResourceVersion = "6"
 	f.wrote(second)
-	if !f.Behind(written) {
+	if !f.Behind(context.Background(), written) {
 		t.Error("the cache at the first of two writes is not behind the second")
 	}
-	if f.Behind(second) {
+	if f.Behind(context.Background(), second) {
 		t.Error("the cache at the last write is behind")
 	}
-	if !f.echo(written) || !f.Behind(written) || f.echo(second) || f.Behind(second) {
+	if !f.echo(written) || !f.Behind(context.Background(), written) || f.echo(second) || f.Behind(context.Background(), second) {
 		t.Error("the events of the two writes, in order, do not bring the cache level")
 	}
 	f.wrote(written)
 	now = now.Add(Remember + time.Second)
-	if f.Behind(cached) {
+	if f.Behind(context.Background(), cached) {
 		t.Error("behind a write older than Remember (its event never came)")
 	}
 }
@@ -274,7 +274,7 @@ func TestFilterLetsTheAwaitedWriteThrough(t *testing.T) {
 	second.ResourceVersion = "6"
 	f.wrote(first)
 	f.wrote(second)
-	if !f.Behind(first) {
+	if !f.Behind(context.Background(), first) {
 		t.Fatal("the cache at the first of two writes is not behind the second")
 	}
 	if !f.echo(first) {
@@ -296,7 +296,7 @@ func TestFilterLetsTheAwaitedWriteThrough(t *testing.T) {
 	f = Filter{}
 	f.wrote(first)
 	f.wrote(second)
-	if !f.Behind(first) {
+	if !f.Behind(context.Background(), first) {
 		t.Fatal("not behind")
 	}
 	ctx, missed := Track(context.Background())
@@ -325,7 +325,7 @@ func TestFilterForgetsAWaitWhoseEventCameLate(t *testing.T) {
 	cached := written.DeepCopy()
 	cached.ResourceVersion = "4"
 	f.wrote(written)
-	if !f.Behind(cached) {
+	if !f.Behind(context.Background(), cached) {
 		t.Fatal("the cache at version 4 is not behind the write at 5")
 	}
 	// Another object's write prunes while the awaited write is still
@@ -342,5 +342,48 @@ func TestFilterForgetsAWaitWhoseEventCameLate(t *testing.T) {
 	f.wrote(later)
 	if !f.echo(later) {
 		t.Error("the echo of a write no reconcile awaits passed: the late event left its wait behind")
+	}
+}
+
+// A reconcile that read an object from its cache before the event of this
+// controller's last write of it came, the event coming while the reconcile
+// ran, is behind too: that event was dropped, so the reconcile is told to
+// look again (Missed). One that began after the event is not, nor is one
+// that read the object at the written version.
+func TestFilterTellsAReadBeforeTheEventCame(t *testing.T) {
+	f := Filter{}
+	cached := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "4"}}
+	written := cached.DeepCopy()
+	written.ResourceVersion = "5"
+	f.wrote(written)
+	// The reconcile begins and reads the object at 4; then the write's
+	// event comes and is dropped.
+	ctx, missed := Track(context.Background())
+	if !f.echo(written) {
+		t.Fatal("the event of the write passed")
+	}
+	if f.Behind(ctx, written) {
+		t.Error("behind at the written version")
+	}
+	if !f.Behind(ctx, cached) {
+		t.Error("not behind at version 4, read before the event of the write at 5 came")
+	}
+	if res, _ := missed.Requeue(reconcile.Result{}, nil); res.RequeueAfter != Recheck {
+		t.Errorf("requeue after %v, want %v", res.RequeueAfter, Recheck)
+	}
+	// A reconcile that began after the event: the cache it reads shows the
+	// write, or another writer's later version.
+	later, laterMissed := Track(context.Background())
+	newer := written.DeepCopy()
+	newer.ResourceVersion = "6"
+	if f.Behind(later, written) || f.Behind(later, newer) {
+		t.Error("behind in a reconcile that began after the event came")
+	}
+	if res, _ := laterMissed.Requeue(reconcile.Result{}, nil); res.RequeueAfter != 0 {
+		t.Errorf("a reconcile that began after the event requeues after %v", res.RequeueAfter)
+	}
+	// Without Track, Behind cannot tell when the object was read.
+	if f.Behind(context.Background(), cached) {
+		t.Error("behind in an untracked context")
 	}
 }

@@ -46,13 +46,14 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	}
 	endpoints := s.endpoints
 	plan := planSlices(s, existing)
-	// A slice the cache shows older than this controller's last write of
+	// A slice the cache showed older than this controller's last write of
 	// it is left for the next look, once the cache has caught up: a write
-	// made from it would conflict. The event of that write brings the
-	// import back (echo.Behind); the recheck after cacheLag is the fallback.
+	// made from it would conflict. The event of that write, or a recheck
+	// when it came while this reconcile ran, brings the import back
+	// (echo.Behind); the recheck after cacheLag is the fallback.
 	behind := 0
 	plan.update = slices.DeleteFunc(plan.update, func(sl *discoveryv1.EndpointSlice) bool {
-		b := r.echoes.Behind(sl)
+		b := r.echoes.Behind(ctx, sl)
 		if b {
 			behind++
 		}
