@@ -86,8 +86,8 @@ func selfCPU() float64 {
 	return tv(ru.Utime) + tv(ru.Stime)
 }
 
-// machineBusy returns the busy CPU seconds of all CPUs since boot.
-func machineBusy() float64 {
+// MachineBusy returns the busy CPU seconds of all CPUs since boot.
+func MachineBusy() float64 {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0

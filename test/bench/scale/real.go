@@ -65,6 +65,12 @@ type realResult struct {
 	// whole, summed, in cores of that time: what the controllers took from
 	// the machine the floor had to itself.
 	JoinCPU float64 `json:"joinCores"`
+	// JoinFloorMachine and JoinMachine are the machine's busy CPUs, in
+	// cores, while the floor wrote and from ready to every import whole:
+	// where the floor already keeps every CPU busy, the controllers' CPU
+	// lengthens the join as much.
+	JoinFloorMachine float64 `json:"joinFloorMachineCores"`
+	JoinMachine      float64 `json:"joinMachineCores"`
 
 	// Churn: a member's change of an endpoint in a real cluster's namespace
 	// until that cluster's EndpointSlice has it; the API floor is an
@@ -375,7 +381,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	for i := range sources {
 		sources[i] = fmt.Sprintf("floor%d", i)
 	}
-	start := time.Now()
+	start, busy := time.Now(), harness.MachineBusy()
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.real.clusters))
 	for ci, rc := range r.real.clusters {
@@ -393,6 +399,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		return fmt.Errorf("join floor: %w", err)
 	}
 	res.JoinFloor = time.Since(start)
+	res.JoinFloorMachine = (harness.MachineBusy() - busy) / res.JoinFloor.Seconds()
 	if err := r.real.removeFloor(ctx, r.cfg.Timeout); err != nil {
 		return err
 	}
@@ -411,7 +418,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		}
 	}
 	res.JoinReady = time.Since(start)
-	cpuReady := r.real.usage()
+	cpuReady, busy := r.real.usage(), harness.MachineBusy()
 	if r.cfg.ProfileJoin {
 		for _, rc := range r.real.clusters {
 			if err := rc.ctrl.StartProfile(ctx, filepath.Join(r.real.logs, "join-"+rc.c.ID+".pprof")); err != nil {
@@ -425,6 +432,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		}
 	}
 	res.Join = time.Since(start)
+	busy = harness.MachineBusy() - busy
 	if r.cfg.ProfileJoin {
 		for _, rc := range r.real.clusters {
 			if err := rc.ctrl.StopProfile(ctx); err != nil {
@@ -437,6 +445,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	}
 	if d := (res.Join - res.JoinReady).Seconds(); d > 0 {
 		res.JoinCPU /= d
+		res.JoinMachine = busy / d
 	}
 	w, err := r.real.writes(ctx)
 	if err != nil {

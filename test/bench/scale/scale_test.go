@@ -70,6 +70,9 @@ func checkReal(t *testing.T, x *realResult) {
 	if x.Imports == 0 || x.Join == 0 {
 		t.Errorf("real cluster: %d imports, joined in %s; want imports, whole", x.Imports, x.Join)
 	}
+	if x.JoinFloorMachine <= 0 || x.JoinMachine <= 0 {
+		t.Errorf("real cluster: the machine's busy CPUs during the join's floor %.2f and its join %.2f; want both measured", x.JoinFloorMachine, x.JoinMachine)
+	}
 	if x.Changes == 0 || x.SliceWritesPerChange != 1 {
 		t.Errorf("real cluster: %d changes cost %.2f EndpointSlice writes each, want changes and 1", x.Changes, x.SliceWritesPerChange)
 	}
