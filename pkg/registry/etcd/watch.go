@@ -150,13 +150,34 @@ func (w *watch) run(ctx context.Context) {
 	}
 }
 
-// jitter is a random wait up to ResyncJitter.
+// jitter is a random wait up to resyncSpread.
 func (w *watch) jitter() time.Duration {
 	if w.c.opts.ResyncJitter <= 0 {
 		return 0
 	}
-	return rand.N(w.c.opts.ResyncJitter)
+	return rand.N(resyncSpread(w.c.opts.ResyncJitter, len(w.members), len(w.revs)))
 }
+
+// resyncSpread is how long the resyncs of the clusterset's controllers are
+// spread over, when they all begin at once: at least minimum, and as long
+// as their reads take one after the other, members reads of keys keys
+// each, up to maxResyncSpread. etcd scans every key for each read, and its
+// reads slow down with every read beside them: at 100 clusters and 30,000
+// keys, 100 reads begun within a second took 10 s each, and every
+// controller was current after 13 s; spread out, each took about 55 ms
+// (docs/performance.md).
+func resyncSpread(minimum time.Duration, members, keys int) time.Duration {
+	return min(max(minimum, time.Duration(members)*time.Duration(keys)*resyncReadPerKey), maxResyncSpread)
+}
+
+const (
+	// resyncReadPerKey is etcd's time to scan one key for a read of what
+	// changed, on the 2-CPU testbed: about 55 ms for 30,000 keys.
+	resyncReadPerKey = 2 * time.Microsecond
+	// maxResyncSpread bounds resyncSpread: a larger clusterset waits no
+	// longer before its resyncs begin.
+	maxResyncSpread = 30 * time.Second
+)
 
 func (w *watch) setConnected(connected bool, err error) {
 	if errors.Is(err, rpctypes.ErrPermissionDenied) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -81,6 +82,25 @@ func TestWatchMembership(t *testing.T) {
 	for _, s := range steps {
 		if got := summary(w.changes(s.events)); got != s.want {
 			t.Errorf("%s: delivered %q, want %q", s.name, got, s.want)
+		}
+	}
+}
+
+// The resyncs that a compaction or a leader change starts in every
+// controller at once are spread over as long as their reads take one after
+// the other, at least the configured jitter and at most maxResyncSpread.
+func TestResyncSpreadGrowsWithTheClusterset(t *testing.T) {
+	for _, tc := range []struct {
+		members, keys int
+		want             time.Duration
+	}{
+		{0, 0, time.Second},
+		{10, 30000, time.Second},
+		{100, 30000, 6 * time.Second},
+		{250, 100000, maxResyncSpread},
+	} {
+		if got := resyncSpread(time.Second, tc.members, tc.keys); got != tc.want {
+			t.Errorf("%d members, %d keys: spread over %v, want %v", tc.members, tc.keys, got, tc.want)
 		}
 	}
 }
