@@ -92,7 +92,7 @@ func TestWatchMembership(t *testing.T) {
 func TestResyncSpreadGrowsWithTheClusterset(t *testing.T) {
 	for _, tc := range []struct {
 		members, keys int
-		want             time.Duration
+		want          time.Duration
 	}{
 		{0, 0, time.Second},
 		{10, 30000, time.Second},
