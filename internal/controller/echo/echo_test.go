@@ -129,6 +129,15 @@ func TestFilterForgetsOldWrites(t *testing.T) {
 	}
 }
 
+// versions are one Service (UID u) at each of the resource versions rvs.
+func versions(rvs ...string) []*corev1.Service {
+	out := make([]*corev1.Service, len(rvs))
+	for i, rv := range rvs {
+		out[i] = &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: rv}}
+	}
+	return out
+}
+
 // wrote remembers o's version, as a write of f's client does.
 func (f *Filter) wrote(o client.Object) {
 	f.mu.Lock()
@@ -269,9 +278,8 @@ func TestFilterTellsACacheBehindItsWrites(t *testing.T) {
 // still dropped.
 func TestFilterLetsTheAwaitedWriteThrough(t *testing.T) {
 	f := Filter{}
-	first := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "5"}}
-	second := first.DeepCopy()
-	second.ResourceVersion = "6"
+	v := versions("5", "6", "7")
+	first, second, third := v[0], v[1], v[2]
 	f.wrote(first)
 	f.wrote(second)
 	if !f.Behind(context.Background(), first) {
@@ -283,8 +291,6 @@ func TestFilterLetsTheAwaitedWriteThrough(t *testing.T) {
 	if f.echo(second) {
 		t.Error("the event of the awaited write was dropped: nothing brings the reconcile back")
 	}
-	third := first.DeepCopy()
-	third.ResourceVersion = "7"
 	f.wrote(third)
 	if !f.echo(third) {
 		t.Error("the event of a write no reconcile awaits passed")
@@ -352,9 +358,8 @@ func TestFilterForgetsAWaitWhoseEventCameLate(t *testing.T) {
 // that read the object at the written version.
 func TestFilterTellsAReadBeforeTheEventCame(t *testing.T) {
 	f := Filter{}
-	cached := &corev1.Service{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "4"}}
-	written := cached.DeepCopy()
-	written.ResourceVersion = "5"
+	v := versions("4", "5", "6")
+	cached, written, newer := v[0], v[1], v[2]
 	f.wrote(written)
 	// The reconcile begins and reads the object at 4; then the write's
 	// event comes and is dropped.
@@ -374,8 +379,6 @@ func TestFilterTellsAReadBeforeTheEventCame(t *testing.T) {
 	// A reconcile that began after the event: the cache it reads shows the
 	// write, or another writer's later version.
 	later, laterMissed := Track(context.Background())
-	newer := written.DeepCopy()
-	newer.ResourceVersion = "6"
 	if f.Behind(later, written) || f.Behind(later, newer) {
 		t.Error("behind in a reconcile that began after the event came")
 	}
