@@ -160,8 +160,8 @@ func (w *watch) jitter() time.Duration {
 
 // resyncSpread is how long the resyncs of the clusterset's controllers are
 // spread over, when they all begin at once: at least minimum, and as long
-// as their reads take one after the other, members reads of keys keys
-// each, up to maxResyncSpread. etcd scans every key for each read, and its
+// as the reads of members clusters, of keys keys each, take one after the
+// other, up to maxResyncSpread. etcd scans every key for each read, and its
 // reads slow down with every read beside them: at 100 clusters and 30,000
 // keys, 100 reads begun within a second took 10 s each, and every
 // controller was current after 13 s; spread out, each took about 55 ms
