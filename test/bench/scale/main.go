@@ -42,6 +42,11 @@ type config struct {
 	Endpoints   int           `json:"endpointsPerExport"`
 	Churn       time.Duration `json:"churnDuration"`
 	ChurnRate   float64       `json:"churnPerMemberPerSecond"`
+	// ChurnLockstep makes every member change its exports in the same
+	// order from the same start: at k = all, every member changes the same
+	// Service in the same second. Otherwise each member starts at an
+	// export of its own, at random, as independent clusters would.
+	ChurnLockstep bool `json:"churnLockstep,omitempty"`
 	Idle        time.Duration `json:"idleDuration"`
 	TTL         time.Duration `json:"ttl"`
 	Views       int           `json:"membersWithAView"`
@@ -84,6 +89,7 @@ func run() error {
 	flag.IntVar(&cfg.Endpoints, "endpoints", 10, "endpoints of each export")
 	flag.DurationVar(&cfg.Churn, "churn", 20*time.Second, "how long endpoints change")
 	flag.Float64Var(&cfg.ChurnRate, "churn-rate", 1, "endpoint changes per member per second")
+	flag.BoolVar(&cfg.ChurnLockstep, "churn-lockstep", false, "every member changes its exports in the same order from the same start (at k = all: the same Service in the same second)")
 	flag.DurationVar(&cfg.Idle, "idle", 30*time.Second, "how long the idle requests are counted")
 	flag.DurationVar(&cfg.TTL, "ttl", 10*time.Second, "members' lease TTL (the leave phase waits for it)")
 	flag.IntVar(&cfg.Views, "views", 10, "members that feed a real clusterset.View (the others decode and count)")

@@ -58,8 +58,8 @@ func (res results) markdown() string {
 	var b strings.Builder
 	c := res.Config
 	fmt.Fprintf(&b, "# bench-scale: the etcd registry under N simulated clusters\n\n")
-	fmt.Fprintf(&b, "%s. %d Services, each exported by %s clusters with %d endpoints; churn %.1f endpoint change per member per second for %s; idle counted over %s; lease TTL %s; %d members feed a real clusterset.View. Started %s, took %s.\n\n",
-		res.Machine, c.Services, kString(c.K), c.Endpoints, c.ChurnRate, c.Churn, c.Idle, c.TTL, c.Views,
+	fmt.Fprintf(&b, "%s. %d Services, each exported by %s clusters with %d endpoints; churn %.1f endpoint change per member per second for %s (%s); idle counted over %s; lease TTL %s; %d members feed a real clusterset.View. Started %s, took %s.\n\n",
+		res.Machine, c.Services, kString(c.K), c.Endpoints, c.ChurnRate, c.Churn, churnOrder(c.ChurnLockstep), c.Idle, c.TTL, c.Views,
 		res.Started.Format(time.RFC3339), res.Finished.Sub(res.Started).Round(time.Second))
 	b.WriteString("| N | endpoint records | etcd db | writes (floor) | every member holds every record | churn p50 / p99 / max | etcd put → watch p50 / p99 (floor) | p99 ≤ 2 × floor p99 + 50 ms? | churn CPU (cores, all members) | idle requests per member per minute | registry restart: every member read again | deletions / outage reports during it | leaver seen gone by all (TTL) | records deleted at each other member (leaver's) | RSS, all members |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -220,3 +220,11 @@ func (res results) plot(path string) error {
 }
 
 func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// churnOrder says how the members go through their exports in the churn.
+func churnOrder(lockstep bool) string {
+	if lockstep {
+		return "every member through its exports in the same order from the same start"
+	}
+	return "each member through its exports from one picked at random"
+}

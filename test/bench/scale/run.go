@@ -333,8 +333,9 @@ func (r *sizeRun) waitAll(what string, cond func(*member) bool) error {
 }
 
 // churn: each member changes one endpoint of one of its exports at
-// ChurnRate per second; every other member's delivery is timed, and a raw
-// etcd put → watch beside it is the floor.
+// ChurnRate per second, going through its exports in turn from one picked
+// at random (ChurnLockstep: from the first); every other member's delivery
+// is timed, and a raw etcd put → watch beside it is the floor.
 func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 	for _, m := range r.members {
 		m.measure(true)
@@ -376,7 +377,11 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 			}
 			tick := time.NewTicker(period)
 			defer tick.Stop()
-			for e := 0; ; e = (e + 1) % len(r.owned[i]) {
+			first := rand.N(len(r.owned[i]))
+			if r.cfg.ChurnLockstep {
+				first = 0
+			}
+			for e := first; ; e = (e + 1) % len(r.owned[i]) {
 				r.version[i]++
 				key, groups := r.owned[i][e], r.groups(i, e, r.version[i])
 				inReal := r.real != nil && r.inReal(key)
