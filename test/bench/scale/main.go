@@ -36,24 +36,24 @@ import (
 )
 
 type config struct {
-	Ns          []int         `json:"clusters"`
-	Services    int           `json:"services"`
-	K           int           `json:"exportersPerService"`
-	Endpoints   int           `json:"endpointsPerExport"`
-	Churn       time.Duration `json:"churnDuration"`
-	ChurnRate   float64       `json:"churnPerMemberPerSecond"`
+	Ns        []int         `json:"clusters"`
+	Services  int           `json:"services"`
+	K         int           `json:"exportersPerService"`
+	Endpoints int           `json:"endpointsPerExport"`
+	Churn     time.Duration `json:"churnDuration"`
+	ChurnRate float64       `json:"churnPerMemberPerSecond"`
 	// ChurnLockstep makes every member change its exports in the same
 	// order from the same start: at k = all, every member changes the same
 	// Service in the same second. Otherwise each member starts at an
 	// export of its own, at random, as independent clusters would.
-	ChurnLockstep bool `json:"churnLockstep,omitempty"`
-	Idle        time.Duration `json:"idleDuration"`
-	TTL         time.Duration `json:"ttl"`
-	Views       int           `json:"membersWithAView"`
-	Out         string        `json:"-"`
-	Timeout     time.Duration `json:"timeout"`
-	SkipRestart bool          `json:"skipRestart"`
-	SkipLeave   bool          `json:"skipLeave"`
+	ChurnLockstep bool          `json:"churnLockstep,omitempty"`
+	Idle          time.Duration `json:"idleDuration"`
+	TTL           time.Duration `json:"ttl"`
+	Views         int           `json:"membersWithAView"`
+	Out           string        `json:"-"`
+	Timeout       time.Duration `json:"timeout"`
+	SkipRestart   bool          `json:"skipRestart"`
+	SkipLeave     bool          `json:"skipLeave"`
 	// ProfileJoin writes a CPU profile of each real controller from ready
 	// to every import whole (join-<cluster>.pprof beside its log).
 	ProfileJoin bool `json:"profileJoin,omitempty"`
