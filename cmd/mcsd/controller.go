@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
@@ -93,7 +95,7 @@ func runController(ctx context.Context, f *controllerFlags) error {
 	}
 	cfg.QPS, cfg.Burst = f.qps, f.burst
 
-	log := zap.New(zap.UseDevMode(f.zapDevelopment))
+	log := newLogger(f.zapDevelopment, os.Stderr)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx = logr.NewContext(ctx, log)
@@ -161,4 +163,14 @@ func openRegistryURL(f *registryFlags) (backends.Backend, error) {
 		return backends.Backend{}, fmt.Errorf("--registry: %w", err)
 	}
 	return b, nil
+}
+
+// newLogger is the controller's logger, writing to w, and controller-runtime's
+// too: the parts of controller-runtime that log through its package logger
+// (its caches' reflectors) would otherwise be silent, and after 30 s print
+// a warning with a stack trace instead.
+func newLogger(development bool, w io.Writer) logr.Logger {
+	log := zap.New(zap.UseDevMode(development), zap.WriteTo(w))
+	ctrllog.SetLogger(log)
+	return log
 }

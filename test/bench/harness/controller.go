@@ -26,6 +26,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -115,6 +116,7 @@ func runController(cfg controllerConfig) error {
 	// Times to the nanosecond: the benchmark's phases are timed in
 	// milliseconds, and its logs are read against them.
 	log := zap.New(zap.UseDevMode(false), zap.WriteTo(os.Stderr), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder })
+	ctrllog.SetLogger(log) // as the mcsd command does
 	ctx = logr.NewContext(ctx, log)
 	err = manager.Run(ctx, manager.Options{
 		RESTConfig:    restCfg,
