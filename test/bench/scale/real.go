@@ -362,49 +362,20 @@ func (r *sizeRun) inReal(key registry.ServiceKey) bool {
 	return false
 }
 
-// join writes the real clusters' imports as a floor, then starts their
+// join times the real clusters' floor (joinFloor), then starts their
 // controllers and waits until every import is whole in every one.
 func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	want := r.realImports()
-	k := 0
-	for _, s := range want {
-		k = max(k, len(s))
-	}
 	res.Clusters, res.Imports = len(r.real.clusters), len(want)
 	res.Objects = len(want) * 2
 	for _, s := range want {
 		res.Objects += len(s)
 	}
-	// The floor: the same objects, written by the harness itself with the
-	// controller's concurrency, in every real cluster at once.
-	sources := make([]string, k)
-	for i := range sources {
-		sources[i] = fmt.Sprintf("floor%d", i)
-	}
-	start, busy := time.Now(), harness.MachineBusy()
-	var wg sync.WaitGroup
-	errs := make([]error, len(r.real.clusters))
-	for ci, rc := range r.real.clusters {
-		wg.Go(func() {
-			var g errgroup.Group
-			g.SetLimit(imports.MaxConcurrentReconciles)
-			for i := range len(want) {
-				g.Go(func() error { return harness.FloorImport(ctx, rc.cl, sources, i, r.cfg.Endpoints, nil) })
-			}
-			errs[ci] = g.Wait()
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("join floor: %w", err)
-	}
-	res.JoinFloor = time.Since(start)
-	res.JoinFloorMachine = (harness.MachineBusy() - busy) / res.JoinFloor.Seconds()
-	if err := r.real.removeFloor(ctx, r.cfg.Timeout); err != nil {
+	if err := r.joinFloor(ctx, want, res); err != nil {
 		return err
 	}
 
-	start = time.Now()
+	start := time.Now()
 	for _, rc := range r.real.clusters {
 		ctrl, err := harness.StartEtcdController(rc.c, r.urls, r.cfg.TTL, r.real.logs)
 		if err != nil {
@@ -418,7 +389,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		}
 	}
 	res.JoinReady = time.Since(start)
-	cpuReady, busy := r.real.usage(), harness.MachineBusy()
+	cpuReady, busyReady := r.real.usage(), harness.MachineBusy()
 	if r.cfg.ProfileJoin {
 		for _, rc := range r.real.clusters {
 			if err := rc.ctrl.StartProfile(ctx, filepath.Join(r.real.logs, "join-"+rc.c.ID+".pprof")); err != nil {
@@ -432,7 +403,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		}
 	}
 	res.Join = time.Since(start)
-	busy = harness.MachineBusy() - busy
+	busy := harness.MachineBusy() - busyReady
 	if r.cfg.ProfileJoin {
 		for _, rc := range r.real.clusters {
 			if err := rc.ctrl.StopProfile(ctx); err != nil {
@@ -461,6 +432,41 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		res.JoinReconcileTime += secs
 	}
 	return nil
+}
+
+// joinFloor times the join's floor: the objects of the imports want,
+// written by the harness itself with the controller's concurrency, in every
+// real cluster at once, and the machine's busy CPUs meanwhile; then it
+// removes them (removeFloor).
+func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]string, res *realResult) error {
+	k := 0
+	for _, s := range want {
+		k = max(k, len(s))
+	}
+	sources := make([]string, k)
+	for i := range sources {
+		sources[i] = fmt.Sprintf("floor%d", i)
+	}
+	start, busy := time.Now(), harness.MachineBusy()
+	var wg sync.WaitGroup
+	errs := make([]error, len(r.real.clusters))
+	for ci, rc := range r.real.clusters {
+		wg.Go(func() {
+			var g errgroup.Group
+			g.SetLimit(imports.MaxConcurrentReconciles)
+			for i := range len(want) {
+				g.Go(func() error { return harness.FloorImport(ctx, rc.cl, sources, i, r.cfg.Endpoints, nil) })
+			}
+			errs[ci] = g.Wait()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("join floor: %w", err)
+	}
+	res.JoinFloor = time.Since(start)
+	res.JoinFloorMachine = (harness.MachineBusy() - busy) / res.JoinFloor.Seconds()
+	return r.real.removeFloor(ctx, r.cfg.Timeout)
 }
 
 // put records that the churn is about to put address addr.
