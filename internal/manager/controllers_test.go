@@ -50,8 +50,27 @@ type inProcess struct {
 }
 
 // startInProcess starts the controllers of cluster over a Registry of store,
-// with objs in the cluster's API server.
+// with objs in the cluster's API server, and waits until its View has read
+// the registry.
 func startInProcess(t *testing.T, store *memory.Store, cluster string, objs ...client.Object) *inProcess {
+	t.Helper()
+	return startGated(t, store, cluster, nil, objs...)
+}
+
+// cacheGate holds the caches of startGated unsynced until it opens (at the
+// latest when the test ends, before the manager stops).
+type cacheGate struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newCacheGate() *cacheGate { return &cacheGate{ch: make(chan struct{})} }
+
+func (g *cacheGate) open() { g.once.Do(func() { close(g.ch) }) }
+
+// startGated is startInProcess with caches that sync only once gate opens
+// (nil: at once).
+func startGated(t *testing.T, store *memory.Store, cluster string, gate *cacheGate, objs ...client.Object) *inProcess {
 	t.Helper()
 	// Every kind the controllers watch gets its informer up front: the fake
 	// informers make them on first use without a lock.
@@ -63,7 +82,7 @@ func startInProcess(t *testing.T, store *memory.Store, cluster string, objs ...c
 		}
 		informers.InformersByGVK[gvk] = &lockedInformer{FakeInformer: &controllertest.FakeInformer{Synced: true}}
 	}
-	c := &indexingCache{FakeInformers: informers}
+	c := &indexingCache{FakeInformers: informers, gate: gate}
 	api := &lateClient{}
 	mgr, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
 		Scheme:                 Scheme,
@@ -94,7 +113,7 @@ func startInProcess(t *testing.T, store *memory.Store, cluster string, objs ...c
 	api.Client = b.Build()
 
 	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	go func() { done <- start(ctx, mgr, reg, view) }()
 	p := &inProcess{mgr: mgr, view: view, api: api, informers: informers}
 	var once sync.Once
 	p.stop = func() {
@@ -107,6 +126,9 @@ func startInProcess(t *testing.T, store *memory.Store, cluster string, objs ...c
 		})
 	}
 	t.Cleanup(p.stop)
+	if gate != nil {
+		t.Cleanup(gate.open) // runs before p.stop: a manager stopped while its caches sync does not return
+	}
 	poll.Until(t, 10*time.Second, cluster+"'s View synced", func() (bool, string) { return view.HasSynced(), "" })
 	return p
 }
@@ -134,6 +156,19 @@ func gvkOf(o client.Object) (schema.GroupVersionKind, error) {
 type indexingCache struct {
 	*informertest.FakeInformers
 	indexes []index
+	gate    *cacheGate
+}
+
+func (c *indexingCache) WaitForCacheSync(ctx context.Context) bool {
+	if c.gate == nil {
+		return true
+	}
+	select {
+	case <-c.gate.ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 type index struct {
@@ -224,6 +259,20 @@ func TestNoGoroutineOutlivesTheManager(t *testing.T) {
 		// handleReadyItems goroutine blocked after ShutDown
 		// (kubernetes-sigs/controller-runtime#3538, fixed by #3540).
 		goleak.IgnoreAnyFunction("sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue.(*priorityqueue[...]).handleReadyItems.func1.1"))
+}
+
+// TestRegistryIsReadWhileTheCachesSync: the registry's first read does not
+// wait for the manager's caches; the two take about as long.
+func TestRegistryIsReadWhileTheCachesSync(t *testing.T) {
+	gate := newCacheGate()
+	// startGated waits until the View has read the registry.
+	p := startGated(t, memory.NewStore(), fmt.Sprintf("gated-%d", runs.Add(1)), gate)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel()
+	if p.mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("the caches synced before the gate opened")
+	}
+	gate.open()
 }
 
 // TestExportReachesAnotherManager carries an export from one cluster's
