@@ -46,7 +46,7 @@ func validateID(kind, id string, maxLen int) error {
 	if len(id) > maxLen {
 		return fmt.Errorf("%s id %q is %d characters long: it must be %s, of at most %d characters", kind, id, len(id), IDRule, maxLen)
 	}
-	if errs := validation.IsDNS1123Subdomain(id); len(errs) > 0 {
+	if errs := dns1123Subdomain(id); len(errs) > 0 {
 		return fmt.Errorf("%s id %q is invalid (%s): it must be %s, of at most %d characters", kind, id, strings.Join(errs, "; "), IDRule, maxLen)
 	}
 	return nil

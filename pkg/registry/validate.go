@@ -117,10 +117,10 @@ func ValidateRecordID(id RecordID) error {
 	if err := ValidateClusterID(id.Cluster); err != nil {
 		return reject(RejectInvalid, "%s", err.Error())
 	}
-	if errs := validation.IsDNS1123Label(id.Service.Namespace); len(errs) > 0 {
+	if errs := dns1123Label(id.Service.Namespace); len(errs) > 0 {
 		return reject(RejectInvalid, "namespace %q: %s", id.Service.Namespace, errs[0])
 	}
-	if errs := validation.IsDNS1035Label(id.Service.Name); len(errs) > 0 {
+	if errs := dns1035Label(id.Service.Name); len(errs) > 0 {
 		return reject(RejectInvalid, "service name %q: %s", id.Service.Name, errs[0])
 	}
 	return nil
@@ -203,7 +203,7 @@ func ValidateSpec(s ServiceSpec) error {
 // validatePort checks one port; endpoint ports may be 0 (no number).
 func validatePort(name string, proto corev1.Protocol, port int32, appProtocol *string, endpoint bool) error {
 	if name != "" {
-		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		if errs := dns1123Label(name); len(errs) > 0 {
 			return fmt.Errorf("name %q: %s", name, errs[0])
 		}
 	}
@@ -275,17 +275,17 @@ func validateEndpoint(t discoveryv1.AddressType, ep Endpoint) error {
 		}
 	}
 	if ep.Hostname != "" {
-		if errs := validation.IsDNS1123Label(ep.Hostname); len(errs) > 0 {
+		if errs := dns1123Label(ep.Hostname); len(errs) > 0 {
 			return fmt.Errorf("hostname %q: %s", ep.Hostname, errs[0])
 		}
 	}
 	if ep.NodeName != "" {
-		if errs := validation.IsDNS1123Subdomain(ep.NodeName); len(errs) > 0 {
+		if errs := dns1123Subdomain(ep.NodeName); len(errs) > 0 {
 			return fmt.Errorf("node name %q: %s", ep.NodeName, errs[0])
 		}
 	}
 	if ep.Zone != "" {
-		if errs := validation.IsValidLabelValue(ep.Zone); len(errs) > 0 {
+		if errs := labelValue(ep.Zone); len(errs) > 0 {
 			return fmt.Errorf("zone %q: %s", ep.Zone, errs[0])
 		}
 	}
