@@ -152,7 +152,8 @@ func TestShortOutageIsNotReported(t *testing.T) {
 
 // deafWatcher passes etcd's watches on, and can make them deaf (their
 // responses dropped, as a member cut off from the others leaves them) and
-// then end them, as a compaction or a leader change ends them.
+// then end them, as a leader change ends them (and, after compactAll, a
+// compaction).
 type deafWatcher struct {
 	clientv3.Watcher
 	mu      sync.Mutex
@@ -192,6 +193,20 @@ func (d *deafWatcher) setDeaf() {
 	d.deaf = true
 }
 
+// compactAll writes a key outside the clusterset and compacts etcd at that
+// write's revision: a watch of the clusterset from before it can no longer
+// resume, and its client must read what changed.
+func compactAll(t *testing.T, cli *clientv3.Client) {
+	t.Helper()
+	resp, err := cli.Put(t.Context(), "/elsewhere", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(t.Context(), resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // end ends every watch; the next ones hear again.
 func (d *deafWatcher) end() {
 	d.mu.Lock()
@@ -202,36 +217,93 @@ func (d *deafWatcher) end() {
 	d.cancels, d.deaf = nil, false
 }
 
-// After its watch ended, a backend reads the keys of the clusterset and
-// their revisions, and the values of the changed keys only; it delivers
-// what changed as an incremental update, and mends its own alive record,
-// deleted meanwhile.
-func TestResyncReadsOnlyWhatChanged(t *testing.T) {
-	t.Parallel()
+// deafSetup is cluster a with services exports, and cluster b watching
+// them through a client whose reads are recorded and whose watches can be
+// made deaf and ended.
+type deafSetup struct {
+	a, b    *etcd.Backend
+	kv      *recordingKV
+	watcher *deafWatcher
+	rec     *registrytest.Recorder
+	raw     *clientv3.Client
+}
+
+func startDeaf(t *testing.T, services int, svc func(int) registry.ServiceKey) deafSetup {
+	t.Helper()
 	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	d := deafSetup{a: open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})}
+	for i := range services {
+		must(t, d.a.Publish(t.Context(), svc(i), spec, []registry.EndpointGroup{{AddressType: "IPv4",
+			Endpoints: []registry.Endpoint{{Addresses: []string{fmt.Sprintf("10.0.0.%d", i+1)}, Ready: true, Serving: true}}}}))
+	}
+	cli := client(t, srv.ClientURL())
+	d.kv, d.watcher = &recordingKV{KV: cli.KV}, &deafWatcher{Watcher: cli.Watcher}
+	cli.KV, cli.Watcher = d.kv, d.watcher
+	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
+	var err error
+	d.b, err = etcd.NewFromClient(ctx, cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "b"},
+		Prefix: prefix, ResyncPageSize: 8, ResyncJitter: -1, HealthInterval: time.Minute})
+	must(t, err)
+	t.Cleanup(func() { _ = d.b.Close() })
+	d.rec = registrytest.StartWatch(t, d.b)
+	d.rec.WaitFor(t, 10*time.Second, "every record", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Exports) == services && len(v.Endpoints) == services
+	})
+	d.raw = client(t, srv.ClientURL())
+	return d
+}
+
+// A watch that ended while etcd still has the changes since (its member
+// lost the leader, its stream was cut, it was stuck) is resumed from the
+// last change taken in: the changes arrive as events, and nothing of the
+// clusterset is read again.
+func TestEndedWatchResumes(t *testing.T) {
+	t.Parallel()
 	const services = 20
 	svc := func(i int) registry.ServiceKey {
 		return registry.ServiceKey{Namespace: "shop", Name: fmt.Sprintf("web-%d", i)}
 	}
-	for i := range services {
-		must(t, a.Publish(t.Context(), svc(i), spec, []registry.EndpointGroup{{AddressType: "IPv4",
-			Endpoints: []registry.Endpoint{{Addresses: []string{fmt.Sprintf("10.0.0.%d", i+1)}, Ready: true, Serving: true}}}}))
-	}
+	d := startDeaf(t, services, svc)
+	d.watcher.setDeaf()
+	must(t, d.a.PutExport(t.Context(), svc(0), spec2))
+	must(t, d.a.DeleteExport(t.Context(), svc(1)))
+	must(t, d.a.PutExport(t.Context(), svc(services), spec))
+	before := len(d.kv.snapshot())
+	d.watcher.end()
 
-	cli := client(t, srv.ClientURL())
-	kv := &recordingKV{KV: cli.KV}
-	watcher := &deafWatcher{Watcher: cli.Watcher}
-	cli.KV, cli.Watcher = kv, watcher
-	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
-	b, err := etcd.NewFromClient(ctx, cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "b"},
-		Prefix: prefix, ResyncPageSize: 8, ResyncJitter: -1, HealthInterval: time.Minute})
-	must(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	rec := registrytest.StartWatch(t, b)
-	rec.WaitFor(t, 10*time.Second, "every record", func(_ registrytest.Event, v *registrytest.View) bool {
-		return len(v.Exports) == services && len(v.Endpoints) == services
+	id := func(i int) registry.RecordID { return registry.RecordID{Cluster: "a", Service: svc(i)} }
+	events := d.rec.WaitFor(t, 10*time.Second, "the changes made while the watch was deaf", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, gone := v.Exports[id(1)]
+		_, added := v.Exports[id(services)]
+		return cmp.Equal(v.Exports[id(0)].Spec, spec2) && !gone && added
 	})
+	for _, e := range events {
+		if u := e.Update; u != nil && u.Full {
+			t.Errorf("the resumed watch delivered a full update: %s", e)
+		}
+		if e.Update == nil && !e.Connected {
+			t.Errorf("the resumed watch reported an outage: %s", e)
+		}
+	}
+	for _, r := range d.kv.snapshot()[before:] {
+		if !r.oneKey || !r.countOnly {
+			t.Errorf("the resumed watch read %+v; want no read but a count of one key", r)
+		}
+	}
+}
+
+// After its watch was compacted away, a backend reads the keys of the
+// clusterset and their revisions, and the values of the changed keys only;
+// it delivers what changed as an incremental update, and mends its own
+// alive record, deleted meanwhile.
+func TestResyncReadsOnlyWhatChanged(t *testing.T) {
+	t.Parallel()
+	const services = 20
+	svc := func(i int) registry.ServiceKey {
+		return registry.ServiceKey{Namespace: "shop", Name: fmt.Sprintf("web-%d", i)}
+	}
+	d := startDeaf(t, services, svc)
+	a, kv, watcher, rec, raw := d.a, d.kv, d.watcher, d.rec, d.raw
 
 	// While b's watch hears nothing: a changes one export, withdraws
 	// another, publishes a new one; b's alive record is deleted.
@@ -239,12 +311,12 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	must(t, a.PutExport(t.Context(), svc(0), spec2))
 	must(t, a.DeleteExport(t.Context(), svc(1)))
 	must(t, a.PutExport(t.Context(), svc(services), spec))
-	raw := client(t, srv.ClientURL())
 	alive := prefix + "/set1/clusters/b/alive"
 	if _, err := raw.Delete(t.Context(), alive); err != nil {
 		t.Fatal(err)
 	}
 	before := len(kv.snapshot())
+	compactAll(t, raw)
 	watcher.end()
 
 	id := func(i int) registry.RecordID { return registry.RecordID{Cluster: "a", Service: svc(i)} }
@@ -304,6 +376,7 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 		must(t, a.PutExport(t.Context(), svc(i), spec2))
 	}
 	before = len(kv.snapshot())
+	compactAll(t, raw)
 	watcher.end()
 	events = rec.WaitFor(t, 10*time.Second, "every export changed", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Exports[id(services-1)].Spec, spec2)
@@ -335,6 +408,7 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	watcher.setDeaf()
 	must(t, a.DeleteExport(t.Context(), svc(2)))
 	must(t, a.Publish(t.Context(), svc(services+1), spec, nil))
+	compactAll(t, raw)
 	watcher.end()
 	events = rec.WaitFor(t, 10*time.Second, "web-2 gone, web-21 new", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, gone := v.Exports[id(2)]
@@ -434,6 +508,7 @@ func slowResync(t *testing.T, endpoints int) {
 	kv.setSlow()
 	watcher.setDeaf()
 	must(t, a.PutExport(t.Context(), web, spec2))
+	compactAll(t, client(t, srv.ClientURL()))
 	watcher.end()
 	events := rec.WaitFor(t, 20*time.Second, "a's change, read after the watch ended", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Exports[id].Spec, spec2)

@@ -23,6 +23,11 @@ import (
 // still be readable: the next full read tells.
 var errResync = errors.New("watch ended")
 
+// errResume ends following the watch when etcd may still hold every change
+// after the last one taken in (the watch was not compacted away): a new
+// watch from there resumes it, without reading the clusterset again.
+var errResume = errors.New("watch ended")
+
 // Watch delivers the clusterset's records to h until ctx is done or the
 // backend is closed. It logs to the logger of ctx, or else of New's ctx.
 // The watch also tells the backend what etcd holds of the cluster's own
@@ -111,8 +116,22 @@ func (w *watch) run(ctx context.Context) {
 	delay := retryMin
 	failures := 0
 	var failingSince time.Time
+	resume := false
 	for ctx.Err() == nil {
-		rev, err := w.sync(ctx)
+		var (
+			rev int64
+			err error
+		)
+		if resume {
+			// etcd still has the changes after w.rev, unless it compacted
+			// them since (the new watch then ends at once, and a read
+			// follows). A read first tells that etcd answers: a watch may
+			// be created on a member that has no leader.
+			rev = w.rev
+			_, err = w.read(ctx, clientv3.WithCountOnly())
+		} else {
+			rev, err = w.sync(ctx)
+		}
 		if err == nil {
 			failures, failingSince = 0, time.Time{}
 			w.setConnected(true, nil)
@@ -126,17 +145,20 @@ func (w *watch) run(ctx context.Context) {
 			return
 		}
 		wait := delay
-		resync := errors.Is(err, errResync) // the watch ended; etcd was not read yet
-		if !resync {
+		resume = errors.Is(err, errResume)
+		resync := errors.Is(err, errResync) // the watch was compacted away; etcd was not read yet
+		if !resync && !resume {
 			if failures++; failures == 1 {
 				failingSince = time.Now()
 			}
 		}
 		switch {
+		case resume:
+			w.log.Info("watch ended, resuming it", "reason", err.Error(), "revision", w.rev)
 		case resync:
 			w.log.Info("watch ended, reading all records again", "reason", err.Error())
-			// Every controller's watch ends at once on a leader change or
-			// a compaction: spread their reads.
+			// Every controller's watch ends at once on a compaction:
+			// spread their reads.
 			wait += w.jitter()
 		case !w.conn.Connected() || failures >= 2 && time.Since(failingSince) >= w.c.opts.UnreachableAfter:
 			w.setConnected(false, err)
@@ -197,34 +219,53 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 }
 
 // syncFull delivers every record of the clusterset as one full Update.
+// It decodes each page of the read while etcd serves the next: at 30,000
+// records, decoding takes as long as the reading.
 func (w *watch) syncFull(ctx context.Context) (int64, error) {
-	kvs, rev, err := w.readAll(ctx, 0)
-	if err != nil {
-		return 0, fmt.Errorf("read clusterset: %w", err)
-	}
 	w.members = map[string]member{}
 	w.records = map[string]*record{}
 	w.byCluster = map[string]map[string]bool{}
-	w.revs, w.rev = make(map[string]int64, len(kvs)), rev
+	revs := map[string]int64{}
+	type keyed struct {
+		cluster string
+		kv      *mvccpb.KeyValue
+	}
+	var alive, own []keyed
+	var recs []*record
+	rev, err := w.readPages(ctx, 0, func(kvs []*mvccpb.KeyValue) {
+		for _, kv := range kvs {
+			key := string(kv.Key)
+			revs[key] = kv.ModRevision
+			kind, cluster, svc := w.c.keys.parse(key)
+			switch kind {
+			case kindUnknown:
+				continue
+			case kindAlive:
+				alive = append(alive, keyed{cluster, kv})
+			case kindExport, kindEndpoints:
+				recs = append(recs, w.putRecord(kind, cluster, svc, kv))
+			}
+			if cluster == w.c.opts.Identity.Cluster {
+				own = append(own, keyed{cluster, kv})
+			}
+		}
+	})
+	if err != nil {
+		// What was read is incomplete: the next sync reads in full.
+		w.revs = nil
+		return 0, fmt.Errorf("read clusterset: %w", err)
+	}
+	w.revs, w.rev = revs, rev
 	u := registry.Update{Full: true}
 	// Alive records first: membership decides whether the others count.
-	for _, kv := range kvs {
-		if kind, cluster, _ := w.c.keys.parse(string(kv.Key)); kind == kindAlive {
-			w.putAlive(&u, cluster, kv)
-		}
+	for _, a := range alive {
+		w.putAlive(&u, a.cluster, a.kv)
 	}
-	for _, kv := range kvs {
-		key := string(kv.Key)
-		w.revs[key] = kv.ModRevision
-		kind, cluster, svc := w.c.keys.parse(key)
-		if kind == kindUnknown {
-			continue
-		}
-		w.observeOwn(cluster, key, kv)
-		if kind == kindExport || kind == kindEndpoints {
-			rec := w.putRecord(kind, cluster, svc, kv)
-			w.evaluate(&u, rec, true)
-		}
+	for _, rec := range recs {
+		w.evaluate(&u, rec, true)
+	}
+	for _, o := range own {
+		w.observeOwn(o.cluster, string(o.kv.Key), o.kv)
 	}
 	if w.own != nil {
 		w.own.observeOwnAbsent(w.holds, rev)
@@ -345,30 +386,82 @@ func (w *watch) observeOwn(cluster, key string, kv *mvccpb.KeyValue) {
 }
 
 // readAll reads every key of the clusterset at revision rev (0: the
-// latest), in pages of ResyncPageSize keys, each page a request of its own
-// (with its own RequestTimeout), all at the revision of the first. A
-// compaction between pages makes the read start again (errResync).
+// latest), as readPages does, and returns them with the revision read at.
 func (w *watch) readAll(ctx context.Context, rev int64, filter ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
-	from, end := w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
 	var kvs []*mvccpb.KeyValue
-	for {
-		opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}, filter...)
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := w.readKey(ctx, from, opts...)
-		if err != nil {
-			return nil, 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		kvs = append(kvs, resp.Kvs...)
-		if !resp.More || len(resp.Kvs) == 0 {
-			return kvs, rev, nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	rev, err := w.readPages(ctx, rev, func(page []*mvccpb.KeyValue) { kvs = append(kvs, page...) }, filter...)
+	if err != nil {
+		return nil, 0, err
 	}
+	return kvs, rev, nil
+}
+
+// readPages reads every key of the clusterset at revision rev (0: the
+// latest), in pages of ResyncPageSize keys, each page a request of its own
+// (with its own RequestTimeout), all at the revision of the first. It gives
+// each page to page as it comes, and reads the next meanwhile. It returns
+// the revision read at. A compaction between pages makes the read start
+// again (errResync); pages given before an error are to be discarded.
+func (w *watch) readPages(ctx context.Context, rev int64, page func([]*mvccpb.KeyValue), filter ...clientv3.OpOption) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		kvs  []*mvccpb.KeyValue
+		rev  int64
+		err  error
+		last bool
+	}
+	results := make(chan result, 1)
+	go func() {
+		defer close(results)
+		from, end := w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
+		for {
+			opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}, filter...)
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			r := result{}
+			resp, err := w.readKey(ctx, from, opts...)
+			if err != nil {
+				r.err, r.last = err, true
+			} else {
+				if rev == 0 {
+					rev = resp.Header.Revision
+				}
+				r.kvs, r.rev, r.last = resp.Kvs, rev, !resp.More || len(resp.Kvs) == 0
+			}
+			select {
+			case results <- r:
+			case <-ctx.Done():
+				return
+			}
+			if r.last {
+				return
+			}
+			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}()
+	var (
+		err  error
+		at   int64
+		done bool
+	)
+	for r := range results {
+		switch {
+		case r.err != nil:
+			err = r.err
+		case err == nil:
+			page(r.kvs)
+			at, done = r.rev, r.last
+		}
+	}
+	if err == nil && !done {
+		err = ctx.Err() // the reader stopped before the last page
+	}
+	if err != nil {
+		return 0, err
+	}
+	return at, nil
 }
 
 // follow delivers the changes after rev, one Update per watch response,
@@ -407,15 +500,24 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 			created = nil
 		case resp, ok := <-ch:
 			if !ok {
-				return fmt.Errorf("%w: channel closed", errResync)
+				return fmt.Errorf("%w: channel closed", errResume)
 			}
 			if err := resp.Err(); err != nil {
-				// Compacted, canceled, or no leader.
-				return fmt.Errorf("%w: %w", errResync, err)
+				if resp.CompactRevision != 0 || errors.Is(err, rpctypes.ErrCompacted) {
+					return fmt.Errorf("%w: %w", errResync, err)
+				}
+				// Canceled, or its member lost the leader: etcd still has
+				// the changes since.
+				return fmt.Errorf("%w: %w", errResume, err)
 			}
 			reached = max(reached, resp.Header.Revision)
 			if u := w.changes(resp.Events); !u.Empty() {
 				w.h.OnUpdate(u)
+			}
+			if resp.IsProgressNotify() {
+				// Every change up to its revision has arrived: a watch
+				// resumed, or a read of what changed, starts there.
+				w.rev = max(w.rev, resp.Header.Revision)
 			}
 			health.Reset(w.c.opts.HealthInterval)
 		case <-health.C:
@@ -426,7 +528,7 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 				stuck = 0
 			}
 			if stuck >= 2 {
-				return fmt.Errorf("%w: the watch is stuck at revision %d, etcd is at %d or later", errResync, reached, due)
+				return fmt.Errorf("%w: the watch is stuck at revision %d, etcd is at %d or later", errResume, reached, due)
 			}
 			reachedAtCheck = reached
 			resp, err := w.read(ctx, clientv3.WithCountOnly())
