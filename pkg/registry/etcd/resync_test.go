@@ -228,8 +228,20 @@ type deafSetup struct {
 	raw     *clientv3.Client
 }
 
-func startDeaf(t *testing.T, services int, svc func(int) registry.ServiceKey) deafSetup {
+// deafServices is how many Services a exports in a deafSetup.
+const deafServices = 20
+
+// deafService is a's export number i in a deafSetup, and deafID its record.
+func deafService(i int) registry.ServiceKey {
+	return registry.ServiceKey{Namespace: "shop", Name: fmt.Sprintf("web-%d", i)}
+}
+
+func deafID(i int) registry.RecordID { return registry.RecordID{Cluster: "a", Service: deafService(i)} }
+
+func startDeaf(t *testing.T) deafSetup {
 	t.Helper()
+	const services = deafServices
+	svc := deafService
 	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
 	d := deafSetup{a: open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})}
 	for i := range services {
@@ -253,30 +265,38 @@ func startDeaf(t *testing.T, services int, svc func(int) registry.ServiceKey) de
 	return d
 }
 
+// changeWhileDeaf makes b's watch deaf, and a change one export, withdraw
+// another and publish a new one.
+func (d deafSetup) changeWhileDeaf(t *testing.T) {
+	t.Helper()
+	d.watcher.setDeaf()
+	must(t, d.a.PutExport(t.Context(), deafService(0), spec2))
+	must(t, d.a.DeleteExport(t.Context(), deafService(1)))
+	must(t, d.a.PutExport(t.Context(), deafService(deafServices), spec))
+}
+
+// waitForDeafChanges waits until b's watch delivered changeWhileDeaf's
+// changes, and returns the events until then.
+func (d deafSetup) waitForDeafChanges(t *testing.T) []registrytest.Event {
+	t.Helper()
+	return d.rec.WaitFor(t, 10*time.Second, "the changes made while the watch was deaf", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, gone := v.Exports[deafID(1)]
+		_, added := v.Exports[deafID(deafServices)]
+		return cmp.Equal(v.Exports[deafID(0)].Spec, spec2) && !gone && added
+	})
+}
+
 // A watch that ended while etcd still has the changes since (its member
-// lost the leader, its stream was cut, it was stuck) is resumed from the
-// last change taken in: the changes arrive as events, and nothing of the
+// was cut off from the others, it was stuck) is resumed from the last
+// change taken in: the changes arrive as events, and nothing of the
 // clusterset is read again.
 func TestEndedWatchResumes(t *testing.T) {
 	t.Parallel()
-	const services = 20
-	svc := func(i int) registry.ServiceKey {
-		return registry.ServiceKey{Namespace: "shop", Name: fmt.Sprintf("web-%d", i)}
-	}
-	d := startDeaf(t, services, svc)
-	d.watcher.setDeaf()
-	must(t, d.a.PutExport(t.Context(), svc(0), spec2))
-	must(t, d.a.DeleteExport(t.Context(), svc(1)))
-	must(t, d.a.PutExport(t.Context(), svc(services), spec))
+	d := startDeaf(t)
+	d.changeWhileDeaf(t)
 	before := len(d.kv.snapshot())
 	d.watcher.end()
-
-	id := func(i int) registry.RecordID { return registry.RecordID{Cluster: "a", Service: svc(i)} }
-	events := d.rec.WaitFor(t, 10*time.Second, "the changes made while the watch was deaf", func(_ registrytest.Event, v *registrytest.View) bool {
-		_, gone := v.Exports[id(1)]
-		_, added := v.Exports[id(services)]
-		return cmp.Equal(v.Exports[id(0)].Spec, spec2) && !gone && added
-	})
+	events := d.waitForDeafChanges(t)
 	for _, e := range events {
 		if u := e.Update; u != nil && u.Full {
 			t.Errorf("the resumed watch delivered a full update: %s", e)
@@ -298,19 +318,14 @@ func TestEndedWatchResumes(t *testing.T) {
 // alive record, deleted meanwhile.
 func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	t.Parallel()
-	const services = 20
-	svc := func(i int) registry.ServiceKey {
-		return registry.ServiceKey{Namespace: "shop", Name: fmt.Sprintf("web-%d", i)}
-	}
-	d := startDeaf(t, services, svc)
+	const services = deafServices
+	svc, id := deafService, deafID
+	d := startDeaf(t)
 	a, kv, watcher, rec, raw := d.a, d.kv, d.watcher, d.rec, d.raw
 
 	// While b's watch hears nothing: a changes one export, withdraws
 	// another, publishes a new one; b's alive record is deleted.
-	watcher.setDeaf()
-	must(t, a.PutExport(t.Context(), svc(0), spec2))
-	must(t, a.DeleteExport(t.Context(), svc(1)))
-	must(t, a.PutExport(t.Context(), svc(services), spec))
+	d.changeWhileDeaf(t)
 	alive := prefix + "/set1/clusters/b/alive"
 	if _, err := raw.Delete(t.Context(), alive); err != nil {
 		t.Fatal(err)
@@ -318,13 +333,7 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	before := len(kv.snapshot())
 	compactAll(t, raw)
 	watcher.end()
-
-	id := func(i int) registry.RecordID { return registry.RecordID{Cluster: "a", Service: svc(i)} }
-	events := rec.WaitFor(t, 10*time.Second, "the changes made while the watch was deaf", func(_ registrytest.Event, v *registrytest.View) bool {
-		_, gone := v.Exports[id(1)]
-		_, added := v.Exports[id(services)]
-		return cmp.Equal(v.Exports[id(0)].Spec, spec2) && !gone && added
-	})
+	events := d.waitForDeafChanges(t)
 	for _, e := range events {
 		if u := e.Update; u != nil && (u.Full || len(u.Exports) != 2 || len(u.Endpoints) > 0 ||
 			len(u.DeletedExports) != 1 || len(u.DeletedEndpoints) != 1) {
