@@ -421,11 +421,15 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 		si, importErr, s.slicesInPlace, slicesErr = parallel.Both(
 			func() (*mcsv1beta1.ServiceImport, error) { return r.reconcileImport(ctx, s) },
 			func() (bool, error) { return r.reconcileEndpointSlices(ctx, s) })
+		importErr = s.lookAgainIfBehind(importErr)
 		s.setImport(si)
-	} else if si, importErr = r.reconcileImport(ctx, s); importErr == nil {
-		s.setImport(si)
-		setSliceOwners(s, replacing)
-		s.slicesInPlace, slicesErr = r.reconcileEndpointSlices(ctx, s)
+	} else {
+		si, importErr = r.reconcileImport(ctx, s)
+		if importErr = s.lookAgainIfBehind(importErr); importErr == nil {
+			s.setImport(si)
+			setSliceOwners(s, replacing)
+			s.slicesInPlace, slicesErr = r.reconcileEndpointSlices(ctx, s)
+		}
 	}
 	if s.si == nil {
 		// Not created: the error brings the import back.
@@ -446,7 +450,7 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 			// The new Service's IPs.
 			si, err := r.reconcileImport(ctx, s)
 			s.setImport(si)
-			importErr = errors.Join(importErr, err)
+			importErr = errors.Join(importErr, s.lookAgainIfBehind(err))
 		}
 	case replacing:
 		// Not every slice is the ServiceImport's yet: the Service stays

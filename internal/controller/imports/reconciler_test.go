@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -841,6 +842,75 @@ func TestServiceOwnerRestoredByPatch(t *testing.T) {
 		t.Errorf("derived Service owners %+v, want the ServiceImport", e.service(derived).OwnerReferences)
 	}
 	e.steady("web")
+}
+
+// TestImportUpdateWaitsForItsCache: when the cache shows the ServiceImport
+// older than the controller's last write of it, its spec is not updated
+// from that copy (the update would conflict) but looked at again as soon
+// as the cache has caught up.
+func TestImportUpdateWaitsForItsCache(t *testing.T) {
+	e := built(t)
+	cache := &staleImports{Client: e.r.Client}
+	e.r.Client = e.r.echoes.Client(cache)
+	east := func(ports ...registry.Port) registry.Export {
+		return export("east", registry.ClusterSetIP, v4, ports...)
+	}
+	west := export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+	before := e.serviceImport("web")
+	// A write of the controller's own: east drops its metrics port.
+	e.publish([]registry.Export{east(port("http", corev1.ProtocolTCP, 80)), west})
+	if w := e.reconcile("web"); !slices.Contains(w, "update *v1beta1.ServiceImport web") {
+		t.Fatalf("writes %v, want the ServiceImport's update", w)
+	}
+
+	// The cache still shows the ServiceImport before that write when east
+	// adds a port.
+	cache.set(before)
+	e.publish([]registry.Export{east(port("http", corev1.ProtocolTCP, 80), port("admin", corev1.ProtocolTCP, 8443)), west})
+	e.writes = nil
+	res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}})
+	if err != nil {
+		t.Fatalf("reconcile from a cache behind: %v", err)
+	}
+	if slices.Contains(e.writes, "update *v1beta1.ServiceImport web") {
+		t.Errorf("writes %v: the ServiceImport was updated from a copy older than the last write", e.writes)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > cacheLag {
+		t.Errorf("result %+v, want a look again within %v", res, cacheLag)
+	}
+
+	cache.set(nil)
+	if w := e.reconcile("web"); !slices.Contains(w, "update *v1beta1.ServiceImport web") {
+		t.Fatalf("writes %v once the cache caught up, want the ServiceImport's update", w)
+	}
+	if got := e.serviceImport("web").Spec.Ports; len(got) != 2 {
+		t.Errorf("ports %+v, want http and admin", got)
+	}
+}
+
+// staleImports reads through Client, but for a ServiceImport it was set
+// to, which it shows as it was.
+type staleImports struct {
+	client.Client
+	mu sync.Mutex
+	si *mcsv1beta1.ServiceImport
+}
+
+func (c *staleImports) set(si *mcsv1beta1.ServiceImport) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.si = si
+}
+
+func (c *staleImports) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.mu.Lock()
+	si := c.si
+	c.mu.Unlock()
+	if out, ok := obj.(*mcsv1beta1.ServiceImport); ok && si != nil && client.ObjectKeyFromObject(si) == key {
+		si.DeepCopyInto(out)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 // TestUpgradeRelabelsDerivedService: an import an older mcsd wrote names its

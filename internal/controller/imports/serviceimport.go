@@ -2,6 +2,7 @@ package imports
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 
@@ -29,6 +30,12 @@ func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) (*mcsv1beta1
 	if importUpToDate(s.si, desired) {
 		return s.si, nil
 	}
+	if r.echoes.Behind(ctx, s.si) {
+		// The cache shows the ServiceImport older than this controller's
+		// last write of it (its status, most often): an update made from
+		// it would conflict.
+		return s.si, errImportBehind
+	}
 	if old := s.si.Annotations[wellknown.AnnotationLegacyDerivedService]; old != "" {
 		// Written by an older mcsd; the update below replaces it with the
 		// standard annotation, keeping the import and its derived Service.
@@ -46,6 +53,20 @@ func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) (*mcsv1beta1
 	// built, which the deferred patch compares with the stored one.
 	updated.Status = s.si.Status
 	return updated, nil
+}
+
+// errImportBehind: reconcileImport left the ServiceImport's update for the
+// next look, once the cache has caught up (lookAgainIfBehind).
+var errImportBehind = errors.New("the ServiceImport in the cache is older than the last write of it")
+
+// lookAgainIfBehind turns errImportBehind into a look again soon
+// (recheckSoon), and returns the other errors.
+func (s *scope) lookAgainIfBehind(err error) error {
+	if errors.Is(err, errImportBehind) {
+		s.recheckSoon()
+		return nil
+	}
+	return err
 }
 
 // setImport makes si, when there is one, the import's ServiceImport.
