@@ -16,6 +16,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
@@ -221,6 +222,7 @@ func (d *deafWatcher) end() {
 // them through a client whose reads are recorded and whose watches can be
 // made deaf and ended.
 type deafSetup struct {
+	srv     *embedded.Server
 	a, b    *etcd.Backend
 	kv      *recordingKV
 	watcher *deafWatcher
@@ -243,7 +245,7 @@ func startDeaf(t *testing.T) deafSetup {
 	const services = deafServices
 	svc := deafService
 	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	d := deafSetup{a: open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})}
+	d := deafSetup{srv: srv, a: open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})}
 	for i := range services {
 		must(t, d.a.Publish(t.Context(), svc(i), spec, []registry.EndpointGroup{{AddressType: "IPv4",
 			Endpoints: []registry.Endpoint{{Addresses: []string{fmt.Sprintf("10.0.0.%d", i+1)}, Ready: true, Serving: true}}}}))
@@ -310,6 +312,26 @@ func TestEndedWatchResumes(t *testing.T) {
 			t.Errorf("the resumed watch read %+v; want no read but a count of one key", r)
 		}
 	}
+}
+
+// A watch that ended while etcd went back (another etcd, or one restored
+// from a snapshot, at a lower revision) is not resumed, which would wait
+// for revisions to come: the clusterset is read again in full.
+func TestEndedWatchOnAnEtcdThatWentBackReadsAll(t *testing.T) {
+	t.Parallel()
+	d := startDeaf(t)
+	d.watcher.setDeaf()
+	url := d.srv.ClientURL()
+	must(t, d.a.Close())
+	d.srv.Close()
+	startServer(t, filepath.Join(t.TempDir(), "etcd"), url)
+	c := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "c"})
+	must(t, c.PutExport(t.Context(), web, spec))
+	d.watcher.end()
+	d.rec.WaitFor(t, 20*time.Second, "the other etcd's clusterset", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[registry.RecordID{Cluster: "c", Service: web}]
+		return ok && len(v.Exports) == 1
+	})
 }
 
 // After its watch was compacted away, a backend reads the keys of the

@@ -128,7 +128,13 @@ func (w *watch) run(ctx context.Context) {
 			// follows). A read first tells that etcd answers: a watch may
 			// be created on a member that has no leader.
 			rev = w.rev
-			_, err = w.read(ctx, clientv3.WithCountOnly())
+			var resp *clientv3.GetResponse
+			if resp, err = w.read(ctx, clientv3.WithCountOnly()); err == nil && resp.Header.Revision < w.rev {
+				// etcd went back (restored from a snapshot, or another
+				// cluster at the address): a watch from rev would wait for
+				// revisions to come, and miss what is there.
+				rev, err = w.sync(ctx)
+			}
 		} else {
 			rev, err = w.sync(ctx)
 		}
