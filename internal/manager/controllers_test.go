@@ -1,9 +1,12 @@
 package manager
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,6 +276,58 @@ func TestRegistryIsReadWhileTheCachesSync(t *testing.T) {
 		t.Fatal("the caches synced before the gate opened")
 	}
 	gate.open()
+}
+
+// TestStopWhileTheCachesSync: a controller stopped while its caches cannot
+// sync (its API server unreachable) stops. controller-runtime's manager
+// does not return then, and spins (runManager); the run is a process of
+// its own, so that the spinning goroutine ends with it.
+func TestStopWhileTheCachesSync(t *testing.T) {
+	if os.Getenv(stopWhileSyncingEnv) == "1" {
+		stopWhileSyncing(t)
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestStopWhileTheCachesSync$", "-test.v")
+	cmd.Env = append(os.Environ(), stopWhileSyncingEnv+"=1")
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the stopped controller's process: %v\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		err := <-done
+		t.Fatalf("the controller, stopped while its caches synced, had not stopped after 30 s (%v):\n%s", err, out.String())
+	}
+}
+
+const stopWhileSyncingEnv = "MCSD_TEST_STOP_WHILE_SYNCING"
+
+// stopWhileSyncing starts the controllers with caches that never sync,
+// stops them, and waits for start to return.
+func stopWhileSyncing(t *testing.T) {
+	gate := newCacheGate()
+	p := startGated(t, memory.NewStore(), fmt.Sprintf("stop-%d", runs.Add(1)), gate)
+	stopped := make(chan struct{})
+	go func() {
+		p.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		// The test process ends here (the gate's cleanup would wait for
+		// the manager), and the parent reports it.
+		fmt.Println("start had not returned 10 s after the stop")
+		os.Exit(3)
+	}
 }
 
 // TestExportReachesAnotherManager carries an export from one cluster's

@@ -307,8 +307,36 @@ func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *cl
 		}
 		return nil
 	})
-	g.Go(func() error { return mgr.Start(ctx) })
+	g.Go(func() error { return runManager(ctx, mgr) })
 	return g.Wait()
+}
+
+// runManager runs mgr until ctx ends, and returns when mgr.Start does, or
+// at once when ctx ended before mgr's caches had synced. controller-runtime
+// v0.23's manager stopped then never returns: it keeps waiting for them,
+// spinning on the done context (kubernetes-sigs/controller-runtime#3440),
+// so a controller stopped while it cannot reach its API server would
+// spin until killed. Its goroutines end with the process.
+func runManager(ctx context.Context, mgr ctrl.Manager) error {
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(ctx) }()
+	synced := make(chan bool, 1)
+	go func() { synced <- mgr.GetCache().WaitForCacheSync(ctx) }()
+	select {
+	case err := <-stopped:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-stopped:
+		return err
+	case ok := <-synced:
+		if ok {
+			return <-stopped
+		}
+		logr.FromContextOrDiscard(ctx).Info("Stopped before the caches synced; not waiting for the manager")
+		return nil
+	}
 }
 
 // setupIdentityWatch ends the run when a ClusterProperty that mcsd reads
