@@ -325,8 +325,8 @@ func TestEndedWatchOnAnEtcdThatWentBackReadsAll(t *testing.T) {
 	must(t, d.a.Close())
 	d.srv.Close()
 	startServer(t, filepath.Join(t.TempDir(), "etcd"), url)
-	c := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "c"})
-	must(t, c.PutExport(t.Context(), web, spec))
+	other := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "c"})
+	must(t, other.PutExport(t.Context(), web, spec))
 	d.watcher.end()
 	d.rec.WaitFor(t, 20*time.Second, "the other etcd's clusterset", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, ok := v.Exports[registry.RecordID{Cluster: "c", Service: web}]

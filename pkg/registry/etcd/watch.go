@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -79,6 +80,10 @@ type watch struct {
 	// first full read.
 	revs map[string]int64
 	rev  int64
+	// etcdCluster is the id of the etcd cluster the last full read came
+	// from: a revision of another cluster says nothing of what this one
+	// holds.
+	etcdCluster uint64
 }
 
 // member is a live cluster as its alive record says.
@@ -129,10 +134,9 @@ func (w *watch) run(ctx context.Context) {
 			// be created on a member that has no leader.
 			rev = w.rev
 			var resp *clientv3.GetResponse
-			if resp, err = w.read(ctx, clientv3.WithCountOnly()); err == nil && resp.Header.Revision < w.rev {
-				// etcd went back (restored from a snapshot, or another
-				// cluster at the address): a watch from rev would wait for
-				// revisions to come, and miss what is there.
+			if resp, err = w.read(ctx, clientv3.WithCountOnly()); err == nil && !w.sameHistory(resp.Header) {
+				// A watch from rev would wait for revisions to come, or
+				// follow another history.
 				rev, err = w.sync(ctx)
 			}
 		} else {
@@ -151,8 +155,11 @@ func (w *watch) run(ctx context.Context) {
 			return
 		}
 		wait := delay
-		resume = errors.Is(err, errResume)
 		resync := errors.Is(err, errResync) // the watch was compacted away; etcd was not read yet
+		// A failed read is followed by a read of what changed, not by a
+		// resumed watch: etcd may have been replaced meanwhile, and a
+		// count of the keys tells deletions that no watch would replay.
+		resume = errors.Is(err, errResume)
 		if !resync && !resume {
 			if failures++; failures == 1 {
 				failingSince = time.Now()
@@ -238,7 +245,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	}
 	var alive, own []keyed
 	var recs []*record
-	rev, err := w.readPages(ctx, 0, func(kvs []*mvccpb.KeyValue) {
+	rev, etcdCluster, err := w.readPages(ctx, 0, func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
 			key := string(kv.Key)
 			revs[key] = kv.ModRevision
@@ -261,7 +268,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 		w.revs = nil
 		return 0, fmt.Errorf("read clusterset: %w", err)
 	}
-	w.revs, w.rev = revs, rev
+	w.revs, w.rev, w.etcdCluster = revs, rev, etcdCluster
 	u := registry.Update{Full: true}
 	// Alive records first: membership decides whether the others count.
 	for _, a := range alive {
@@ -301,10 +308,7 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("count clusterset keys: %w", err)
 	}
 	rev := resp.Header.Revision
-	if rev < w.rev {
-		// etcd went back (restored from a snapshot, or another cluster
-		// at the same address): what changed since cannot be told.
-		w.log.Info("registry revision went back, reading all records again", "revision", rev, "held", w.rev)
+	if !w.sameHistory(resp.Header) {
 		return w.syncFull(ctx)
 	}
 	changed, err := w.readChanged(ctx, rev)
@@ -348,6 +352,23 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 		w.h.OnUpdate(u)
 	}
 	return rev, nil
+}
+
+// sameHistory reports whether h, a response header, comes from the etcd
+// whose history the watch holds up to w.rev: the same cluster, at w.rev or
+// later. Another cluster at the address, or one restored from a snapshot
+// (whose revision went back), holds other changes than those after w.rev:
+// everything is to be read again.
+func (w *watch) sameHistory(h *etcdserverpb.ResponseHeader) bool {
+	switch {
+	case w.etcdCluster != 0 && h.ClusterId != w.etcdCluster:
+		w.log.Info("another etcd cluster at the registry's address, reading all records again", "etcdCluster", h.ClusterId, "held", w.etcdCluster)
+		return false
+	case h.Revision < w.rev:
+		w.log.Info("registry revision went back, reading all records again", "revision", h.Revision, "held", w.rev)
+		return false
+	}
+	return true
 }
 
 // resyncBudget is how many times RequestTimeout each member's try of the
@@ -395,7 +416,7 @@ func (w *watch) observeOwn(cluster, key string, kv *mvccpb.KeyValue) {
 // latest), as readPages does, and returns them with the revision read at.
 func (w *watch) readAll(ctx context.Context, rev int64, filter ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
 	var kvs []*mvccpb.KeyValue
-	rev, err := w.readPages(ctx, rev, func(page []*mvccpb.KeyValue) { kvs = append(kvs, page...) }, filter...)
+	rev, _, err := w.readPages(ctx, rev, func(page []*mvccpb.KeyValue) { kvs = append(kvs, page...) }, filter...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -406,16 +427,18 @@ func (w *watch) readAll(ctx context.Context, rev int64, filter ...clientv3.OpOpt
 // latest), in pages of ResyncPageSize keys, each page a request of its own
 // (with its own RequestTimeout), all at the revision of the first. It gives
 // each page to page as it comes, and reads the next meanwhile. It returns
-// the revision read at. A compaction between pages makes the read start
-// again (errResync); pages given before an error are to be discarded.
-func (w *watch) readPages(ctx context.Context, rev int64, page func([]*mvccpb.KeyValue), filter ...clientv3.OpOption) (int64, error) {
+// the revision read at and the id of the etcd cluster read. A compaction
+// between pages makes the read start again (errResync); pages given before
+// an error are to be discarded.
+func (w *watch) readPages(ctx context.Context, rev int64, page func([]*mvccpb.KeyValue), filter ...clientv3.OpOption) (int64, uint64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		kvs  []*mvccpb.KeyValue
-		rev  int64
-		err  error
-		last bool
+		kvs     []*mvccpb.KeyValue
+		rev     int64
+		cluster uint64
+		err     error
+		last    bool
 	}
 	results := make(chan result, 1)
 	go func() {
@@ -434,7 +457,7 @@ func (w *watch) readPages(ctx context.Context, rev int64, page func([]*mvccpb.Ke
 				if rev == 0 {
 					rev = resp.Header.Revision
 				}
-				r.kvs, r.rev, r.last = resp.Kvs, rev, !resp.More || len(resp.Kvs) == 0
+				r.kvs, r.rev, r.cluster, r.last = resp.Kvs, rev, resp.Header.ClusterId, !resp.More || len(resp.Kvs) == 0
 			}
 			select {
 			case results <- r:
@@ -448,9 +471,10 @@ func (w *watch) readPages(ctx context.Context, rev int64, page func([]*mvccpb.Ke
 		}
 	}()
 	var (
-		err  error
-		at   int64
-		done bool
+		err     error
+		at      int64
+		cluster uint64
+		done    bool
 	)
 	for r := range results {
 		switch {
@@ -458,16 +482,16 @@ func (w *watch) readPages(ctx context.Context, rev int64, page func([]*mvccpb.Ke
 			err = r.err
 		case err == nil:
 			page(r.kvs)
-			at, done = r.rev, r.last
+			at, cluster, done = r.rev, r.cluster, r.last
 		}
 	}
 	if err == nil && !done {
 		err = ctx.Err() // the reader stopped before the last page
 	}
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return at, nil
+	return at, cluster, nil
 }
 
 // follow delivers the changes after rev, one Update per watch response,

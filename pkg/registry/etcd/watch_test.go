@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -101,6 +102,29 @@ func TestResyncSpreadGrowsWithTheClusterset(t *testing.T) {
 	} {
 		if got := resyncSpread(time.Second, tc.members, tc.keys); got != tc.want {
 			t.Errorf("%d members, %d keys: spread over %v, want %v", tc.members, tc.keys, got, tc.want)
+		}
+	}
+}
+
+// TestSameHistory: a response from another etcd cluster, or at a revision
+// below the one the watch holds, says nothing of the changes after it.
+func TestSameHistory(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cluster uint64 // the watch's, from its last full read (0: none yet)
+		header  etcdserverpb.ResponseHeader
+		same    bool
+	}{
+		{"same cluster, later revision", 7, etcdserverpb.ResponseHeader{ClusterId: 7, Revision: 120}, true},
+		{"same cluster, same revision", 7, etcdserverpb.ResponseHeader{ClusterId: 7, Revision: 100}, true},
+		{"revision went back", 7, etcdserverpb.ResponseHeader{ClusterId: 7, Revision: 3}, false},
+		{"another cluster, later revision", 7, etcdserverpb.ResponseHeader{ClusterId: 8, Revision: 500}, false},
+		{"no cluster known yet", 0, etcdserverpb.ResponseHeader{ClusterId: 8, Revision: 500}, true},
+	} {
+		w := newTestWatch()
+		w.rev, w.etcdCluster = 100, tc.cluster
+		if got := w.sameHistory(&tc.header); got != tc.same {
+			t.Errorf("%s: sameHistory = %t, want %t", tc.name, got, tc.same)
 		}
 	}
 }
