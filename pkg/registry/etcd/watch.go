@@ -137,7 +137,7 @@ func (w *watch) run(ctx context.Context) {
 			if resp, err = w.read(ctx, clientv3.WithCountOnly()); err == nil && !w.sameHistory(resp.Header) {
 				// A watch from rev would wait for revisions to come, or
 				// follow another history.
-				rev, err = w.sync(ctx)
+				rev, err = w.syncFull(ctx)
 			}
 		} else {
 			rev, err = w.sync(ctx)
