@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -195,7 +196,7 @@ func (r *Reconciler) now() time.Time {
 // Reconcile converges the import of one Service to the registry's state,
 // in the five steps of package skeleton.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	return skeleton.Reconcile(ctx, req, skeleton.Steps[*scope]{
+	res, err := skeleton.Reconcile(ctx, req, skeleton.Steps[*scope]{
 		LogKey:      "serviceImport",
 		Fetch:       r.fetch,
 		Finalize:    r.finalize,
@@ -203,6 +204,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		Apply:       r.apply,
 		PatchStatus: r.patchStatus,
 	})
+	if err != nil && namespaceTerminating(err) {
+		// The namespace is being deleted, and the cache did not show it
+		// yet: the import goes with it, and its next look (the Namespace's
+		// events bring it) finds the namespace terminating.
+		ctrl.LoggerFrom(ctx).V(1).Info("Namespace being deleted; import not written", "reason", err.Error())
+		return ctrl.Result{}, nil
+	}
+	return res, err
+}
+
+// namespaceTerminating reports whether err, or an error it joins or wraps,
+// is an API server's refusal to create an object in a namespace being
+// deleted.
+func namespaceTerminating(err error) bool {
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return true
+	}
+	switch e := err.(type) { //nolint:errorlint // walks the tree itself
+	case interface{ Unwrap() []error }:
+		return slices.ContainsFunc(e.Unwrap(), namespaceTerminating)
+	case interface{ Unwrap() error }:
+		return namespaceTerminating(e.Unwrap())
+	}
+	return false
 }
 
 // fetch reads the ServiceImport, when its namespace exists, and the

@@ -1241,3 +1241,27 @@ func TestFailedReadWritesNoStatus(t *testing.T) {
 	wantCondition(t, e.serviceImport("web"), "Ready", metav1.ConditionTrue, "Ready")
 	e.steady("web")
 }
+
+// TestCreateRefusedInATerminatingNamespace: creates that the API server
+// refuses because the import's namespace is being deleted (before the cache
+// shows it) end the reconcile without an error; any other refusal is one.
+func TestCreateRefusedInATerminatingNamespace(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	twoClusters(e)
+	refuse := func(cause metav1.CauseType) func(client.Object) error {
+		return func(o client.Object) error {
+			err := apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, o.GetName(), errors.New("refused"))
+			err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Type: cause})
+			return err
+		}
+	}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}
+	e.createHook = refuse(corev1.NamespaceTerminatingCause)
+	if _, err := e.r.Reconcile(e.ctx, req); err != nil {
+		t.Errorf("reconcile in a terminating namespace: %v, want no error", err)
+	}
+	e.createHook = refuse("SomethingElse")
+	if _, err := e.r.Reconcile(e.ctx, req); err == nil {
+		t.Error("reconcile with creates refused otherwise: no error, want one")
+	}
+}
