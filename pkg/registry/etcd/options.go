@@ -83,9 +83,10 @@ type Options struct {
 	// within RequestTimeout, so that a large registry never makes one
 	// request too big or too slow. Default 1000.
 	ResyncPageSize int64
-	// ResyncJitter spreads the resyncs of many controllers: after its
-	// watch ends (a leader change, a compaction), a Watch waits a random
-	// time before reading the clusterset again, so that they do not all
+	// ResyncJitter spreads the resyncs of many controllers: after a
+	// compaction past its watch (a watch that ends otherwise resumes), a
+	// Watch waits a random time before reading the clusterset again, so
+	// that they do not all
 	// read at once: up to ResyncJitter, or, in a larger clusterset, up to
 	// the time that every live cluster's read of the keys it holds takes
 	// one after the other (about 2 µs a key each, at most 30 s). Default

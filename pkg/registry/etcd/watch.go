@@ -290,8 +290,9 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 // syncChanges reads the keys of the clusterset changed after w.rev, with
 // their values, and how many keys there are; only when that number says
 // some keys are gone, it reads every key (without values) to find them. It
-// delivers the difference as an incremental Update: after a compaction or
-// a leader change every controller of the clusterset reads at once, and
+// delivers the difference as an incremental Update: after a compaction
+// past their watches, or an outage, every controller of the clusterset
+// reads at once, and
 // the values of the whole clusterset would cost each of them the
 // registry's size, on the wire and in decoding.
 //
@@ -299,7 +300,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 // within RequestTimeout that etcd answers, and fixes the revision. The read
 // of what changed then has resyncBudget times as long: etcd scans the whole
 // clusterset for it, and when every controller's watch ended at once (a
-// compaction, a leader change) their scans queue on etcd; a read cut off at
+// compaction) their scans queue on etcd; a read cut off at
 // RequestTimeout would only be made again, behind the others.
 func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
