@@ -86,11 +86,10 @@ type Options struct {
 	// ResyncJitter spreads the resyncs of many controllers: after a
 	// compaction past its watch (a watch that ends otherwise resumes), a
 	// Watch waits a random time before reading the clusterset again, so
-	// that they do not all
-	// read at once: up to ResyncJitter, or, in a larger clusterset, up to
-	// the time that every live cluster's read of the keys it holds takes
-	// one after the other (about 2 µs a key each, at most 30 s). Default
-	// 1s; negative: none.
+	// that they do not all read at once: up to ResyncJitter, or, in a
+	// larger clusterset, up to the time that every live cluster's read of
+	// the keys it holds takes one after the other (about 2 µs a key each,
+	// at most 30 s). Default 1s; negative: none.
 	ResyncJitter time.Duration
 }
 
