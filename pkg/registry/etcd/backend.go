@@ -91,12 +91,8 @@ func newConn(ctx context.Context, cli *clientv3.Client, opts Options) (conn, con
 // permission or a missing lease is an answer. It returns the last try's
 // error.
 func (c *conn) eachMember(ctx context.Context, f func(context.Context) error) error {
-	return c.eachMemberWithin(ctx, c.opts.RequestTimeout, f)
-}
-
-// eachMemberWithin is eachMember with budget in place of RequestTimeout.
-func (c *conn) eachMemberWithin(ctx context.Context, budget time.Duration, f func(context.Context) error) error {
 	tries := max(1, len(c.cli.Endpoints()))
+	budget := c.opts.RequestTimeout
 	perTry := max(budget/time.Duration(tries), min(budget, minTry))
 	var err error
 	for i := range tries {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 // rangeRead is one Get a watcher made.
 type rangeRead struct {
+	key, end  string // the range read
 	countOnly bool
 	keysOnly  bool
 	minModRev int64
@@ -44,7 +46,7 @@ func (k *recordingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOp
 	if err == nil {
 		op := clientv3.OpGet(key, opts...)
 		k.mu.Lock()
-		k.reads = append(k.reads, rangeRead{countOnly: op.IsCountOnly(), keysOnly: op.IsKeysOnly(), minModRev: op.MinModRev(), oneKey: len(op.RangeBytes()) == 0, rev: op.Rev(), keys: len(resp.Kvs), more: resp.More, readAt: resp.Header.Revision})
+		k.reads = append(k.reads, rangeRead{key: key, end: string(op.RangeBytes()), countOnly: op.IsCountOnly(), keysOnly: op.IsKeysOnly(), minModRev: op.MinModRev(), oneKey: len(op.RangeBytes()) == 0, rev: op.Rev(), keys: len(resp.Kvs), more: resp.More, readAt: resp.Header.Revision})
 		k.mu.Unlock()
 	}
 	return resp, err
@@ -371,8 +373,9 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	})
 
 	// The reads of the resync: the values of the keys changed since (a's
-	// two exports), the number of keys, and, since that says some are
-	// gone, every key without values, in pages.
+	// two exports), in ranges of a page of keys each, the number of keys,
+	// and, since that says some are gone, every key without values, in
+	// pages.
 	var listed, valued, counts int
 	for _, r := range kv.snapshot()[before:] {
 		switch {
@@ -398,10 +401,14 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	if valued != 2 || counts != 1 {
 		t.Errorf("the resync read %d values and counted the keys %d times, want 2 (the changed exports) and once", valued, counts)
 	}
+	// Each read of what changed scanned a page of the keys held (8) at
+	// most, and a's alive record: a's 40 records take five of them.
+	if scans := filteredScans(t, raw, kv.snapshot()[before:]); len(scans) < 5 || slices.Max(scans) > 8+1 {
+		t.Errorf("the reads of what changed scanned %v keys; want a page of keys each, and the clusterset in 5 at least", scans)
+	}
 
-	// More than a page of keys change, none is deleted: after the first
-	// page of changes, every value is read in plain pages, no key is
-	// listed, and only the changes are delivered.
+	// Every export changes, none is deleted: each range of a page of keys
+	// has its changes in one read, and no key is listed.
 	watcher.setDeaf()
 	for i := range services {
 		must(t, a.PutExport(t.Context(), svc(i), spec2))
@@ -417,21 +424,8 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 			t.Errorf("the resync delivered %s; want the %d exports changed (web-0 was already)", e, services-1)
 		}
 	}
-	var plain, filtered, listedAgain int
-	for _, r := range kv.snapshot()[before:] {
-		switch {
-		case r.countOnly || r.oneKey:
-		case r.keysOnly:
-			listedAgain += r.keys
-		case r.minModRev != 0:
-			filtered++
-		default:
-			plain += r.keys
-		}
-	}
-	if filtered != 1 || plain < 2*services || listedAgain != 0 {
-		t.Errorf("the resync made %d filtered reads, read %d values in plain pages and listed %d keys; want 1, all %d at least, none",
-			filtered, plain, listedAgain, 2*services)
+	if plain, listed := plainReads(kv.snapshot()[before:]); plain != 0 || listed != 0 {
+		t.Errorf("the resync read %d values in plain pages and listed %d keys; want none", plain, listed)
 	}
 
 	// As many keys gone as new ones: the count alone does not move, the
@@ -453,111 +447,64 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	}
 }
 
-// slowKV makes the reads of what changed since a revision (the filtered
-// scans of a resync) take delay, as they do on an etcd that every
-// controller of a large clusterset scans at once.
-type slowKV struct {
-	clientv3.KV
-	delay time.Duration
-	mu    sync.Mutex
-	slow  bool
-	took  []time.Duration // the slow reads that were answered
-}
-
-func (k *slowKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	k.mu.Lock()
-	slow := k.slow && clientv3.OpGet(key, opts...).MinModRev() != 0
-	k.mu.Unlock()
-	if !slow {
-		return k.KV.Get(ctx, key, opts...)
-	}
-	start := time.Now()
-	select {
-	case <-time.After(k.delay):
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	resp, err := k.KV.Get(ctx, key, opts...)
-	if err == nil {
-		k.mu.Lock()
-		k.took = append(k.took, time.Since(start))
-		k.mu.Unlock()
-	}
-	return resp, err
-}
-
-func (k *slowKV) setSlow() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.slow = true
-}
-
-func (k *slowKV) answered() []time.Duration {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return append([]time.Duration(nil), k.took...)
-}
-
-// A resync's read of what changed takes longer than RequestTimeout when
-// every controller's watch ended at once and etcd scans the clusterset for
-// each of them: it is waited for, not cut off and made again behind the
-// others, while etcd answers the count within RequestTimeout. With several
-// endpoints, each member's try has that longer budget (the scan is as slow
-// on any of them).
-func TestSlowResyncReadIsWaitedFor(t *testing.T) {
+// A range of the read of what changed that holds more changes than a page
+// (a new cluster's keys: the ranges are cut by the keys held) is read on
+// in plain pages after its first page of changes: etcd would scan the
+// whole range again for each further filtered page.
+func TestResyncReadsAPageOfChangesFilteredThenPlainPages(t *testing.T) {
 	t.Parallel()
-	for _, endpoints := range []int{1, 3} {
-		t.Run(fmt.Sprintf("%d endpoints", endpoints), func(t *testing.T) {
-			t.Parallel()
-			slowResync(t, endpoints)
-		})
+	d := startDeaf(t)
+	svc, kv, watcher, rec, raw := deafService, d.kv, d.watcher, d.rec, d.raw
+	watcher.setDeaf()
+	c := open(t, d.srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "c"})
+	for i := range 10 {
+		must(t, c.Publish(t.Context(), svc(i), spec, nil))
+	}
+	before := len(kv.snapshot())
+	compactAll(t, raw)
+	watcher.end()
+	rec.WaitFor(t, 10*time.Second, "c's exports", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[registry.RecordID{Cluster: "c", Service: svc(9)}]
+		return ok
+	})
+	// The last range holds a's last 8 records, b's alive record and c's 21
+	// keys, 8 of which are read filtered.
+	if plain, listed := plainReads(kv.snapshot()[before:]); plain != 13 || listed != 0 {
+		t.Errorf("the resync read %d values in plain pages and listed %d keys; want the rest of the last range (13: 21 keys new, 8 of them read filtered), none listed", plain, listed)
 	}
 }
 
-func slowResync(t *testing.T, endpoints int) {
-	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
-	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
-	must(t, a.PutExport(t.Context(), web, spec))
-
-	urls := make([]string, endpoints)
-	for i := range urls {
-		urls[i] = srv.ClientURL()
+// filteredScans counts, for each read of what changed among reads, the
+// keys of its range at its revision: the keys etcd scanned for it.
+func filteredScans(t *testing.T, cli *clientv3.Client, reads []rangeRead) []int {
+	t.Helper()
+	var scans []int
+	for _, r := range reads {
+		if r.minModRev == 0 || r.countOnly {
+			continue
+		}
+		resp, err := cli.Get(t.Context(), r.key, clientv3.WithRange(r.end), clientv3.WithRev(r.rev), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		scans = append(scans, int(resp.Count))
 	}
-	cli := client(t, urls...)
-	const requestTimeout = time.Second
-	kv := &slowKV{KV: cli.KV, delay: 3 * requestTimeout / 2}
-	watcher := &deafWatcher{Watcher: cli.Watcher}
-	cli.KV, cli.Watcher = kv, watcher
-	ctx := logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 1}))
-	b, err := etcd.NewFromClient(ctx, cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "b"},
-		Prefix: prefix, RequestTimeout: requestTimeout, ResyncJitter: -1, HealthInterval: time.Minute, UnreachableAfter: time.Minute})
-	must(t, err)
-	t.Cleanup(func() { _ = b.Close() })
-	rec, id := watchUntilExported(t, b)
+	return scans
+}
 
-	// Slow before the change is made: any read that can deliver it is.
-	kv.setSlow()
-	watcher.setDeaf()
-	must(t, a.PutExport(t.Context(), web, spec2))
-	compactAll(t, client(t, srv.ClientURL()))
-	watcher.end()
-	events := rec.WaitFor(t, 20*time.Second, "a's change, read after the watch ended", func(_ registrytest.Event, v *registrytest.View) bool {
-		return cmp.Equal(v.Exports[id].Spec, spec2)
-	})
-	for _, e := range events {
-		if e.Update == nil && !e.Connected {
-			t.Errorf("the slow resync reported an outage: %s", e)
+// plainReads sums the values read in plain pages among reads (not
+// filtered, not a count), and the keys listed without values.
+func plainReads(reads []rangeRead) (plain, listed int) {
+	for _, r := range reads {
+		switch {
+		case r.countOnly || r.oneKey || r.minModRev != 0:
+		case r.keysOnly:
+			listed += r.keys
+		default:
+			plain += r.keys
 		}
 	}
-	took := kv.answered()
-	if len(took) == 0 {
-		t.Errorf("no read of what changed was answered; want one, longer than RequestTimeout (%v)", requestTimeout)
-	}
-	for _, d := range took {
-		if d <= requestTimeout {
-			t.Errorf("a read of what changed was answered in %v, not longer than RequestTimeout (%v): the test did not slow it", d, requestTimeout)
-		}
-	}
+	return plain, listed
 }
 
 // watchUntilExported starts b's watch and waits until it holds cluster a's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -245,7 +246,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	}
 	var alive, own []keyed
 	var recs []*record
-	rev, etcdCluster, err := w.readPages(ctx, 0, func(kvs []*mvccpb.KeyValue) {
+	rev, etcdCluster, err := w.readPages(ctx, w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters()), 0, func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
 			key := string(kv.Key)
 			revs[key] = kv.ModRevision
@@ -292,16 +293,12 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 // some keys are gone, it reads every key (without values) to find them. It
 // delivers the difference as an incremental Update: after a compaction
 // past their watches, or an outage, every controller of the clusterset
-// reads at once, and
-// the values of the whole clusterset would cost each of them the
-// registry's size, on the wire and in decoding.
+// reads at once, and the values of the whole clusterset would cost each of
+// them the registry's size, on the wire and in decoding.
 //
 // The count comes first: etcd answers it from its index, so it tells
 // within RequestTimeout that etcd answers, and fixes the revision. The read
-// of what changed then has resyncBudget times as long: etcd scans the whole
-// clusterset for it, and when every controller's watch ended at once (a
-// compaction) their scans queue on etcd; a read cut off at
-// RequestTimeout would only be made again, behind the others.
+// of what changed follows, in ranges of a page each (readChanged).
 func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
 		clientv3.WithCountOnly())
@@ -372,32 +369,76 @@ func (w *watch) sameHistory(h *etcdserverpb.ResponseHeader) bool {
 	return true
 }
 
-// resyncBudget is how many times RequestTimeout each member's try of the
-// read of what changed has (syncChanges).
-const resyncBudget = 3
-
 // readChanged reads the keys changed after w.rev, with their values, at
-// revision rev. etcd scans the whole range for a filtered read, whatever
-// its limit: when the changes fill more than one page, the rest is read in
-// plain pages and filtered here.
+// revision rev. etcd scans the whole range of a filtered read, whatever its
+// limit, and holds every value of it at once: the read goes over the
+// clusterset in ranges of about ResyncPageSize keys held (changeBounds),
+// one request each, so that no request scans more than a page, however
+// large the registry. A range with more changes than a page (keys new since
+// the last read) is read on in plain pages and filtered here.
 func (w *watch) readChanged(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, error) {
-	end := clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
-	// Each member's try has resyncBudget times RequestTimeout (eachMember
-	// shares the budget among the tries): the scan queues on any member.
-	budget := resyncBudget * w.c.opts.RequestTimeout * time.Duration(max(1, len(w.c.cli.Endpoints())))
-	resp, err := w.readKeyWithin(ctx, budget, w.c.keys.clusters(), clientv3.WithRange(end),
-		clientv3.WithMinModRev(w.rev+1), clientv3.WithLimit(w.c.opts.ResyncPageSize), clientv3.WithRev(rev))
-	if err != nil {
-		return nil, err
+	var changed []*mvccpb.KeyValue
+	bounds := changeBounds(w.byCluster, w.c.keys.cluster, int(w.c.opts.ResyncPageSize))
+	from, last := w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
+	for i := 0; ; i++ {
+		end := last
+		if i < len(bounds) {
+			end = bounds[i]
+		}
+		resp, err := w.readKey(ctx, from, clientv3.WithRange(end),
+			clientv3.WithMinModRev(w.rev+1), clientv3.WithLimit(w.c.opts.ResyncPageSize), clientv3.WithRev(rev))
+		if err != nil {
+			return nil, err
+		}
+		changed = append(changed, resp.Kvs...)
+		if resp.More && len(resp.Kvs) > 0 {
+			_, _, err := w.readPages(ctx, string(resp.Kvs[len(resp.Kvs)-1].Key)+"\x00", end, rev, func(kvs []*mvccpb.KeyValue) {
+				for _, kv := range kvs {
+					if kv.ModRevision > w.rev {
+						changed = append(changed, kv)
+					}
+				}
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		if end == last {
+			return changed, nil
+		}
+		from = end
 	}
-	if !resp.More {
-		return resp.Kvs, nil
+}
+
+// changeBounds cuts the keys of a clusterset into ranges of about page
+// keys each: it returns the keys that begin the ranges after the first, in
+// order. byCluster holds each cluster's keys, and prefix gives the prefix of
+// a cluster's keys. Clusters are kept whole, so that only a cluster of more
+// than page keys has its keys sorted; the ranges together cover every key
+// with the clusterset's prefix, held or not.
+func changeBounds(byCluster map[string]map[string]bool, prefix func(cluster string) string, page int) []string {
+	prefixes := make(map[string]string, len(byCluster))
+	for cluster := range byCluster {
+		prefixes[prefix(cluster)] = cluster
 	}
-	all, _, err := w.readAll(ctx, rev)
-	if err != nil {
-		return nil, err
+	var bounds []string
+	n := 0 // keys since the last bound
+	for _, p := range slices.Sorted(maps.Keys(prefixes)) {
+		keys := byCluster[prefixes[p]]
+		if n > 0 && n+len(keys) > page {
+			bounds, n = append(bounds, p), 0
+		}
+		if len(keys) <= page {
+			n += len(keys)
+			continue
+		}
+		sorted := slices.Sorted(maps.Keys(keys))
+		for i := page; i < len(sorted); i += page {
+			bounds = append(bounds, sorted[i])
+		}
+		n = (len(sorted)-1)%page + 1
 	}
-	return slices.DeleteFunc(all, func(kv *mvccpb.KeyValue) bool { return kv.ModRevision <= w.rev }), nil
+	return bounds
 }
 
 // holds reports whether the last read found key (kept in revs).
@@ -417,21 +458,22 @@ func (w *watch) observeOwn(cluster, key string, kv *mvccpb.KeyValue) {
 // latest), as readPages does, and returns them with the revision read at.
 func (w *watch) readAll(ctx context.Context, rev int64, filter ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
 	var kvs []*mvccpb.KeyValue
-	rev, _, err := w.readPages(ctx, rev, func(page []*mvccpb.KeyValue) { kvs = append(kvs, page...) }, filter...)
+	rev, _, err := w.readPages(ctx, w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters()), rev,
+		func(page []*mvccpb.KeyValue) { kvs = append(kvs, page...) }, filter...)
 	if err != nil {
 		return nil, 0, err
 	}
 	return kvs, rev, nil
 }
 
-// readPages reads every key of the clusterset at revision rev (0: the
+// readPages reads every key from from up to end at revision rev (0: the
 // latest), in pages of ResyncPageSize keys, each page a request of its own
 // (with its own RequestTimeout), all at the revision of the first. It gives
 // each page to page as it comes, and reads the next meanwhile. It returns
 // the revision read at and the id of the etcd cluster read. A compaction
 // between pages makes the read start again (errResync); pages given before
 // an error are to be discarded.
-func (w *watch) readPages(ctx context.Context, rev int64, page func([]*mvccpb.KeyValue), filter ...clientv3.OpOption) (int64, uint64, error) {
+func (w *watch) readPages(ctx context.Context, from, end string, rev int64, page func([]*mvccpb.KeyValue), filter ...clientv3.OpOption) (int64, uint64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -444,7 +486,6 @@ func (w *watch) readPages(ctx context.Context, rev int64, page func([]*mvccpb.Ke
 	results := make(chan result, 1)
 	go func() {
 		defer close(results)
-		from, end := w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
 		for {
 			opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}, filter...)
 			if rev != 0 {
@@ -595,15 +636,10 @@ func (w *watch) read(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.
 // (the pages of one resync are read at the revision of the first) makes
 // the resync start again (errResync).
 func (w *watch) readKey(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	return w.readKeyWithin(ctx, w.c.opts.RequestTimeout, key, opts...)
-}
-
-// readKeyWithin is readKey within budget in place of RequestTimeout.
-func (w *watch) readKeyWithin(ctx context.Context, budget time.Duration, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, budget)
+	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
 	defer cancel()
 	var resp *clientv3.GetResponse
-	err := w.c.eachMemberWithin(ctx, budget, func(ctx context.Context) error {
+	err := w.c.eachMember(ctx, func(ctx context.Context) error {
 		var err error
 		resp, err = w.c.cli.Get(ctx, key, opts...)
 		return err

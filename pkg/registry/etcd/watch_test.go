@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -125,6 +127,62 @@ func TestSameHistory(t *testing.T) {
 		w.rev, w.etcdCluster = 100, tc.cluster
 		if got := w.sameHistory(&tc.header); got != tc.same {
 			t.Errorf("%s: sameHistory = %t, want %t", tc.name, got, tc.same)
+		}
+	}
+}
+
+// The read of what changed goes over the clusterset in ranges of a page of
+// held keys at most: clusters stay whole unless one holds more than a page,
+// and the ranges begin in key order (a cluster "a-b" sorts before "a", as
+// its keys do: "-" before "/").
+func TestChangeBounds(t *testing.T) {
+	held := func(cluster string, n int) map[string]bool {
+		keys := map[string]bool{}
+		for i := range n {
+			keys[fmt.Sprintf("/r/%s/k%02d", cluster, i)] = true
+		}
+		return keys
+	}
+	prefix := func(cluster string) string { return "/r/" + cluster + "/" }
+	for _, tc := range []struct {
+		name      string
+		byCluster map[string]map[string]bool
+		page      int
+		want      []string
+	}{
+		{"nothing held", nil, 4, nil},
+		{"all in a page", map[string]map[string]bool{"a": held("a", 3), "b": held("b", 3)}, 10, nil},
+		{"a page filled exactly", map[string]map[string]bool{"a": held("a", 2), "b": held("b", 2), "c": held("c", 1)}, 4,
+			[]string{"/r/c/"}},
+		{"a range a cluster", map[string]map[string]bool{"a": held("a", 3), "b": held("b", 3), "c": held("c", 3)}, 4,
+			[]string{"/r/b/", "/r/c/"}},
+		{"a cluster larger than a page", map[string]map[string]bool{"a": held("a", 2), "b": held("b", 7), "c": held("c", 1)}, 3,
+			[]string{"/r/b/", "/r/b/k03", "/r/b/k06"}},
+		{"a cluster of pages exactly", map[string]map[string]bool{"b": held("b", 6), "c": held("c", 1)}, 3,
+			[]string{"/r/b/k03", "/r/c/"}},
+		{"key order, not name order", map[string]map[string]bool{"a": held("a", 1), "a-b": held("a-b", 1)}, 1,
+			[]string{"/r/a/"}},
+	} {
+		got := changeBounds(tc.byCluster, prefix, tc.page)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: bounds %q, want %q", tc.name, got, tc.want)
+		}
+		// Whatever the bounds, each range holds a page at most.
+		var all []string
+		for _, keys := range tc.byCluster {
+			all = slices.AppendSeq(all, maps.Keys(keys))
+		}
+		slices.Sort(all)
+		bounds := append(slices.Clone(got), "/r0") // the prefix's end
+		i := 0
+		for _, b := range bounds {
+			n := 0
+			for ; i < len(all) && all[i] < b; i++ {
+				n++
+			}
+			if n > tc.page {
+				t.Errorf("%s: a range before %q holds %d keys, more than a page (%d)", tc.name, b, n, tc.page)
+			}
 		}
 	}
 }
