@@ -1,6 +1,6 @@
 // Command scale is `make bench-scale`: the etcd registry under many
 // clusters, simulated as members (members.go) in this process, against an
-// embedded etcd (or three etcd processes, -registry-members 3). For each
+// etcd process (or three, -registry-members 3). For each
 // clusterset size N it measures, each against the same run's floor: a cold
 // start (every member publishes, until every member holds every record),
 // endpoint churn at a fixed rate per member (put → delivered at every other
@@ -57,12 +57,17 @@ type config struct {
 	// ProfileJoin writes a CPU profile of each real controller from ready
 	// to every import whole (join-<cluster>.pprof beside its log).
 	ProfileJoin bool `json:"profileJoin,omitempty"`
+	// ProfileCompaction writes a CPU profile of the benchmark's own
+	// process (the simulated members) over the compaction phase
+	// (cpu-compaction-N<n>.pprof in Out).
+	ProfileCompaction bool `json:"profileCompaction,omitempty"`
 	// Real testbed clusters running mcsd join the simulated members; they
 	// have (and import) the first RealNamespaces of the 50 namespaces.
 	Real           int `json:"realClusters"`
 	RealNamespaces int `json:"realNamespaces"`
-	// RegistryMembers is the etcd registry's members: 1 is an embedded
-	// etcd; more are etcd processes, and the run kills the leader.
+	// RegistryMembers is the etcd registry's members, each an etcd
+	// process: with 1, the run compacts it past every watch; with more, it
+	// kills the leader.
 	RegistryMembers int `json:"registryMembers"`
 	// Registry is "etcd" or "cloudmap" (Cloud Map members on moto).
 	Registry         string        `json:"registry"`
@@ -97,9 +102,10 @@ func run() error {
 	flag.BoolVar(&cfg.SkipRestart, "skip-restart", false, "leave out the registry restart")
 	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
 	flag.BoolVar(&cfg.ProfileJoin, "profile-join", false, "write CPU profiles of the real controllers during the join, beside their logs")
+	flag.BoolVar(&cfg.ProfileCompaction, "profile-compaction", false, "write a CPU profile of the registry and the simulated members over the compaction phase")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
 	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")
-	flag.IntVar(&cfg.RegistryMembers, "registry-members", 1, "etcd members: 1 (embedded), or 3 (etcd processes; the run also kills the leader)")
+	flag.IntVar(&cfg.RegistryMembers, "registry-members", 1, "etcd members, each a process: 1 (the run compacts it past every watch), or 3 (the run kills the leader)")
 	flag.StringVar(&cfg.Registry, "registry", "etcd", "etcd, or cloudmap: Cloud Map members on moto (idle calls and change latency only)")
 	flag.IntVar(&cfg.CloudMapServices, "cloudmap-services", 20, "with -registry cloudmap: exported Services")
 	flag.DurationVar(&cfg.CloudMapIdle, "cloudmap-idle", 2*time.Minute, "with -registry cloudmap: how long idle calls are counted")

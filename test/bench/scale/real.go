@@ -496,7 +496,9 @@ func (rs *realSet) writes(ctx context.Context) (map[string]int, error) {
 }
 
 // apiFloor updates an EndpointSlice in every real cluster every 200 ms
-// until ctx ends, with an address that its watch times.
+// until ctx ends, with an address that its watch times. Each write has a
+// bound of its own, not ctx's deadline: the client's rate limiter refuses
+// at once a write whose turn would come after the deadline.
 func (rs *realSet) apiFloor(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(rs.clusters))
@@ -511,13 +513,15 @@ func (rs *realSet) apiFloor(ctx context.Context) error {
 				addr := fmt.Sprintf("192.168.%d.%d", i/250%250, i%250+1)
 				s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{addr}}}
 				rs.put(addr)
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 				var err error
 				if i == 0 {
-					err = rc.cl.Create(ctx, s)
+					err = rc.cl.Create(wctx, s)
 				} else {
-					err = rc.cl.Update(ctx, s)
+					err = rc.cl.Update(wctx, s)
 				}
-				if err != nil && ctx.Err() == nil {
+				cancel()
+				if err != nil {
 					errs[ci] = fmt.Errorf("API floor in %s: %w", rc.c.ID, err)
 					return
 				}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,7 +21,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
-	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
 	"github.com/mcsd-io/mcsd/test/bench/harness"
 	"github.com/mcsd-io/mcsd/test/testbed"
 	"github.com/mcsd-io/mcsd/test/testbed/etcdcluster"
@@ -92,8 +92,7 @@ type sizeRun struct {
 	n       int
 	url     string
 	dir     string
-	srv     *embedded.Server     // the single-member registry, or
-	cluster *etcdcluster.Cluster // the registry of RegistryMembers
+	cluster *etcdcluster.Cluster // the registry, of RegistryMembers
 	urls    []string             // the registry's client URLs
 	members []*member
 	owned   [][]registry.ServiceKey // each member's exports
@@ -112,11 +111,7 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 		return runResult{}, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	port, err := testbed.FreePort()
-	if err != nil {
-		return runResult{}, err
-	}
-	r := &sizeRun{cfg: cfg, n: n, dir: dir, url: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	r := &sizeRun{cfg: cfg, n: n, dir: dir}
 	if err := r.startEtcd(ctx); err != nil {
 		return runResult{}, err
 	}
@@ -173,7 +168,7 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 		if err := r.restart(ctx, &res); err != nil {
 			return res, err
 		}
-		if r.cluster != nil {
+		if r.cfg.RegistryMembers > 1 {
 			if err := r.killLeader(ctx, &res); err != nil {
 				return res, err
 			}
@@ -190,48 +185,37 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 }
 
 func (r *sizeRun) stopEtcd() {
+	if r.gate != nil {
+		r.gate.stop()
+	}
 	if r.cluster != nil {
 		r.cluster.Close()
-		return
 	}
-	r.gate.stop()
-	r.srv.Close()
 }
 
-// startEtcd starts the registry: an embedded etcd, or a cluster of
-// RegistryMembers etcd processes (the testbed's etcd binary).
+// startEtcd starts the registry: RegistryMembers etcd processes (the
+// testbed's etcd binary), each a process of its own as in production. (In
+// the benchmark's process, etcd's garbage collector would also scan the
+// simulated members' memory, and every read would pay for it.) A single
+// member is reached through a gate, for the compaction phase.
 func (r *sizeRun) startEtcd(ctx context.Context) error {
-	if r.cfg.RegistryMembers > 1 {
-		bins, err := testbed.EnsureBinaries(ctx, nil)
-		if err != nil {
-			return err
-		}
-		c, err := etcdcluster.Start(ctx, etcdcluster.Config{Binary: bins.Etcd, Dir: filepath.Join(r.dir, "etcd"), Members: r.cfg.RegistryMembers})
-		if err != nil {
-			return fmt.Errorf("start etcd: %w", err)
-		}
-		r.cluster, r.urls, r.url = c, c.ClientURLs(), c.ClientURLs()[0]
-		return nil
+	bins, err := testbed.EnsureBinaries(ctx, nil)
+	if err != nil {
+		return err
 	}
-	if r.gate == nil {
-		g, err := startGate(strings.TrimPrefix(r.url, "http://"))
-		if err != nil {
-			return fmt.Errorf("start the registry's gate: %w", err)
-		}
-		r.gate = g
-	}
-	r.urls = []string{r.gate.url()}
-	srv, err := embedded.Start(ctx, embedded.Config{DataDir: filepath.Join(r.dir, "etcd"), ListenClientURL: r.url, ListenPeerURL: "http://127.0.0.1:0"})
+	c, err := etcdcluster.Start(ctx, etcdcluster.Config{Binary: bins.Etcd, Dir: filepath.Join(r.dir, "etcd"), Members: r.cfg.RegistryMembers})
 	if err != nil {
 		return fmt.Errorf("start etcd: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := srv.WaitReady(wctx); err != nil {
-		srv.Close()
-		return fmt.Errorf("etcd ready: %w", err)
+	r.cluster, r.urls, r.url = c, c.ClientURLs(), c.ClientURLs()[0]
+	if r.cfg.RegistryMembers > 1 {
+		return nil
 	}
-	r.srv = srv
+	g, err := startGate(strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		return fmt.Errorf("start the registry's gate: %w", err)
+	}
+	r.gate, r.urls = g, []string{g.url()}
 	return nil
 }
 
@@ -534,12 +518,8 @@ func (r *sizeRun) idle(res *runResult) {
 // until every member has it.
 func (r *sizeRun) restart(ctx context.Context, res *runResult) error {
 	d, err := r.disrupt(ctx, "the restart", func() error {
-		if r.cluster != nil {
-			r.cluster.KillAll()
-			return r.cluster.RestartAll(ctx)
-		}
-		r.srv.Close()
-		return r.startEtcd(ctx)
+		r.cluster.KillAll()
+		return r.cluster.RestartAll(ctx)
 	})
 	res.Resynced, res.RestartDeletions, res.RestartReports = d.Took, d.Deletions, d.Reports
 	if res.Real != nil {
@@ -587,6 +567,13 @@ func (r *sizeRun) compact(ctx context.Context, res *runResult) error {
 		return err
 	}
 	defer func() { _ = cli.Close() }()
+	if r.cfg.ProfileCompaction && r.cfg.Out != "" {
+		stop, err := profileCPU(filepath.Join(r.cfg.Out, fmt.Sprintf("cpu-compaction-N%d.pprof", r.n)))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	d, err := r.disrupt(ctx, "the compaction", func() error {
 		r.gate.close()
 		defer r.gate.open()
@@ -798,4 +785,21 @@ func (r *sizeRun) leave(ctx context.Context, res *runResult) error {
 func rss() uint64 {
 	n, _ := harness.ProcRSS(os.Getpid())
 	return n
+}
+
+// profileCPU writes a CPU profile of this process to path until the
+// returned function is called.
+func profileCPU(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
