@@ -102,7 +102,7 @@ func run() error {
 	flag.BoolVar(&cfg.SkipRestart, "skip-restart", false, "leave out the registry restart")
 	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
 	flag.BoolVar(&cfg.ProfileJoin, "profile-join", false, "write CPU profiles of the real controllers during the join, beside their logs")
-	flag.BoolVar(&cfg.ProfileCompaction, "profile-compaction", false, "write a CPU profile of the registry and the simulated members over the compaction phase")
+	flag.BoolVar(&cfg.ProfileCompaction, "profile-compaction", false, "write a CPU profile of this process (the simulated members) over the compaction phase")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
 	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")
 	flag.IntVar(&cfg.RegistryMembers, "registry-members", 1, "etcd members, each a process: 1 (the run compacts it past every watch), or 3 (the run kills the leader)")
