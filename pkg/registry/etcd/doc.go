@@ -48,11 +48,15 @@
 //
 // Watch reads the clusterset's prefix into one full Update and then follows an
 // etcd watch from the next revision, delivering one Update per watch response.
-// When the watch ends (a compaction, a lost leader) it reads the prefix's keys
-// and their revisions again, then the values of the keys that changed, and
-// delivers the difference as an incremental Update (nothing when nothing
-// changed): every controller reads at once then, and the values of the whole
-// clusterset would cost each of them the registry's size. A linearizable read
+// A watch that ends while etcd still holds the changes since (its member cut
+// off from the others, a stuck watch) is started again from the last change
+// taken in. After a compaction past it, or a failed read, Watch counts the
+// prefix's keys and reads the keys changed since, in ranges of
+// Options.ResyncPageSize keys, and delivers the difference as an
+// incremental Update (nothing when nothing changed); it lists the keys only
+// when the count says some are gone. Every controller reads at once then,
+// and the values of the whole clusterset would cost each of them the
+// registry's size. A linearizable read
 // every Options.HealthInterval without events checks that etcd can be read;
 // when it or a read fails, Watch reports OnConnection(false, err), retries,
 // and reports OnConnection(true, nil) after the next read. It never delivers

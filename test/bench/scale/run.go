@@ -213,6 +213,7 @@ func (r *sizeRun) startEtcd(ctx context.Context) error {
 	}
 	g, err := startGate(strings.TrimPrefix(r.url, "http://"))
 	if err != nil {
+		c.Close()
 		return fmt.Errorf("start the registry's gate: %w", err)
 	}
 	r.gate, r.urls = g, []string{g.url()}
