@@ -375,8 +375,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) (time.Duration, 
 	if s.si == nil || (s.unreachable == nil && !s.statusKnown) {
 		// Not created, or a step failed before the import could be told:
 		// no owner to give the derived Service, no status to write. The
-		// error brings the import back.
-		return 0, nil
+		// error, or the look again asked for, brings the import back.
+		return s.recheck, nil
 	}
 	if s.unreachable != nil {
 		recheck, err := r.writeStatus(ctx, s.si, &s.cached)
@@ -436,6 +436,13 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 	var svcErr error
 	if clusterSetIP && !replacing {
 		svcErr = r.reconcileService(ctx, s)
+		if errors.Is(svcErr, errServiceNotCached) {
+			// Nothing more until the cache shows the Service; the status
+			// stays as it was.
+			s.statusKnown = false
+			s.recheckSoon()
+			return nil
+		}
 	}
 
 	// The slices need their owner: the derived Service, or the ServiceImport.
@@ -450,7 +457,7 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 		s.setImport(si)
 	} else {
 		si, importErr = r.reconcileImport(ctx, s)
-		if importErr = s.lookAgainIfBehind(importErr); importErr == nil {
+		if importErr = s.lookAgainIfBehind(importErr); importErr == nil && si != nil {
 			s.setImport(si)
 			setSliceOwners(s, replacing)
 			s.slicesInPlace, slicesErr = r.reconcileEndpointSlices(ctx, s)

@@ -1265,3 +1265,61 @@ func TestCreateRefusedInATerminatingNamespace(t *testing.T) {
 		t.Error("reconcile with creates refused otherwise: no error, want one")
 	}
 }
+
+// TestCreateOfWhatTheCacheHasNotSeen: after an API server restarted under
+// the controller, its cache may miss a ServiceImport or a derived Service
+// that exists. The create that follows is refused (AlreadyExists): the
+// import is looked at again within cacheLag, with no error (whose backoff
+// grows to minutes) and without writing a status from what it cannot see.
+func TestCreateOfWhatTheCacheHasNotSeen(t *testing.T) {
+	for _, hide := range []string{"ServiceImport", "derived Service"} {
+		t.Run(hide, func(t *testing.T) {
+			e := built(t)
+			cache := &unseen{Client: e.r.Client}
+			e.r.Client = e.r.echoes.Client(cache)
+			if hide == "ServiceImport" {
+				cache.hide(&mcsv1beta1.ServiceImport{}, "web")
+			} else {
+				cache.hide(&corev1.Service{}, DerivedServiceName("web"))
+			}
+			e.writes = nil
+			res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}})
+			if err != nil {
+				t.Fatalf("reconcile with the %s missing from the cache: %v", hide, err)
+			}
+			if res.RequeueAfter <= 0 || res.RequeueAfter > cacheLag {
+				t.Errorf("result %+v, want a look again within %v", res, cacheLag)
+			}
+			// The recorder sees the create before the API server refuses it.
+			if len(e.writes) != 1 || !strings.HasPrefix(e.writes[0], "create ") {
+				t.Errorf("writes %v, want the refused create only", e.writes)
+			}
+			cache.hide(nil, "")
+			e.steady("web")
+		})
+	}
+}
+
+// unseen reads through Client, but has not seen the one object it hides.
+type unseen struct {
+	client.Client
+	mu   sync.Mutex
+	kind client.Object
+	name string
+}
+
+func (c *unseen) hide(kind client.Object, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kind, c.name = kind, name
+}
+
+func (c *unseen) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.mu.Lock()
+	kind, name := c.kind, c.name
+	c.mu.Unlock()
+	if kind != nil && fmt.Sprintf("%T", kind) == fmt.Sprintf("%T", obj) && key.Name == name {
+		return apierrors.NewNotFound(schema.GroupResource{}, name)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}

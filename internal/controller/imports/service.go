@@ -125,6 +125,10 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 
 	if s.svc == nil {
 		svc, refused, err := r.createService(ctx, desired)
+		if apierrors.IsAlreadyExists(err) {
+			log.V(1).Info("Derived Service exists but is not in the cache yet", "service", klog.KObj(desired))
+			return errServiceNotCached
+		}
 		if err != nil {
 			s.svcErr = err
 			return err
@@ -159,6 +163,12 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 }
 
 var errServiceConflict = errors.New("derived Service name taken")
+
+// errServiceNotCached: the derived Service to create exists, but the cache
+// has not seen it yet (an API server restarted under the controller leaves
+// its watches behind for a while). The import is looked at again soon,
+// rather than retried with the errors' backoff.
+var errServiceNotCached = errors.New("derived Service exists but is not in the cache yet")
 
 // adoptService makes the ServiceImport of ref the controller of svc, a
 // derived Service created before it (or whose owner was removed). svc is

@@ -7,6 +7,7 @@ import (
 	"maps"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -21,7 +22,15 @@ import (
 func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) (*mcsv1beta1.ServiceImport, error) {
 	desired := desiredImport(s)
 	if s.si == nil {
-		if err := r.Client.Create(ctx, desired); err != nil {
+		err := r.Client.Create(ctx, desired)
+		if apierrors.IsAlreadyExists(err) {
+			// One the cache has not seen yet (an API server restarted
+			// under the controller leaves its watches behind for a while):
+			// looked at again soon, not retried with the errors' backoff.
+			ctrl.LoggerFrom(ctx).V(1).Info("ServiceImport exists but is not in the cache yet")
+			return nil, errImportBehind
+		}
+		if err != nil {
 			return nil, fmt.Errorf("create ServiceImport: %w", err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Created ServiceImport", "type", desired.Spec.Type, "clusters", s.res.Clusters)
@@ -55,9 +64,10 @@ func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) (*mcsv1beta1
 	return updated, nil
 }
 
-// errImportBehind: reconcileImport left the ServiceImport's update for the
-// next look, once the cache has caught up (lookAgainIfBehind).
-var errImportBehind = errors.New("the ServiceImport in the cache is older than the last write of it")
+// errImportBehind: reconcileImport left the ServiceImport's update, or its
+// creation, for the next look, once the cache has caught up
+// (lookAgainIfBehind).
+var errImportBehind = errors.New("the ServiceImport in the cache is older than the API server's")
 
 // lookAgainIfBehind turns errImportBehind into a look again soon
 // (recheckSoon), and returns the other errors.
