@@ -4,6 +4,8 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -36,6 +38,9 @@ func newKeys(prefix, clusterSet string) keys {
 
 // clusters is the prefix of every cluster's records.
 func (k keys) clusters() string { return k.root }
+
+// clustersEnd is the end of the range of every cluster's records.
+func (k keys) clustersEnd() string { return clientv3.GetPrefixRangeEnd(k.root) }
 
 // cluster is the prefix of one cluster's records.
 func (k keys) cluster(cluster string) string { return k.root + cluster + "/" }

@@ -246,7 +246,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	}
 	var alive, own []keyed
 	var recs []*record
-	rev, etcdCluster, err := w.readPages(ctx, w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters()), 0, func(kvs []*mvccpb.KeyValue) {
+	rev, etcdCluster, err := w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), 0, func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
 			key := string(kv.Key)
 			revs[key] = kv.ModRevision
@@ -300,7 +300,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 // within RequestTimeout that etcd answers, and fixes the revision. The read
 // of what changed follows, in ranges of a page each (readChanged).
 func (w *watch) syncChanges(ctx context.Context) (int64, error) {
-	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(clientv3.GetPrefixRangeEnd(w.c.keys.clusters())),
+	resp, err := w.readKey(ctx, w.c.keys.clusters(), clientv3.WithRange(w.c.keys.clustersEnd()),
 		clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("count clusterset keys: %w", err)
@@ -379,7 +379,7 @@ func (w *watch) sameHistory(h *etcdserverpb.ResponseHeader) bool {
 func (w *watch) readChanged(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, error) {
 	var changed []*mvccpb.KeyValue
 	bounds := changeBounds(w.byCluster, w.c.keys.cluster, int(w.c.opts.ResyncPageSize))
-	from, last := w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters())
+	from, last := w.c.keys.clusters(), w.c.keys.clustersEnd()
 	for i := 0; ; i++ {
 		end := last
 		if i < len(bounds) {
@@ -458,7 +458,7 @@ func (w *watch) observeOwn(cluster, key string, kv *mvccpb.KeyValue) {
 // latest), as readPages does, and returns them with the revision read at.
 func (w *watch) readAll(ctx context.Context, rev int64, filter ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
 	var kvs []*mvccpb.KeyValue
-	rev, _, err := w.readPages(ctx, w.c.keys.clusters(), clientv3.GetPrefixRangeEnd(w.c.keys.clusters()), rev,
+	rev, _, err := w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), rev,
 		func(page []*mvccpb.KeyValue) { kvs = append(kvs, page...) }, filter...)
 	if err != nil {
 		return nil, 0, err
