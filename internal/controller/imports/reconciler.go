@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -94,6 +96,11 @@ type Reconciler struct {
 	// clusterEvents limits the ClustersChanged events (see eventClusters);
 	// SetupWithManager sets it, nil is no limit.
 	clusterEvents flowcontrol.RateLimiter
+
+	// behind spaces out the looks again at an import whose cache stays
+	// behind, reconcile after reconcile (lookAgainIn).
+	behind     workqueue.TypedRateLimiter[types.NamespacedName]
+	behindOnce sync.Once
 }
 
 // scope is what the phases of one reconcile share.
@@ -129,6 +136,9 @@ type scope struct {
 	// recheck is when to look again at a status write skipped because the
 	// cache did not show it yet (patch.StatusOnce).
 	recheck time.Duration
+	// behind: the reconcile found its cache behind the API server
+	// (recheckSoon).
+	behind bool
 	// endpoints are every cluster's endpoints of the Service, read from the
 	// View once per reconcile: the hints, the slices and the conditions
 	// follow one snapshot.
@@ -169,12 +179,42 @@ type scope struct {
 // not show yet.
 const cacheLag = 100 * time.Millisecond
 
+// maxCacheLag bounds the look again at an import whose cache stays behind
+// (lookAgainIn).
+const maxCacheLag = 5 * time.Second
+
 // recheckSoon asks to look at the import again once the cache has caught
-// up (cacheLag).
+// up (cacheLag, or later when it stays behind: lookAgainIn).
 func (s *scope) recheckSoon() {
+	s.behind = true
 	if s.recheck == 0 || cacheLag < s.recheck {
 		s.recheck = cacheLag
 	}
+}
+
+// lookAgainIn is when to look at the import of s again: s.recheck, except
+// that an import whose cache was behind in every reconcile since the last
+// that found it caught up waits longer each time, doubling from cacheLag up
+// to maxCacheLag. Each of those looks may cost an API call (a create that
+// the API server refuses, the object existing), and a cache far behind (an
+// API server restarted under the controller) would otherwise bring one per
+// import every cacheLag; the object's own event, once the cache has it,
+// brings the import back sooner.
+func (r *Reconciler) lookAgainIn(s *scope) time.Duration {
+	key := types.NamespacedName{Namespace: s.key.Namespace, Name: s.key.Name}
+	if !s.behind {
+		r.behindLimiter().Forget(key)
+		return s.recheck
+	}
+	return r.behindLimiter().When(key)
+}
+
+// behindLimiter is r.behind, made on first use.
+func (r *Reconciler) behindLimiter() workqueue.TypedRateLimiter[types.NamespacedName] {
+	r.behindOnce.Do(func() {
+		r.behind = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](cacheLag, maxCacheLag)
+	})
+	return r.behind
 }
 
 // recheckAt asks to look at the import again within d (at least half a
@@ -376,7 +416,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) (time.Duration, 
 		// Not created, or a step failed before the import could be told:
 		// no owner to give the derived Service, no status to write. The
 		// error, or the look again asked for, brings the import back.
-		return s.recheck, nil
+		return r.lookAgainIn(s), nil
 	}
 	if s.unreachable != nil {
 		recheck, err := r.writeStatus(ctx, s.si, &s.cached)
@@ -404,7 +444,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) (time.Duration, 
 		r.eventClusters(ctx, s.si, old.Clusters)
 		r.eventRejected(s.si, old.Conditions)
 	}
-	return s.recheck, errors.Join(adoptErr, patchErr)
+	return r.lookAgainIn(s), errors.Join(adoptErr, patchErr)
 }
 
 // applyImport writes an exported Service's import: the derived Service,
@@ -510,6 +550,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 // except the propagation stamps (see reconcileDelete).
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.metrics.Forget(key)
+	r.behindLimiter().Forget(key)
 }
 
 func isManaged(o metav1.Object) bool {

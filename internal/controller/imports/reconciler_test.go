@@ -1271,29 +1271,48 @@ func TestCreateRefusedInATerminatingNamespace(t *testing.T) {
 // that exists. The create that follows is refused (AlreadyExists): the
 // import is looked at again within cacheLag, with no error (whose backoff
 // grows to minutes) and without writing a status from what it cannot see.
+// While the cache stays behind, each look waits twice as long as the one
+// before, up to maxCacheLag (each costs a refused create); once a reconcile
+// finds the cache caught up, the next wait is cacheLag again.
 func TestCreateOfWhatTheCacheHasNotSeen(t *testing.T) {
 	for _, hide := range []string{"ServiceImport", "derived Service"} {
 		t.Run(hide, func(t *testing.T) {
 			e := built(t)
 			cache := &unseen{Client: e.r.Client}
 			e.r.Client = e.r.echoes.Client(cache)
-			if hide == "ServiceImport" {
-				cache.hide(&mcsv1beta1.ServiceImport{}, "web")
-			} else {
-				cache.hide(&corev1.Service{}, DerivedServiceName("web"))
+			hideIt := func() {
+				if hide == "ServiceImport" {
+					cache.hide(&mcsv1beta1.ServiceImport{}, "web")
+				} else {
+					cache.hide(&corev1.Service{}, DerivedServiceName("web"))
+				}
 			}
-			e.writes = nil
-			res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}})
-			if err != nil {
-				t.Fatalf("reconcile with the %s missing from the cache: %v", hide, err)
+			// looks reconciles with the object hidden, and checks each
+			// wait and write.
+			looks := func(want ...time.Duration) {
+				t.Helper()
+				for i, wait := range want {
+					e.writes = nil
+					res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}})
+					if err != nil {
+						t.Fatalf("reconcile %d with the %s missing from the cache: %v", i+1, hide, err)
+					}
+					if res.RequeueAfter != wait {
+						t.Errorf("reconcile %d: result %+v, want a look again after %v", i+1, res, wait)
+					}
+					// The recorder sees the create before the API server
+					// refuses it.
+					if len(e.writes) != 1 || !strings.HasPrefix(e.writes[0], "create ") {
+						t.Errorf("reconcile %d: writes %v, want the refused create only", i+1, e.writes)
+					}
+				}
 			}
-			if res.RequeueAfter <= 0 || res.RequeueAfter > cacheLag {
-				t.Errorf("result %+v, want a look again within %v", res, cacheLag)
-			}
-			// The recorder sees the create before the API server refuses it.
-			if len(e.writes) != 1 || !strings.HasPrefix(e.writes[0], "create ") {
-				t.Errorf("writes %v, want the refused create only", e.writes)
-			}
+			hideIt()
+			looks(cacheLag, 2*cacheLag, 4*cacheLag, 8*cacheLag, 16*cacheLag, 32*cacheLag, maxCacheLag, maxCacheLag)
+			cache.hide(nil, "")
+			e.steady("web")
+			hideIt()
+			looks(cacheLag, 2*cacheLag)
 			cache.hide(nil, "")
 			e.steady("web")
 		})
