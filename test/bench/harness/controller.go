@@ -388,9 +388,10 @@ func (p *controllerProc) get(ctx context.Context, url string, into any) error {
 type Controller struct{ p *controllerProc }
 
 // StartEtcdController starts cluster c's mcsd on the etcd registry at urls
-// with lease ttl; its log goes to logDir/<cluster>.log. The executable must
-// call MaybeRunController first thing in main.
-func StartEtcdController(c *testbed.Cluster, urls []string, ttl time.Duration, logDir string) (*Controller, error) {
+// with lease ttl; its log goes to logDir/<cluster>.log, and its CPU
+// profile from the process's start to StopProfile to cpuProfile, when set.
+// The executable must call MaybeRunController first thing in main.
+func StartEtcdController(c *testbed.Cluster, urls []string, ttl time.Duration, logDir, cpuProfile string) (*Controller, error) {
 	ports, err := testbed.FreePorts(2)
 	if err != nil {
 		return nil, err
@@ -399,6 +400,7 @@ func StartEtcdController(c *testbed.Cluster, urls []string, ttl time.Duration, l
 		Cluster: c.ID, Kubeconfig: c.Kubeconfig, QPS: 1000, Burst: 2000,
 		Registry: RegistryEtcd, EtcdURL: strings.Join(urls, ","), TTL: ttl,
 		Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		CPUProfile: cpuProfile,
 	}, logDir)
 	if err != nil {
 		return nil, err
@@ -435,13 +437,7 @@ func (c *Controller) Reconciles(ctx context.Context, controller string) (n, seco
 	return n, seconds, err
 }
 
-// StartProfile starts a CPU profile of the controller into file (a path
-// on this machine); StopProfile ends it.
-func (c *Controller) StartProfile(ctx context.Context, file string) error {
-	return c.p.startProfile(ctx, file)
-}
-
-// StopProfile ends the CPU profile StartProfile began.
+// StopProfile ends the CPU profile the controller began at its start.
 func (c *Controller) StopProfile(ctx context.Context) error { return c.p.stopProfile(ctx) }
 
 // PID is the controller's process id.

@@ -54,8 +54,9 @@ type config struct {
 	Timeout       time.Duration `json:"timeout"`
 	SkipRestart   bool          `json:"skipRestart"`
 	SkipLeave     bool          `json:"skipLeave"`
-	// ProfileJoin writes a CPU profile of each real controller from ready
-	// to every import whole (join-<cluster>.pprof beside its log).
+	// ProfileJoin writes a CPU profile of each real controller from its
+	// process's start to every import whole (join-<cluster>.pprof beside
+	// its log).
 	ProfileJoin bool `json:"profileJoin,omitempty"`
 	// ProfileCompaction writes a CPU profile of the benchmark's own
 	// process (the simulated members) over the compaction phase

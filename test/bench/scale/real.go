@@ -377,7 +377,11 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 
 	start := time.Now()
 	for _, rc := range r.real.clusters {
-		ctrl, err := harness.StartEtcdController(rc.c, r.urls, r.cfg.TTL, r.real.logs)
+		var profile string
+		if r.cfg.ProfileJoin {
+			profile = filepath.Join(r.real.logs, "join-"+rc.c.ID+".pprof")
+		}
+		ctrl, err := harness.StartEtcdController(rc.c, r.urls, r.cfg.TTL, r.real.logs, profile)
 		if err != nil {
 			return err
 		}
@@ -390,13 +394,6 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	}
 	res.JoinReady = time.Since(start)
 	cpuReady, busyReady := r.real.usage(), harness.MachineBusy()
-	if r.cfg.ProfileJoin {
-		for _, rc := range r.real.clusters {
-			if err := rc.ctrl.StartProfile(ctx, filepath.Join(r.real.logs, "join-"+rc.c.ID+".pprof")); err != nil {
-				return fmt.Errorf("profile the join of %s: %w", rc.c.ID, err)
-			}
-		}
-	}
 	for _, rc := range r.real.clusters {
 		if err := waitFor(ctx, r.cfg.Timeout, "every import whole in "+rc.c.ID, func() bool { return rc.whole(want, r.cfg.Endpoints) }); err != nil {
 			return err
