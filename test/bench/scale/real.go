@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -570,6 +571,28 @@ func (rs *realSet) arrivedAll() bool {
 		rc.mu.Unlock()
 	}
 	return true
+}
+
+// missing says which changes of the churn have not arrived in which real
+// cluster, at most n of them, with how long ago their put began.
+func (rs *realSet) missing(n int) string {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var out []string
+	for _, rc := range rs.clusters {
+		rc.mu.Lock()
+		for addr, at := range rs.puts {
+			if _, ok := rc.arrived[addr]; !ok && strings.HasPrefix(addr, "172.") {
+				out = append(out, fmt.Sprintf("%s not in %s, put %s ago", addr, rc.c.ID, time.Since(at).Round(time.Millisecond)))
+			}
+		}
+		rc.mu.Unlock()
+	}
+	sort.Strings(out)
+	if len(out) > n {
+		out = append(out[:n], fmt.Sprintf("%d more", len(out)-n))
+	}
+	return strings.Join(out, "; ")
 }
 
 // usage is the real controllers' CPU seconds so far, by cluster.

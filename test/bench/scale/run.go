@@ -373,18 +373,23 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 				if inReal {
 					r.real.put(groups[0].Endpoints[0].Addresses[0])
 				}
-				if err := m.reg.PutEndpoints(ctx, key, groups); err != nil && ctx.Err() == nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				} else if ctx.Err() == nil {
-					mu.Lock()
+				// The write has a bound of its own: one the churn's end
+				// cut off might still be applied, and the real clusters
+				// are waited for until each change they were told of
+				// arrives.
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+				err := m.reg.PutEndpoints(wctx, key, groups)
+				cancel()
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("member %d: put endpoints of %s: %w", i, key, err))
+				} else {
 					res.Changes++
 					if inReal {
 						realChanges++
 					}
-					mu.Unlock()
 				}
+				mu.Unlock()
 				select {
 				case <-ctx.Done():
 					return
@@ -436,7 +441,7 @@ func (r *sizeRun) realChurn(ctx context.Context, res *realResult, changes int, w
 		res.CPU = max(res.CPU, (cpu[i]-cpu0[i])/elapsed.Seconds())
 	}
 	if err := waitFor(ctx, 30*time.Second, "every change in every real cluster", r.real.arrivedAll); err != nil {
-		return err
+		return fmt.Errorf("%w (%s)", err, r.real.missing(5))
 	}
 	lat, floor := r.real.latencies()
 	res.Changes, res.Samples = changes, len(lat)
