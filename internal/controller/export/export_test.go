@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -224,8 +226,13 @@ func (e *env) newReconciler() *Reconciler {
 
 func (e *env) reconcile() error {
 	e.t.Helper()
-	_, err := e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: svcName}})
+	_, err := e.reconcileResult()
 	return err
+}
+
+func (e *env) reconcileResult() (ctrl.Result, error) {
+	e.t.Helper()
+	return e.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: svcName}})
 }
 
 func (e *env) mustReconcile() {
@@ -594,8 +601,9 @@ func TestDeletedBeforeFinalizerWithdraws(t *testing.T) {
 				}
 				return apierrors.NewConflict(mcsv1beta1.Resource("serviceexports"), svcName, errors.New("deleted"))
 			}
-			if err := e.reconcile(); err == nil {
-				t.Fatal("Reconcile succeeded, but the finalizer was not added")
+			// A conflict: not an error, a look again soon.
+			if res, err := e.reconcileResult(); err != nil || res.RequeueAfter != staleRecheck {
+				t.Fatalf("Reconcile: %+v, %v; want a look again after %v, no error", res, err, staleRecheck)
 			}
 			if _, ok := e.reg.export(webKey); !ok {
 				t.Fatal("not published while the finalizer was being added")
@@ -610,6 +618,54 @@ func TestDeletedBeforeFinalizerWithdraws(t *testing.T) {
 				t.Errorf("endpoints not withdrawn: %v", g)
 			}
 		})
+	}
+}
+
+// TestFinalizerMeetsANewerServiceExport: the finalizer's write is refused
+// because the ServiceExport changed after the cache's copy (a user's edit,
+// or this controller's own status write the cache has not shown yet). That
+// is no failure to log: the export is published, the status waits, and
+// the ServiceExport is looked at again soon, when both are written.
+func TestFinalizerMeetsANewerServiceExport(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService(),
+		newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.1.0.1", nil)))
+	refuse := func(obj client.Object) error {
+		if _, ok := obj.(*mcsv1beta1.ServiceExport); !ok {
+			return nil
+		}
+		return apierrors.NewConflict(mcsv1beta1.Resource("serviceexports"), svcName, errors.New("the object has been modified"))
+	}
+	e.beforePatch = refuse
+	// While it goes on, each look waits twice as long, up to
+	// maxStaleRecheck: each is a write the API server refuses.
+	for _, wait := range []time.Duration{staleRecheck, 2 * staleRecheck, 4 * staleRecheck} {
+		res, err := e.reconcileResult()
+		if err != nil || res.RequeueAfter != wait {
+			t.Fatalf("Reconcile: %+v, %v; want a look again after %v, no error", res, err, wait)
+		}
+	}
+	if _, ok := e.reg.export(webKey); !ok {
+		t.Error("not published while the finalizer was refused")
+	}
+	if se := e.serviceExport(); len(se.Status.Conditions) != 0 || controllerutil.ContainsFinalizer(se, Finalizer) {
+		t.Errorf("finalizers %v, conditions %v; want neither before the finalizer is written", se.Finalizers, se.Status.Conditions)
+	}
+
+	e.beforePatch = nil
+	e.mustReconcile()
+	se := e.serviceExport()
+	if !controllerutil.ContainsFinalizer(se, Finalizer) {
+		t.Errorf("finalizers %v, want %s", se.Finalizers, Finalizer)
+	}
+	assertCondition(t, se, readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
+	// Written: the next refusal waits staleRecheck again.
+	se.Finalizers = nil
+	if err := e.c.Update(context.Background(), se); err != nil {
+		t.Fatal(err)
+	}
+	e.beforePatch = refuse
+	if res, err := e.reconcileResult(); err != nil || res.RequeueAfter != staleRecheck {
+		t.Errorf("Reconcile after the finalizer was written once: %+v, %v; want a look again after %v", res, err, staleRecheck)
 	}
 }
 
