@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -42,8 +43,11 @@ type written struct {
 // the status written then. It then returns recheck, the time after which
 // the write is believed lost: the caller looks again then (a reconcile
 // requeued after it), since the event that shows the write, or the one that
-// set the status back, may have been the one that brought it. status must
-// return values that the caller does not modify afterwards.
+// set the status back, may have been the one that brought it. When base
+// shows that replaced status and obj has another, the API server holds the
+// status written then, not base's: the patch goes from the written one
+// (even when obj's status is base's again). status must return values that
+// the caller does not modify afterwards.
 func StatusOnce[T client.Object](ctx context.Context, c client.Client, w *Written, base, obj T, status func(T) any) (wrote bool, recheck time.Duration, err error) {
 	uid := obj.GetUID()
 	// Encoded only when needed: not on the path of every reconcile.
@@ -52,6 +56,13 @@ func StatusOnce[T client.Object](ctx context.Context, c client.Client, w *Writte
 		from, to := encode()
 		if recheck := w.pending(uid, from, to); recheck > 0 {
 			return false, recheck, nil
+		}
+		if held, ok := w.holds(uid, from); ok {
+			if err := statusFrom(ctx, c, obj, held, to); err != nil {
+				return false, 0, err
+			}
+			w.remember(uid, from, to)
+			return true, 0, nil
 		}
 	}
 	wrote, err = Status(ctx, c, base, obj, status)
@@ -89,6 +100,36 @@ func (w *Written) pending(uid types.UID, from, to string) time.Duration {
 		return 0
 	}
 	return left
+}
+
+// holds returns the status w's last write of uid gave it when the cache
+// still shows the status that write replaced (from), within writtenFor:
+// what the API server holds.
+func (w *Written) holds(uid types.UID, from string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	last, ok := w.m[uid]
+	if !ok || w.clock().Sub(last.at) > writtenFor || last.from != from {
+		return "", false
+	}
+	return last.to, true
+}
+
+// statusFrom patches obj's status from held (as stored) to to (obj's, as
+// stored), with a JSON merge patch of the status alone.
+func statusFrom(ctx context.Context, c client.Client, obj client.Object, held, to string) error {
+	diff, err := jsonpatch.CreateMergePatch([]byte(held), []byte(to))
+	if err != nil {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	body, err := json.Marshal(map[string]json.RawMessage{"status": diff})
+	if err != nil {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	if err := c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return fmt.Errorf("patch status: %w", err)
+	}
+	return nil
 }
 
 func (w *Written) remember(uid types.UID, from, to string) {

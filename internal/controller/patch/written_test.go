@@ -59,6 +59,10 @@ func TestStatusOnce(t *testing.T) {
 			{name: "cache shows it", base: ready, want: ready},
 			{name: "set back by someone", base: stale, want: ready, wantWrite: true},
 		}},
+		{name: "cache behind, the status it replaced wanted back", steps: []step{
+			{name: "first", base: stale, want: ready, wantWrite: true},
+			{name: "cache behind, the cache's status wanted", base: stale, want: stale, wantWrite: true},
+		}},
 		{name: "a cache behind for long is believed", steps: []step{
 			{name: "first", base: stale, want: ready, wantWrite: true},
 			{name: "still behind", after: writtenFor + time.Second, base: stale, want: ready, wantWrite: true},
@@ -94,6 +98,49 @@ func TestStatusOnce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStatusOnceFromTheWrittenStatus: while the cache shows the status
+// that the last write replaced, the API server holds the written one, and
+// the next write goes from it: a status set back to the cache's (an import
+// whose cluster left and came back before the cache showed it leaving) is
+// written, and so is any other, field by field.
+func TestStatusOnceFromTheWrittenStatus(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := mcsv1beta1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	clusters := func(ids ...string) mcsv1beta1.ServiceImportStatus {
+		s := mcsv1beta1.ServiceImportStatus{}
+		for _, id := range ids {
+			s.Clusters = append(s.Clusters, mcsv1beta1.ClusterStatus{Cluster: id})
+		}
+		return s
+	}
+	obj := func(s mcsv1beta1.ServiceImportStatus) *mcsv1beta1.ServiceImport {
+		return &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "a"}, Status: s}
+	}
+	status := func(si *mcsv1beta1.ServiceImport) any { return si.Status }
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj(clusters("c1", "c2"))).WithStatusSubresource(&mcsv1beta1.ServiceImport{}).Build()
+	w := &Written{}
+	stored := func() mcsv1beta1.ServiceImportStatus {
+		t.Helper()
+		si := &mcsv1beta1.ServiceImport{}
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "shop", Name: "web"}, si); err != nil {
+			t.Fatal(err)
+		}
+		return si.Status
+	}
+	cached := obj(clusters("c1", "c2")) // the cache, behind every write below
+	for _, want := range []mcsv1beta1.ServiceImportStatus{clusters("c1"), clusters("c1", "c2"), clusters("c2"), clusters()} {
+		wrote, _, err := StatusOnce(context.Background(), c, w, cached.DeepCopy(), obj(want), status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := stored(); !wrote || !cmp.Equal(got, want) {
+			t.Errorf("wanted %+v over a cache showing %+v: wrote %v, the API server has %+v", want, cached.Status, wrote, got)
+		}
 	}
 }
 
