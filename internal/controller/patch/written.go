@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,10 +20,12 @@ import (
 const writtenFor = 10 * time.Second
 
 // Written remembers, by object, the status a reconciler last wrote and the
-// status it replaced, until the reconciler's cache shows the write. A
+// statuses it replaced, until the reconciler's cache shows the write. A
 // reconcile that runs before the cache shows its own last write (the write
 // of another field of the object brought it) then writes nothing, where it
-// would write the same status again. The zero value is ready to use.
+// would write the same status again, and patches any other status from the
+// one the API server holds, the last written. The zero value is ready to
+// use.
 type Written struct {
 	mu     sync.Mutex
 	m      map[types.UID]written
@@ -31,33 +34,43 @@ type Written struct {
 	now func() time.Time
 }
 
-// written is one status write, the statuses as the API stores them (JSON:
-// times to the second, as they are stored).
+// written is one object's writes in a row, the statuses as the API stores
+// them (JSON: times to the second, as they are stored).
 type written struct {
-	from, to string
-	at       time.Time
+	// to is the status of the last write; before, the statuses the
+	// object had before it, as far as this reconciler knows: the one the
+	// first write of the row replaced and those of the writes since. A
+	// cache that shows one of them has not shown the last write yet.
+	to     string
+	before []string
+	at     time.Time
 }
 
-// StatusOnce is Status, with w keeping the writes: it writes nothing when
-// base shows the status that w's last write for obj replaced, and obj has
-// the status written then. It then returns recheck, the time after which
-// the write is believed lost: the caller looks again then (a reconcile
-// requeued after it), since the event that shows the write, or the one that
-// set the status back, may have been the one that brought it. When base
-// shows that replaced status and obj has another, the API server holds the
-// status written then, not base's: the patch goes from the written one
-// (even when obj's status is base's again). status must return values that
-// the caller does not modify afterwards.
+// maxBefore bounds written.before; a row of more writes than that within
+// writtenFor starts again from the cache.
+const maxBefore = 8
+
+// StatusOnce is Status, with w keeping the writes. While base shows a
+// status that w's writes of obj replaced (the cache is behind them), the
+// API server holds the last one written: StatusOnce writes nothing when
+// obj has that status, and patches from it otherwise (so a status set back
+// to the cache's is written too). When it writes nothing, it returns
+// recheck, the time after which the write is believed lost: the caller
+// looks again then (a reconcile requeued after it), since the event that
+// shows the write, or the one that set the status back, may have been the
+// one that brought it. A base showing a status that is not one of w's
+// (someone else's) is patched from, as Status does. status must return
+// values that the caller does not modify afterwards.
 func StatusOnce[T client.Object](ctx context.Context, c client.Client, w *Written, base, obj T, status func(T) any) (wrote bool, recheck time.Duration, err error) {
 	uid := obj.GetUID()
 	// Encoded only when needed: not on the path of every reconcile.
 	encode := func() (string, string) { return stored(status(base)), stored(status(obj)) }
 	if w.has(uid) {
 		from, to := encode()
-		if recheck := w.pending(uid, from, to); recheck > 0 {
-			return false, recheck, nil
-		}
-		if held, ok := w.holds(uid, from); ok {
+		if held, left, ok := w.holds(uid, from); ok {
+			if to == held {
+				return false, left, nil
+			}
 			if err := statusFrom(ctx, c, obj, held, to); err != nil {
 				return false, 0, err
 			}
@@ -81,38 +94,30 @@ func (w *Written) has(uid types.UID) bool {
 	return ok
 }
 
-// pending returns, when the write of to over from is one w made and the
-// cache does not show yet, how long it is trusted still; 0 otherwise.
-func (w *Written) pending(uid types.UID, from, to string) time.Duration {
+// holds returns, when the cache shows from and the API server holds the
+// status of w's last write of uid instead, that status, and how long the
+// write is trusted still (0 when the cache shows that status, which may be
+// one of the replaced ones too). It forgets the writes when they are long
+// past, when the cache shows the last one and nothing before it did, or
+// when the cache shows a status that none of them had (someone else's).
+func (w *Written) holds(uid types.UID, from string) (held string, left time.Duration, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	last, ok := w.m[uid]
-	if !ok {
-		return 0
+	last, known := w.m[uid]
+	if !known {
+		return "", 0, false
 	}
-	left := writtenFor - w.clock().Sub(last.at)
-	if left <= 0 || from == last.to {
-		// Long past, or the cache shows the write: forgotten.
+	left = writtenFor - w.clock().Sub(last.at)
+	replaced := slices.Contains(last.before, from)
+	if left <= 0 || !replaced {
+		// Long past, caught up, or set by someone else: forgotten.
 		delete(w.m, uid)
-		return 0
+		return "", 0, false
 	}
-	if from != last.from || to != last.to {
-		return 0
+	if from == last.to {
+		left = 0
 	}
-	return left
-}
-
-// holds returns the status w's last write of uid gave it when the cache
-// still shows the status that write replaced (from), within writtenFor:
-// what the API server holds.
-func (w *Written) holds(uid types.UID, from string) (string, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	last, ok := w.m[uid]
-	if !ok || w.clock().Sub(last.at) > writtenFor || last.from != from {
-		return "", false
-	}
-	return last.to, true
+	return last.to, left, true
 }
 
 // statusFrom patches obj's status from held (as stored) to to (obj's, as
@@ -132,6 +137,8 @@ func statusFrom(ctx context.Context, c client.Client, obj client.Object, held, t
 	return nil
 }
 
+// remember records a write of to over from, the status the cache showed:
+// one more of a row when from is a status the row replaced or wrote.
 func (w *Written) remember(uid types.UID, from, to string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -149,7 +156,14 @@ func (w *Written) remember(uid types.UID, from, to string) {
 			}
 		}
 	}
-	w.m[uid] = written{from: from, to: to, at: now}
+	before := []string{from}
+	if last, ok := w.m[uid]; ok && now.Sub(last.at) <= writtenFor && (slices.Contains(last.before, from) || from == last.to) {
+		before = append(slices.Clone(last.before), last.to)
+		if len(before) > maxBefore {
+			before = before[len(before)-maxBefore:]
+		}
+	}
+	w.m[uid] = written{to: to, before: before, at: now}
 }
 
 // stored is status as the API stores it.
@@ -169,8 +183,8 @@ func (w *Written) clock() time.Time {
 }
 
 // Known returns the status a reconcile of the object uid starts from: the
-// status w's last write gave it while the cache (cached) still shows the
-// status that write replaced, else cached. It is the one rule for a cache
+// status w's last write gave it while the cache (cached) still shows one of
+// the statuses w's writes replaced, else cached. It is the one rule for a cache
 // that lags behind the reconciler's own writes: decisions that compare with
 // the previous status (an event once per change, say) read Known, and do
 // not remember what they did beside it.
@@ -178,7 +192,7 @@ func Known[S any](w *Written, uid types.UID, cached S) S {
 	w.mu.Lock()
 	last, ok := w.m[uid]
 	w.mu.Unlock()
-	if !ok || w.clock().Sub(last.at) > writtenFor || stored(cached) != last.from {
+	if !ok || w.clock().Sub(last.at) > writtenFor || !slices.Contains(last.before, stored(cached)) {
 		return cached
 	}
 	var out S
