@@ -135,7 +135,9 @@ func TestStatusOnceFromTheWrittenStatus(t *testing.T) {
 		}
 		return si.Status
 	}
-	for i, step := range []struct{ cache, want mcsv1beta1.ServiceImportStatus }{
+	for i, step := range []struct {
+		cache, want mcsv1beta1.ServiceImportStatus
+	}{
 		{cache: clusters("c1", "c2"), want: clusters("c1")},
 		{cache: clusters("c1", "c2"), want: clusters("c1", "c2")}, // the cache behind both writes
 		{cache: clusters("c1"), want: clusters("c1")},             // the first write shown late
