@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -86,17 +85,8 @@ type Reconciler struct {
 	unguarded   map[registry.ServiceKey]bool
 
 	// stale spaces out the looks again at a ServiceExport whose
-	// finalizer's write keeps meeting a newer one (staleRecheck).
-	stale     workqueue.TypedRateLimiter[types.NamespacedName]
-	staleOnce sync.Once
-}
-
-// staleLimiter is r.stale, made on first use.
-func (r *Reconciler) staleLimiter() workqueue.TypedRateLimiter[types.NamespacedName] {
-	r.staleOnce.Do(func() {
-		r.stale = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](staleRecheck, maxStaleRecheck)
-	})
-	return r.stale
+	// finalizer's write keeps meeting a newer one than the cache's.
+	stale skeleton.Behind
 }
 
 // scope is what the steps of one reconcile share.
@@ -127,15 +117,6 @@ type scope struct {
 	// write met a newer ServiceExport than the cache's.
 	recheck time.Duration
 }
-
-// staleRecheck is how soon an export whose finalizer's write was refused
-// for a newer ServiceExport is looked at again, doubling while that goes on
-// up to maxStaleRecheck. The newer one's event brings it sooner, unless it
-// is this controller's own status write, whose event the echo filter drops.
-const (
-	staleRecheck    = 100 * time.Millisecond
-	maxStaleRecheck = 5 * time.Second
-)
 
 // Reconcile publishes or withdraws this cluster's export of the Service named
 // by req and updates the ServiceExport's conditions, in the five steps of
@@ -245,7 +226,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) error {
 		// or this controller's last status write not yet in the cache):
 		// not a failure; the next look writes the finalizer and status.
 		ctrl.LoggerFrom(ctx).V(1).Info("ServiceExport changed since the cache's copy; adding the finalizer again soon", "reason", finErr.Error())
-		s.skipStatus, s.recheck = true, r.staleLimiter().When(client.ObjectKeyFromObject(s.se))
+		s.skipStatus, s.recheck = true, r.stale.When(client.ObjectKeyFromObject(s.se))
 		return err
 	case finErr != nil:
 		s.skipStatus = true
@@ -253,7 +234,7 @@ func (r *Reconciler) apply(ctx context.Context, s *scope) error {
 	}
 	r.setUnguarded(s.key, false)
 	if fin != nil {
-		r.staleLimiter().Forget(client.ObjectKeyFromObject(s.se))
+		r.stale.Forget(client.ObjectKeyFromObject(s.se))
 	}
 	return err
 }
@@ -301,5 +282,5 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) (time.Duration, 
 // forget drops what the controller keeps about a ServiceExport that is gone.
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.metrics.Forget(key)
-	r.staleLimiter().Forget(key)
+	r.stale.Forget(key)
 }

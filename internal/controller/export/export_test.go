@@ -29,6 +29,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/controller/skeleton"
 	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -602,8 +603,8 @@ func TestDeletedBeforeFinalizerWithdraws(t *testing.T) {
 				return apierrors.NewConflict(mcsv1beta1.Resource("serviceexports"), svcName, errors.New("deleted"))
 			}
 			// A conflict: not an error, a look again soon.
-			if res, err := e.reconcileResult(); err != nil || res.RequeueAfter != staleRecheck {
-				t.Fatalf("Reconcile: %+v, %v; want a look again after %v, no error", res, err, staleRecheck)
+			if res, err := e.reconcileResult(); err != nil || res.RequeueAfter != skeleton.BehindMin {
+				t.Fatalf("Reconcile: %+v, %v; want a look again after %v, no error", res, err, skeleton.BehindMin)
 			}
 			if _, ok := e.reg.export(webKey); !ok {
 				t.Fatal("not published while the finalizer was being added")
@@ -637,8 +638,8 @@ func TestFinalizerMeetsANewerServiceExport(t *testing.T) {
 	}
 	e.beforePatch = refuse
 	// While it goes on, each look waits twice as long, up to
-	// maxStaleRecheck: each is a write the API server refuses.
-	for _, wait := range []time.Duration{staleRecheck, 2 * staleRecheck, 4 * staleRecheck} {
+	// skeleton.BehindMax: each is a write the API server refuses.
+	for _, wait := range []time.Duration{skeleton.BehindMin, 2 * skeleton.BehindMin, 4 * skeleton.BehindMin} {
 		res, err := e.reconcileResult()
 		if err != nil || res.RequeueAfter != wait {
 			t.Fatalf("Reconcile: %+v, %v; want a look again after %v, no error", res, err, wait)
@@ -658,14 +659,14 @@ func TestFinalizerMeetsANewerServiceExport(t *testing.T) {
 		t.Errorf("finalizers %v, want %s", se.Finalizers, Finalizer)
 	}
 	assertCondition(t, se, readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
-	// Written: the next refusal waits staleRecheck again.
+	// Written: the next refusal waits skeleton.BehindMin again.
 	se.Finalizers = nil
 	if err := e.c.Update(context.Background(), se); err != nil {
 		t.Fatal(err)
 	}
 	e.beforePatch = refuse
-	if res, err := e.reconcileResult(); err != nil || res.RequeueAfter != staleRecheck {
-		t.Errorf("Reconcile after the finalizer was written once: %+v, %v; want a look again after %v", res, err, staleRecheck)
+	if res, err := e.reconcileResult(); err != nil || res.RequeueAfter != skeleton.BehindMin {
+		t.Errorf("Reconcile after the finalizer was written once: %+v, %v; want a look again after %v", res, err, skeleton.BehindMin)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -99,8 +97,7 @@ type Reconciler struct {
 
 	// behind spaces out the looks again at an import whose cache stays
 	// behind, reconcile after reconcile (lookAgainIn).
-	behind     workqueue.TypedRateLimiter[types.NamespacedName]
-	behindOnce sync.Once
+	behind skeleton.Behind
 }
 
 // scope is what the phases of one reconcile share.
@@ -177,11 +174,7 @@ type scope struct {
 
 // cacheLag is how soon a reconcile looks again at an object its cache did
 // not show yet.
-const cacheLag = 100 * time.Millisecond
-
-// maxCacheLag bounds the look again at an import whose cache stays behind
-// (lookAgainIn).
-const maxCacheLag = 5 * time.Second
+const cacheLag = skeleton.BehindMin
 
 // recheckSoon asks to look at the import again once the cache has caught
 // up (cacheLag, or later when it stays behind: lookAgainIn).
@@ -194,27 +187,14 @@ func (s *scope) recheckSoon() {
 
 // lookAgainIn is when to look at the import of s again: s.recheck, except
 // that an import whose cache was behind in every reconcile since the last
-// that found it caught up waits longer each time, doubling from cacheLag up
-// to maxCacheLag. Each of those looks may cost an API call (a create that
-// the API server refuses, the object existing), and a cache far behind (an
-// API server restarted under the controller) would otherwise bring one per
-// import every cacheLag; the object's own event, once the cache has it,
-// brings the import back sooner.
+// that found it caught up waits longer each time (skeleton.Behind).
 func (r *Reconciler) lookAgainIn(s *scope) time.Duration {
 	key := types.NamespacedName{Namespace: s.key.Namespace, Name: s.key.Name}
 	if !s.behind {
-		r.behindLimiter().Forget(key)
+		r.behind.Forget(key)
 		return s.recheck
 	}
-	return r.behindLimiter().When(key)
-}
-
-// behindLimiter is r.behind, made on first use.
-func (r *Reconciler) behindLimiter() workqueue.TypedRateLimiter[types.NamespacedName] {
-	r.behindOnce.Do(func() {
-		r.behind = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](cacheLag, maxCacheLag)
-	})
-	return r.behind
+	return r.behind.When(key)
 }
 
 // recheckAt asks to look at the import again within d (at least half a
@@ -550,7 +530,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 // except the propagation stamps (see reconcileDelete).
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.metrics.Forget(key)
-	r.behindLimiter().Forget(key)
+	r.behind.Forget(key)
 }
 
 func isManaged(o metav1.Object) bool {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
+	"github.com/mcsd-io/mcsd/internal/controller/skeleton"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -1272,7 +1273,7 @@ func TestCreateRefusedInATerminatingNamespace(t *testing.T) {
 // import is looked at again within cacheLag, with no error (whose backoff
 // grows to minutes) and without writing a status from what it cannot see.
 // While the cache stays behind, each look waits twice as long as the one
-// before, up to maxCacheLag (each costs a refused create); once a reconcile
+// before, up to skeleton.BehindMax (each costs a refused create); once a reconcile
 // finds the cache caught up, the next wait is cacheLag again.
 func TestCreateOfWhatTheCacheHasNotSeen(t *testing.T) {
 	for _, hide := range []string{"ServiceImport", "derived Service"} {
@@ -1308,7 +1309,7 @@ func TestCreateOfWhatTheCacheHasNotSeen(t *testing.T) {
 				}
 			}
 			hideIt()
-			looks(cacheLag, 2*cacheLag, 4*cacheLag, 8*cacheLag, 16*cacheLag, 32*cacheLag, maxCacheLag, maxCacheLag)
+			looks(cacheLag, 2*cacheLag, 4*cacheLag, 8*cacheLag, 16*cacheLag, 32*cacheLag, skeleton.BehindMax, skeleton.BehindMax)
 			cache.hide(nil, "")
 			e.steady("web")
 			hideIt()
