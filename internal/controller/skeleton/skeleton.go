@@ -20,7 +20,8 @@
 // for latency does it through package parallel. Package echo follows the
 // whole reconcile (echo.Track): its writes hold back the events of the
 // objects they write, and one held back that was not their echo brings the
-// object back soon.
+// object back soon. Behind spaces out the looks again of the reconciles
+// that keep finding their cache behind the API server.
 package skeleton
 
 import (
