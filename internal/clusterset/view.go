@@ -23,6 +23,11 @@ type View struct {
 	synced    bool
 	connected bool
 	connErr   error
+	// loadedAll: the last full update held every namespace; else loaded
+	// holds the namespaces whose records a scoped backend delivered in full
+	// (registry.Update.Scoped).
+	loadedAll bool
+	loaded    map[string]bool
 
 	subsMu sync.Mutex
 	subs   map[int]func(Change)
@@ -37,9 +42,14 @@ var _ registry.Handler = (*View)(nil)
 // outage) or stopped being connected: every Service, and every object made
 // from one, may need another look. The first full read is announced by that
 // one change alone, not Service by Service.
+//
+// With Namespace set (and the rest zero), the View holds every record of
+// that namespace from now on: a scoped View (ScopedView) came to need it,
+// after its first full read.
 type Change struct {
 	Service      registry.ServiceKey
 	Reachability bool
+	Namespace    string
 }
 
 // NewView returns an empty view that has not synced yet.
@@ -86,6 +96,17 @@ func (v *View) HasSynced() bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.synced
+}
+
+// HasSyncedFor reports whether the View holds every record of namespace:
+// it has synced, and, when a scoped backend delivers only the namespaces a
+// ScopedView needs, that namespace has been delivered. Until then the View
+// knows nothing of the namespace's Services, and nothing is to be decided
+// from it.
+func (v *View) HasSyncedFor(namespace string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.synced && (v.loadedAll || v.loaded[namespace])
 }
 
 // Connected reports whether the registry is reachable, and if not, why.
@@ -196,6 +217,10 @@ func (v *View) OnUpdate(u registry.Update) {
 	} else {
 		changed, newlyRej = v.apply(u)
 	}
+	newlyLoaded := v.load(u)
+	if first {
+		newlyLoaded = nil // the first full update is announced as a whole
+	}
 	onReject := v.onReject
 	becameUsable := v.usable() && !wasUsable
 	v.mu.Unlock()
@@ -209,7 +234,7 @@ func (v *View) OnUpdate(u registry.Update) {
 		// the registry is connected (else its connection will).
 		changed = nil
 	}
-	if len(changed) == 0 && !becameUsable {
+	if len(changed) == 0 && len(newlyLoaded) == 0 && !becameUsable {
 		return
 	}
 	subs := v.subscribers()
@@ -218,11 +243,42 @@ func (v *View) OnUpdate(u registry.Update) {
 			f(Change{Service: k})
 		}
 	}
+	for _, ns := range newlyLoaded {
+		for _, f := range subs {
+			f(Change{Namespace: ns})
+		}
+	}
 	if becameUsable {
 		for _, f := range subs {
 			f(Change{Reachability: true})
 		}
 	}
+}
+
+// load records which namespaces u completes (registry.Update.Scoped) and
+// returns those that are newly held. A full update from a backend that does
+// not scope holds them all. v.mu is held.
+func (v *View) load(u registry.Update) []string {
+	wasAll, was := v.loadedAll, v.loaded
+	switch {
+	case u.Full && !u.Scoped:
+		v.loadedAll, v.loaded = true, nil
+		return nil
+	case u.Full:
+		v.loadedAll, v.loaded = false, map[string]bool{}
+	case !u.Scoped:
+		return nil
+	case v.loaded == nil:
+		v.loaded = map[string]bool{}
+	}
+	var newly []string
+	for _, ns := range u.Namespaces {
+		if !wasAll && !was[ns] {
+			newly = append(newly, ns)
+		}
+		v.loaded[ns] = true
+	}
+	return newly
 }
 
 // screen moves the records of u that registry.ValidateExport or

@@ -117,7 +117,7 @@ func startGated(t *testing.T, store *memory.Store, cluster string, gate *cacheGa
 
 	done := make(chan error, 1)
 	go func() { done <- start(ctx, mgr, reg, view) }()
-	p := &inProcess{mgr: mgr, view: view, api: api, informers: informers}
+	p := &inProcess{mgr: mgr, view: view.View, api: api, informers: informers}
 	var once sync.Once
 	p.stop = func() {
 		once.Do(func() {

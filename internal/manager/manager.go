@@ -10,10 +10,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
@@ -265,10 +267,13 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 }
 
 // addControllers adds to mgr the export and import controllers over a new
-// View, which start feeds from the registry. It
-// returns the View.
-func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry, cluster string, takeoverGrace time.Duration) (*clusterset.View, error) {
-	view := clusterset.NewView()
+// View, which start feeds from the registry. The View needs the namespaces
+// the cluster has (needNamespaces). It returns the View.
+func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry, cluster string, takeoverGrace time.Duration) (*clusterset.ScopedView, error) {
+	view := clusterset.NewScopedView()
+	if err := needNamespaces(ctx, mgr, view); err != nil {
+		return nil, err
+	}
 	countRejected := metrics.RecordsRejected(cluster)
 	rejectLog := mgr.GetLogger().WithName("registry")
 	view.OnReject(func(r registry.Rejection) {
@@ -280,10 +285,10 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 	// which every API server and kubectl version shows.
 	recorder := mgr.GetEventRecorderFor("mcsd") //nolint:staticcheck // see above
 
-	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view, ClusterID: cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view.View, ClusterID: cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up export controller: %w", err)
 	}
-	if err := (&imports.Reconciler{Client: mgr.GetClient(), View: view, ClusterID: cluster, Recorder: recorder, RetireGrace: takeoverGrace}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), View: view.View, ClusterID: cluster, Recorder: recorder, RetireGrace: takeoverGrace}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up import controller: %w", err)
 	}
 	return view, nil
@@ -294,8 +299,17 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 // have synced: the first read of the registry and the caches' sync take a
 // few hundred milliseconds each (30,000 records: 0.3 s), and the imports
 // wait for both. The View keeps what it read until the controllers' sources
-// start.
-func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *clusterset.View) error {
+// start. The namespaces the cluster has are listed first, in one request:
+// the first read then decodes theirs alone (the cache's, later, adds those
+// created meanwhile).
+func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *clusterset.ScopedView) error {
+	namespaces := &corev1.NamespaceList{}
+	if err := mgr.GetAPIReader().List(ctx, namespaces); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Cannot list the namespaces before reading the registry; taking them from the cache", "reason", err.Error())
+	}
+	for i := range namespaces.Items {
+		view.Need(namespaces.Items[i].Name)
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		err := reg.Watch(ctx, view)
@@ -337,6 +351,26 @@ func runManager(ctx context.Context, mgr ctrl.Manager) error {
 		logr.FromContextOrDiscard(ctx).Info("Stopped before the caches synced; not waiting for the manager")
 		return nil
 	}
+}
+
+// needNamespaces makes view need every namespace the manager's cache holds,
+// from its first list on: the Services a cluster imports and exports are in
+// those alone.
+func needNamespaces(ctx context.Context, mgr ctrl.Manager, view *clusterset.ScopedView) error {
+	inf, err := mgr.GetCache().GetInformer(ctx, &corev1.Namespace{})
+	if err != nil {
+		return fmt.Errorf("namespace informer: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if o, ok := obj.(client.Object); ok {
+				view.Need(o.GetName())
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("namespace informer: %w", err)
+	}
+	return nil
 }
 
 // setupIdentityWatch ends the run when a ClusterProperty that mcsd reads

@@ -93,10 +93,13 @@ func (r *instrumented) Exported(ctx context.Context) ([]registry.ServiceKey, err
 }
 
 // Watch watches reg, recording what it delivers to h. When the watch ends,
-// the registry counts as not connected.
+// the registry counts as not connected. A registry.Scoped h stays one.
 func (r *instrumented) Watch(ctx context.Context, h registry.Handler) error {
-	ih := &instrumentedHandler{h: h, r: r}
-	err := r.reg.Watch(ctx, ih)
+	var wh registry.Handler = &instrumentedHandler{h: h, r: r}
+	if s, ok := h.(registry.Scoped); ok {
+		wh = scopedHandler{wh, s}
+	}
+	err := r.reg.Watch(ctx, wh)
 	r.m.registryConnected.WithLabelValues(r.cluster, r.backend).Set(0)
 	if err != nil && (!errors.Is(err, context.Canceled) || ctx.Err() == nil) {
 		r.m.registryErrors.WithLabelValues(r.cluster, r.backend, opWatch).Inc()
@@ -116,6 +119,15 @@ type instrumentedHandler struct {
 	// down is whether the last report was a loss of the registry.
 	down bool
 }
+
+// scopedHandler is an instrumentedHandler of a registry.Scoped handler.
+type scopedHandler struct {
+	registry.Handler
+	s registry.Scoped
+}
+
+func (sh scopedHandler) Namespaces() map[string]bool     { return sh.s.Namespaces() }
+func (sh scopedHandler) NamespacesGrew() <-chan struct{} { return sh.s.NamespacesGrew() }
 
 func (ih *instrumentedHandler) OnUpdate(u registry.Update) {
 	op := opWatchUpdate

@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"errors"
+	"maps"
+	"sync"
 	"time"
 )
 
@@ -152,9 +154,79 @@ type Handler interface {
 	OnConnection(connected bool, err error)
 }
 
+// Scoped is a Handler that needs the records of some namespaces only, as
+// a cluster's controller does: the Services it imports and exports are all
+// in namespaces the cluster has. A backend may then decode and deliver the
+// records of those namespaces alone, and tell in Update.Namespaces when it
+// has delivered all of a namespace's; one that does not delivers
+// everything, as to any Handler.
+type Scoped interface {
+	Handler
+	// Namespaces returns the namespaces whose records the handler needs,
+	// as a set of its own. The set only grows.
+	Namespaces() map[string]bool
+	// NamespacesGrew receives a value, sent without blocking, after the set
+	// grew.
+	NamespacesGrew() <-chan struct{}
+}
+
+// Needed is a set of namespaces that only grows, with the signal of its
+// growth: what a Scoped handler embeds. The zero value is an empty set.
+type Needed struct {
+	mu     sync.Mutex
+	needed map[string]bool
+	grew   chan struct{}
+}
+
+// Need adds namespaces to the set ("" is none).
+func (n *Needed) Need(namespaces ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.init()
+	grew := false
+	for _, ns := range namespaces {
+		if ns != "" && !n.needed[ns] {
+			n.needed[ns], grew = true, true
+		}
+	}
+	if grew {
+		select {
+		case n.grew <- struct{}{}:
+		default: // a growth not yet taken in is pending already
+		}
+	}
+}
+
+// Namespaces implements Scoped: a copy of the set.
+func (n *Needed) Namespaces() map[string]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return maps.Clone(n.needed)
+}
+
+// NamespacesGrew implements Scoped.
+func (n *Needed) NamespacesGrew() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.init()
+	return n.grew
+}
+
+func (n *Needed) init() {
+	if n.grew == nil {
+		n.needed, n.grew = map[string]bool{}, make(chan struct{}, 1)
+	}
+}
+
 // Update is a batch of changes, or with Full, the whole state.
 type Update struct {
-	Full             bool
+	Full bool
+	// Scoped says the update comes from a backend that delivers a Scoped
+	// handler's namespaces only. Namespaces are then those whose records
+	// the update completes: with Full, the state holds the records of
+	// exactly these namespaces; without, these are held from now on too.
+	Scoped           bool
+	Namespaces       []string
 	Exports          []Export
 	DeletedExports   []RecordID
 	Endpoints        []Endpoints
@@ -171,7 +243,7 @@ type Update struct {
 
 // Empty reports whether the update carries nothing.
 func (u Update) Empty() bool {
-	return !u.Full && len(u.Exports) == 0 && len(u.DeletedExports) == 0 &&
+	return !u.Full && len(u.Namespaces) == 0 && len(u.Exports) == 0 && len(u.DeletedExports) == 0 &&
 		len(u.Endpoints) == 0 && len(u.DeletedEndpoints) == 0 &&
 		len(u.Clusters) == 0 && len(u.DeletedClusters) == 0 && len(u.Rejected) == 0
 }

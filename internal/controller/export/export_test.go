@@ -779,6 +779,33 @@ func TestConflictFollowsTheView(t *testing.T) {
 	}
 }
 
+// TestConflictWaitsForTheNamespace: a View that a scoped backend has not
+// delivered the namespace to yet holds this cluster's own export alone (a
+// backend delivers those whatever their namespace): no Conflict is told
+// from it. The namespace's coming names the ServiceExport, whose Conflict
+// then follows the other clusters' exports.
+func TestConflictWaitsForTheNamespace(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	e.mustReconcile()
+	stored := e.reg.stored()
+	own := stored.Exports[0]
+	own.Order = ownOrder
+	e.view.OnUpdate(registry.Update{Full: true, Scoped: true, Exports: []registry.Export{own}, Clusters: []registry.Cluster{{ID: thisID}, {ID: otherID}}})
+	e.mustReconcile()
+	if c := conditions.Get(e.serviceExport().Status.Conditions, confType); c != nil {
+		t.Fatalf("Conflict set before the View holds the namespace: %+v", c)
+	}
+
+	older := registry.Export{Cluster: otherID, Service: webKey, Order: otherOrd, Spec: registry.ServiceSpec{Type: registry.Headless}}
+	e.view.OnUpdate(registry.Update{Scoped: true, Namespaces: []string{ns}, Exports: []registry.Export{older}})
+	got := e.r.changeToExport(context.Background(), clusterset.Change{Namespace: ns})
+	if want := []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: svcName}}}; !cmp.Equal(got, want) {
+		t.Fatalf("changeToExport(namespace) = %v, want %v", got, want)
+	}
+	e.mustReconcile()
+	assertCondition(t, e.serviceExport(), confType, metav1.ConditionTrue, "PortConflict,TypeConflict,IPFamilyConflict")
+}
+
 func TestUnchangedReconcileWritesNothing(t *testing.T) {
 	e := newEnv(t, newServiceExport(), newService(),
 		newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.1.0.1", nil)))

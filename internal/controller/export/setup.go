@@ -163,6 +163,11 @@ func sliceToExport(_ context.Context, o client.Object) []reconcile.Request {
 // their Conflict conditions follow the View. Its becoming unreachable
 // concerns no export.
 func (r *Reconciler) changeToExport(ctx context.Context, c clusterset.Change) []reconcile.Request {
+	if c.Namespace != "" {
+		// The View came to hold the namespace: its exports' conflicts can
+		// be told (updateConflict).
+		return r.exportsIn(ctx, client.InNamespace(c.Namespace))
+	}
 	if !c.Reachability {
 		if !r.concerns(ctx, c.Service) {
 			return nil
@@ -172,8 +177,14 @@ func (r *Reconciler) changeToExport(ctx context.Context, c clusterset.Change) []
 	if connected, _ := r.View.Connected(); !connected {
 		return nil
 	}
+	return r.exportsIn(ctx)
+}
+
+// exportsIn returns the requests of the ServiceExports the manager's cache
+// lists with opts.
+func (r *Reconciler) exportsIn(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	list := &mcsv1beta1.ServiceExportList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, opts...); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ServiceExports to reconcile after the registry was read")
 		return nil
 	}

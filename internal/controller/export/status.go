@@ -47,10 +47,11 @@ func (r *Reconciler) validate(se *mcsv1beta1.ServiceExport, svc *corev1.Service)
 }
 
 // updateConflict sets the Conflict condition from every cluster's export of
-// key, once the view holds this cluster's own export; until then it leaves
-// the condition as it is.
+// key, once the view holds this cluster's own export and every other
+// cluster's records of key's namespace; until then it leaves the condition
+// as it is.
 func (r *Reconciler) updateConflict(se *mcsv1beta1.ServiceExport, key registry.ServiceKey) {
-	if r.View == nil {
+	if r.View == nil || !r.View.HasSyncedFor(key.Namespace) {
 		return
 	}
 	exports := r.View.Exports(key)

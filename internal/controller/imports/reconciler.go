@@ -270,7 +270,8 @@ func (r *Reconciler) fetch(ctx context.Context, req ctrl.Request) (*scope, bool,
 		r.forget(req.NamespacedName)
 		return nil, false, nil
 	}
-	if !r.View.HasSynced() {
+	if !r.View.HasSyncedFor(key.Namespace) {
+		// The View's change when it has read the namespace brings it back.
 		log.V(1).Info("Registry not read yet, waiting")
 		return nil, false, nil
 	}

@@ -430,6 +430,38 @@ func TestNotSyncedTouchesNothing(t *testing.T) {
 	e.intact()
 }
 
+// TestNamespaceNotReadTouchesNothing: a View that a scoped backend has not
+// delivered the namespace to yet knows none of its Services: the import is
+// left as it is until the namespace comes, and its coming brings the
+// imports mcsd made there back.
+func TestNamespaceNotReadTouchesNothing(t *testing.T) {
+	e := built(t)
+	e.view = clusterset.NewView()
+	e.r.View = e.view
+	e.view.OnUpdate(registry.Update{Full: true, Scoped: true, Namespaces: []string{"other"}})
+	e.view.OnConnection(true, nil)
+	e.writes = nil
+	if res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNS, Name: "web"}}); err != nil || !res.IsZero() {
+		t.Fatalf("reconcile = %+v, %v; want neither a requeue nor an error", res, err)
+	}
+	if len(e.writes) > 0 {
+		t.Fatalf("wrote before the namespace was read: %v", e.writes)
+	}
+	e.intact()
+
+	// The namespace read, with nothing exported in it: its coming names
+	// the import, which now goes.
+	e.view.OnUpdate(registry.Update{Scoped: true, Namespaces: []string{testNS}})
+	got := e.r.changeToImports(e.ctx, clusterset.Change{Namespace: testNS})
+	if d := cmp.Diff([]ctrl.Request{request(testNS, "web")}, got); d != "" {
+		t.Fatalf("changeToImports(namespace) (-want +got):\n%s", d)
+	}
+	e.reconcile("web")
+	if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
+		t.Fatal("ServiceImport kept after its namespace was read with no export of it")
+	}
+}
+
 func TestDisconnectedTouchesNothing(t *testing.T) {
 	e := built(t)
 	e.disconnect(errors.New("etcd: context deadline exceeded"))

@@ -141,7 +141,14 @@ func (r *Reconciler) namespaceToImports(_ context.Context, o client.Object) []re
 // reconciles for 200 imports, say). A namespace that appears later brings
 // its imports (namespaceToImports): the cache holds a namespace before its
 // event is handled, so a Service the check leaves out comes with that event.
+//
+// A namespace the View came to hold (a scoped View, after its first read)
+// brings its Services and the imports mcsd made in it: their reconciles
+// waited for it.
 func (r *Reconciler) changeToImports(ctx context.Context, c clusterset.Change) []reconcile.Request {
+	if c.Namespace != "" {
+		return r.importsOf(ctx, c.Namespace)
+	}
 	has := r.namespaceLookup(ctx)
 	if !c.Reachability {
 		if !has(c.Service.Namespace) {
@@ -156,10 +163,27 @@ func (r *Reconciler) changeToImports(ctx context.Context, c clusterset.Change) [
 			reqs = append(reqs, request(k.Namespace, k.Name))
 		}
 	}
-	list := &mcsv1beta1.ServiceImportList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ServiceImports to reconcile after the registry's reachability changed")
+	return append(reqs, r.managedImports(ctx)...)
+}
+
+// importsOf returns the requests of every Service the View knows in
+// namespace and of every import mcsd made there.
+func (r *Reconciler) importsOf(ctx context.Context, namespace string) []reconcile.Request {
+	var reqs []reconcile.Request
+	for _, k := range r.View.Keys(namespace) {
+		reqs = append(reqs, request(k.Namespace, k.Name))
 	}
+	return append(reqs, r.managedImports(ctx, client.InNamespace(namespace))...)
+}
+
+// managedImports returns the requests of the ServiceImports mcsd made, as
+// the manager's cache lists them with opts.
+func (r *Reconciler) managedImports(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	list := &mcsv1beta1.ServiceImportList{}
+	if err := r.Client.List(ctx, list, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ServiceImports to reconcile after the registry changed")
+	}
+	var reqs []reconcile.Request
 	for i := range list.Items {
 		if isManaged(&list.Items[i]) {
 			reqs = append(reqs, request(list.Items[i].Namespace, list.Items[i].Name))

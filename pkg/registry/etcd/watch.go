@@ -50,6 +50,9 @@ func (c *conn) watch(ctx context.Context, h registry.Handler, own ownObserver) e
 		log = l.WithValues(logValues(c.opts.Identity)...)
 	}
 	w := &watch{c: c, h: h, log: log, own: own}
+	if scope, ok := h.(registry.Scoped); ok {
+		w.scope, w.loaded = scope, map[string]bool{}
+	}
 	w.run(ctx)
 	return lifetime.Ended(ctx, c.ctx)
 }
@@ -85,6 +88,13 @@ type watch struct {
 	// from: a revision of another cluster says nothing of what this one
 	// holds.
 	etcdCluster uint64
+	// scope is h when it needs some namespaces only (registry.Scoped), and
+	// loaded the namespaces whose records are decoded and delivered. The
+	// records of other namespaces are held as etcd's bytes, undecoded, until
+	// h needs them (load); the own cluster's are decoded whatever their
+	// namespace, for the export side.
+	scope  registry.Scoped
+	loaded map[string]bool
 }
 
 // member is a live cluster as its alive record says.
@@ -109,6 +119,11 @@ type record struct {
 	err       error
 	// delivered: the record was last delivered as a put, not refused.
 	delivered bool
+	// pending: the record's namespace is not loaded; raw is its value and
+	// createRev its key's creation, to decode when it is.
+	pending   bool
+	raw       []byte
+	createRev int64
 }
 
 // run reads everything, follows changes, and starts again after any
@@ -239,6 +254,15 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	w.members = map[string]member{}
 	w.records = map[string]*record{}
 	w.byCluster = map[string]map[string]bool{}
+	if w.scope != nil {
+		// Taken after the signal of any growth before it: a growth during
+		// the read is loaded after it.
+		select {
+		case <-w.scope.NamespacesGrew():
+		default:
+		}
+		w.loaded = w.scope.Namespaces()
+	}
 	revs := map[string]int64{}
 	type keyed struct {
 		cluster string
@@ -271,6 +295,9 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	}
 	w.revs, w.rev, w.etcdCluster = revs, rev, etcdCluster
 	u := registry.Update{Full: true}
+	if w.scope != nil {
+		u.Scoped, u.Namespaces = true, slices.Sorted(maps.Keys(w.loaded))
+	}
 	// Alive records first: membership decides whether the others count.
 	for _, a := range alive {
 		w.putAlive(&u, a.cluster, a.kv)
@@ -566,8 +593,16 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 	var reachedAtCheck int64
 	health := time.NewTimer(w.c.opts.HealthInterval)
 	defer health.Stop()
+	var grew <-chan struct{}
+	if w.scope != nil {
+		grew = w.scope.NamespacesGrew()
+	}
 	for {
 		select {
+		case <-grew:
+			if u := w.load(); !u.Empty() {
+				w.h.OnUpdate(u)
+			}
 		case ch = <-created:
 			created = nil
 		case resp, ok := <-ch:
@@ -699,6 +734,10 @@ func (w *watch) changes(events []*clientv3.Event) registry.Update {
 				affected[cluster] = true
 			}
 		case (kind == kindExport || kind == kindEndpoints) && ev.Type == mvccpb.DELETE:
+			if rec := w.records[key]; rec != nil && rec.pending {
+				w.deleteRecord(key) // never delivered
+				continue
+			}
 			w.deleteRecord(key)
 			id := registry.RecordID{Cluster: cluster, Service: svc}
 			if kind == kindExport {
@@ -775,9 +814,42 @@ func (w *watch) putRecord(kind keyKind, cluster string, svc registry.ServiceKey,
 		w.byCluster[cluster][key] = true
 	}
 	rec.lease = clientv3.LeaseID(kv.Lease)
-	rec.export, rec.endpoints = registry.Export{}, registry.Endpoints{}
-	rec.err = w.decode(rec, kv)
+	rec.export, rec.endpoints, rec.raw = registry.Export{}, registry.Endpoints{}, nil
+	rec.createRev = kv.CreateRevision
+	rec.pending = w.scope != nil && !w.loaded[svc.Namespace] && cluster != w.c.opts.Identity.Cluster
+	if rec.pending {
+		rec.raw, rec.err = kv.Value, nil
+		return rec
+	}
+	rec.err = w.decode(rec, kv.Value)
 	return rec
+}
+
+// load decodes and delivers the records of the namespaces the handler came
+// to need since the last full read or load, with those namespaces in
+// Update.Namespaces. A namespace is rare news: the records are gone
+// through once.
+func (w *watch) load() registry.Update {
+	u := registry.Update{Scoped: true}
+	for ns := range w.scope.Namespaces() {
+		if !w.loaded[ns] {
+			w.loaded[ns] = true
+			u.Namespaces = append(u.Namespaces, ns)
+		}
+	}
+	if len(u.Namespaces) == 0 {
+		return registry.Update{}
+	}
+	slices.Sort(u.Namespaces)
+	for _, rec := range w.records {
+		if rec.pending && w.loaded[rec.svc.Namespace] {
+			rec.pending = false
+			rec.err = w.decode(rec, rec.raw)
+			rec.raw = nil
+			w.evaluate(&u, rec, true)
+		}
+	}
+	return u
 }
 
 func (w *watch) deleteRecord(key string) {
@@ -796,6 +868,9 @@ func (w *watch) deleteRecord(key string) {
 // itself was put), it adds rec only when its standing changed: a change of
 // its cluster's membership either makes it count or not.
 func (w *watch) evaluate(u *registry.Update, rec *record, written bool) {
+	if rec.pending {
+		return // not needed: not delivered, not refused
+	}
 	m, ok := w.members[rec.cluster]
 	member := ok && (rec.lease == m.lease || (m.prev != clientv3.NoLease && rec.lease == m.prev))
 	if !written && member == rec.delivered {
@@ -828,23 +903,23 @@ func (w *watch) evaluate(u *registry.Update, rec *record, written bool) {
 	rec.delivered = true
 }
 
-// decode reads kv, the value of rec's key, into rec, or returns why it
+// decode reads value, the value of rec's key, into rec, or returns why it
 // cannot be read.
-func (w *watch) decode(rec *record, kv *mvccpb.KeyValue) error {
-	if len(kv.Value) > registry.MaxRecordBytes {
+func (w *watch) decode(rec *record, value []byte) error {
+	if len(value) > registry.MaxRecordBytes {
 		return &registry.RejectedError{Reason: registry.RejectTooLarge,
-			Err: fmt.Errorf("%d bytes, more than %d", len(kv.Value), registry.MaxRecordBytes)}
+			Err: fmt.Errorf("%d bytes, more than %d", len(value), registry.MaxRecordBytes)}
 	}
 	switch rec.kind {
 	case kindExport:
 		var v exportValue
-		if err := json.Unmarshal(kv.Value, &v); err != nil {
+		if err := json.Unmarshal(value, &v); err != nil {
 			return &registry.RejectedError{Reason: registry.RejectUnreadable, Err: err}
 		}
-		rec.export = registry.Export{Cluster: rec.cluster, Service: rec.svc, Spec: v.Spec, Order: kv.CreateRevision}
+		rec.export = registry.Export{Cluster: rec.cluster, Service: rec.svc, Spec: v.Spec, Order: rec.createRev}
 	case kindEndpoints:
 		var v endpointsValue
-		if err := json.Unmarshal(kv.Value, &v); err != nil {
+		if err := json.Unmarshal(value, &v); err != nil {
 			return &registry.RejectedError{Reason: registry.RejectUnreadable, Err: err}
 		}
 		rec.endpoints = registry.Endpoints{Cluster: rec.cluster, Service: rec.svc, Groups: v.Groups, Updated: v.Updated}

@@ -200,9 +200,34 @@ func eventList(events []Event) string {
 func StartWatch(t testing.TB, reg registry.Watcher) *Recorder {
 	t.Helper()
 	r := NewRecorder()
+	startWatch(t, reg, r, r)
+	return r
+}
+
+// ScopedRecorder is a Recorder that needs the namespaces given to Need
+// only (registry.Scoped).
+type ScopedRecorder struct {
+	*Recorder
+	registry.Needed
+}
+
+// StartScopedWatch is StartWatch with a ScopedRecorder that needs
+// namespaces.
+func StartScopedWatch(t testing.TB, reg registry.Watcher, namespaces ...string) *ScopedRecorder {
+	t.Helper()
+	r := &ScopedRecorder{Recorder: NewRecorder()}
+	r.Need(namespaces...)
+	startWatch(t, reg, r.Recorder, r)
+	return r
+}
+
+// startWatch runs reg.Watch with h, which hands its calls to r, until the
+// end of the test (StartWatch).
+func startWatch(t testing.TB, reg registry.Watcher, r *Recorder, h registry.Handler) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- reg.Watch(ctx, r) }()
+	go func() { done <- reg.Watch(ctx, h) }()
 	t.Cleanup(func() {
 		cancel()
 		timeout := time.After(10 * time.Second)
@@ -225,5 +250,4 @@ func StartWatch(t testing.TB, reg registry.Watcher) *Recorder {
 			t.Errorf("handler called concurrently")
 		}
 	})
-	return r
 }

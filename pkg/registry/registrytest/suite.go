@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,7 @@ func Run(t *testing.T, f Factory) {
 		{"Closed", testClosed},
 		{"EndpointsUpdated", testEndpointsUpdated},
 		{"ClusterLiveness", testClusterLiveness},
+		{"ScopedWatch", testScopedWatch},
 	}
 	t.Run("Conformance", func(t *testing.T) {
 		for _, tc := range tests {
@@ -579,4 +581,46 @@ func testClosed(t *testing.T, f Factory) {
 			t.Errorf("%s after Close = %v, want registry.ErrClosed", r.call, r.err)
 		}
 	}
+}
+
+// testScopedWatch: a handler that needs some namespaces (registry.Scoped)
+// holds every record of those, whether the backend scopes or delivers
+// everything; one that scopes delivers no other namespace, and a namespace
+// it names in an update (Update.Namespaces) is held whole from that update
+// on, with the changes made to it while it was not needed.
+func testScopedWatch(t *testing.T, f Factory) {
+	cs := newClusterSet(t, f)
+	a, b := cs.open("a", longTTL), cs.open("b", longTTL)
+	put(t, a, web, spec(80), endpoints("10.0.0.1"))
+	put(t, a, db, spec(5432), endpoints("10.0.0.2"))
+
+	rec := StartScopedWatch(t, b, web.Namespace, "barrier") // cs.barrier's namespace
+	first := rec.WaitFor(t, timeout, "the first update", isUpdate)
+	u := first[len(first)-1].Update
+	if !u.Full {
+		t.Fatalf("first update is not full: %+v", *u)
+	}
+	if !hasRecords(rec.View(), rid("a", web), spec(80), endpoints("10.0.0.1")) {
+		t.Fatalf("first update lacks a's records of %v, a namespace needed: %+v", web, rec.View().Exports)
+	}
+	scoped := u.Scoped
+	if scoped && (!slices.Contains(u.Namespaces, web.Namespace) || !lacksRecords(rec.View(), rid("a", db))) {
+		t.Fatalf("scoped first update names namespaces %v and holds %v, want %s named and nothing of %s", u.Namespaces, rec.View().Exports, web.Namespace, db.Namespace)
+	}
+
+	put(t, a, db, spec(5433), endpoints("10.0.0.3"))
+	if scoped {
+		cs.barrier(a, "a", rec.Recorder)
+		if !lacksRecords(rec.View(), rid("a", db)) {
+			t.Fatalf("a change in namespace %s, not needed, was delivered", db.Namespace)
+		}
+	}
+	rec.Need(db.Namespace)
+	rec.WaitFor(t, timeout, "a's records of "+db.String()+" as they are now", func(e Event, v *View) bool {
+		held := hasRecords(v, rid("a", db), spec(5433), endpoints("10.0.0.3"))
+		if e.Update != nil && slices.Contains(e.Update.Namespaces, db.Namespace) && !held {
+			t.Fatalf("update names namespace %s but does not hold its records: %s", db.Namespace, e)
+		}
+		return held
+	})
 }
