@@ -416,7 +416,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		res.JoinCPU /= d
 		res.JoinMachine = busy / d
 	}
-	w, err := r.real.writes(ctx)
+	w, err := r.real.joinWrites(ctx, res.Imports, r.cfg.Timeout)
 	if err != nil {
 		return err
 	}
@@ -491,6 +491,26 @@ func (rs *realSet) writes(ctx context.Context) (map[string]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// joinWrites returns the controllers' writes once the join's last have
+// been made: an import is whole with its ServiceImport's IPs and its
+// slices, and its derived Service's owner and its status are written
+// after. They are waited for (imports of each cluster: a Service create
+// and update and a status each), up to timeout, so that they count here
+// and not in the churn that follows.
+func (rs *realSet) joinWrites(ctx context.Context, imports int, timeout time.Duration) (map[string]int, error) {
+	want := imports * len(rs.clusters)
+	var w map[string]int
+	var err error
+	settled := func() bool {
+		w, err = rs.writes(ctx)
+		return err != nil || (w["services"] >= 2*want && w["serviceimports/status"] >= want)
+	}
+	if werr := waitFor(ctx, timeout, "the join's last writes", settled); werr != nil && err == nil {
+		fmt.Fprintf(os.Stderr, "[scale]   %v (writes so far: %v)\n", werr, w)
+	}
+	return w, err
 }
 
 // apiFloor updates an EndpointSlice in every real cluster every 200 ms
