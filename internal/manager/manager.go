@@ -304,9 +304,11 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 // created meanwhile).
 func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *clusterset.ScopedView) error {
 	namespaces := &corev1.NamespaceList{}
-	if err := mgr.GetAPIReader().List(ctx, namespaces); err != nil {
+	listCtx, cancel := context.WithTimeout(ctx, namespaceListTimeout)
+	if err := mgr.GetAPIReader().List(listCtx, namespaces); err != nil {
 		logr.FromContextOrDiscard(ctx).Info("Cannot list the namespaces before reading the registry; taking them from the cache", "reason", err.Error())
 	}
+	cancel()
 	for i := range namespaces.Items {
 		view.Need(namespaces.Items[i].Name)
 	}
@@ -352,6 +354,10 @@ func runManager(ctx context.Context, mgr ctrl.Manager) error {
 		return nil
 	}
 }
+
+// namespaceListTimeout bounds start's list of the namespaces: the
+// registry's read waits for it.
+const namespaceListTimeout = 5 * time.Second
 
 // needNamespaces makes view need every namespace the manager's cache holds,
 // from its first list on: the Services a cluster imports and exports are in
