@@ -419,13 +419,21 @@ func TestNotSyncedTouchesNothing(t *testing.T) {
 	// first read yet: its View knows no exports.
 	e.view = clusterset.NewView()
 	e.r.View = e.view
-	e.writes = nil
 	// No retry either: the first full read brings every import back.
+	e.untouched("before the registry was read")
+}
+
+// untouched reconciles web and checks that it wrote nothing, asked for no
+// retry, and left the import intact, as it must while the View cannot tell
+// (what).
+func (e *env) untouched(what string) {
+	e.t.Helper()
+	e.writes = nil
 	if res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNS, Name: "web"}}); err != nil || !res.IsZero() {
-		t.Fatalf("reconcile = %+v, %v; want neither a requeue nor an error", res, err)
+		e.t.Fatalf("reconcile %s = %+v, %v; want neither a requeue nor an error", what, res, err)
 	}
 	if len(e.writes) > 0 {
-		t.Fatalf("wrote before the registry was read: %v", e.writes)
+		e.t.Fatalf("wrote %s: %v", what, e.writes)
 	}
 	e.intact()
 }
@@ -440,14 +448,7 @@ func TestNamespaceNotReadTouchesNothing(t *testing.T) {
 	e.r.View = e.view
 	e.view.OnUpdate(registry.Update{Full: true, Scoped: true, Namespaces: []string{"other"}})
 	e.view.OnConnection(true, nil)
-	e.writes = nil
-	if res, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: testNS, Name: "web"}}); err != nil || !res.IsZero() {
-		t.Fatalf("reconcile = %+v, %v; want neither a requeue nor an error", res, err)
-	}
-	if len(e.writes) > 0 {
-		t.Fatalf("wrote before the namespace was read: %v", e.writes)
-	}
-	e.intact()
+	e.untouched("before the namespace was read")
 
 	// The namespace read, with nothing exported in it: its coming names
 	// the import, which now goes.
