@@ -62,6 +62,12 @@
 // and reports OnConnection(true, nil) after the next read. It never delivers
 // deletions just because etcd cannot be reached.
 //
+// A handler that needs some namespaces only (registry.Scoped, as a
+// controller's View is) gets their records alone, and the own cluster's:
+// the values of the others are kept as read, undecoded, and a namespace
+// the handler comes to need is decoded from them and delivered in one
+// Update that names it.
+//
 // # Reading without a membership
 //
 // NewWatcher opens a Watcher: the same Watch over a client of its own, with

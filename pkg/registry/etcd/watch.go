@@ -247,7 +247,8 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 	return w.syncChanges(ctx)
 }
 
-// syncFull delivers every record of the clusterset as one full Update.
+// syncFull delivers every record of the clusterset as one full Update (of
+// the namespaces a scoped handler needs, and the own cluster's).
 // It decodes each page of the read while etcd serves the next: at 30,000
 // records, decoding takes as long as the reading.
 func (w *watch) syncFull(ctx context.Context) (int64, error) {
