@@ -157,9 +157,10 @@ type Handler interface {
 // Scoped is a Handler that needs the records of some namespaces only, as
 // a cluster's controller does: the Services it imports and exports are all
 // in namespaces the cluster has. A backend may then decode and deliver the
-// records of those namespaces alone, and tell in Update.Namespaces when it
-// has delivered all of a namespace's; one that does not delivers
-// everything, as to any Handler.
+// records of those namespaces alone, with the backend's own cluster's
+// records of any namespace (the export side withdraws them), and tell in
+// Update.Namespaces when it has delivered all of a namespace's; one that
+// does not delivers everything, as to any Handler.
 type Scoped interface {
 	Handler
 	// Namespaces returns the namespaces whose records the handler needs,
@@ -201,6 +202,7 @@ func (n *Needed) Need(namespaces ...string) {
 func (n *Needed) Namespaces() map[string]bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.init()
 	return maps.Clone(n.needed)
 }
 
@@ -222,9 +224,10 @@ func (n *Needed) init() {
 type Update struct {
 	Full bool
 	// Scoped says the update comes from a backend that delivers a Scoped
-	// handler's namespaces only. Namespaces are then those whose records
-	// the update completes: with Full, the state holds the records of
-	// exactly these namespaces; without, these are held from now on too.
+	// handler's namespaces only (and its own cluster's records of any).
+	// Namespaces are then those whose records the update completes: with
+	// Full, the state holds every record of exactly these namespaces,
+	// beside the own cluster's; without, these are held from now on too.
 	Scoped           bool
 	Namespaces       []string
 	Exports          []Export

@@ -251,8 +251,9 @@ func namespaceTerminating(err error) bool {
 }
 
 // fetch reads the ServiceImport, when its namespace exists, and the
-// Service's records from the View, once it has read the registry (its first
-// full read brings every import back, changeToImports).
+// Service's records from the View, once it holds the namespace's (the first
+// full read, or the namespace's arrival in a scoped View, brings every
+// import back, changeToImports).
 func (r *Reconciler) fetch(ctx context.Context, req ctrl.Request) (*scope, bool, error) {
 	log := ctrl.LoggerFrom(ctx)
 	key := registry.ServiceKey{Namespace: req.Namespace, Name: req.Name}

@@ -167,7 +167,7 @@ func (r *Reconciler) changeToImports(ctx context.Context, c clusterset.Change) [
 }
 
 // importsOf returns the requests of every Service the View knows in
-// namespace and of every import mcsd made there.
+// namespace and of every import mcsd made or may take over there.
 func (r *Reconciler) importsOf(ctx context.Context, namespace string) []reconcile.Request {
 	var reqs []reconcile.Request
 	for _, k := range r.View.Keys(namespace) {
@@ -176,8 +176,9 @@ func (r *Reconciler) importsOf(ctx context.Context, namespace string) []reconcil
 	return append(reqs, r.managedImports(ctx, client.InNamespace(namespace))...)
 }
 
-// managedImports returns the requests of the ServiceImports mcsd made, as
-// the manager's cache lists them with opts.
+// managedImports returns the requests of the ServiceImports mcsd made, and
+// of those the AWS Cloud Map MCS controller made, which mcsd takes over or
+// retires (takeover.go), as the manager's cache lists them with opts.
 func (r *Reconciler) managedImports(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	list := &mcsv1beta1.ServiceImportList{}
 	if err := r.Client.List(ctx, list, opts...); err != nil {
@@ -185,8 +186,8 @@ func (r *Reconciler) managedImports(ctx context.Context, opts ...client.ListOpti
 	}
 	var reqs []reconcile.Request
 	for i := range list.Items {
-		if isManaged(&list.Items[i]) {
-			reqs = append(reqs, request(list.Items[i].Namespace, list.Items[i].Name))
+		if si := &list.Items[i]; isManaged(si) || isAWSImport(si) {
+			reqs = append(reqs, request(si.Namespace, si.Name))
 		}
 	}
 	return reqs

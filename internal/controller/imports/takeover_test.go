@@ -7,15 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -231,6 +234,12 @@ func TestAWSImportOfUnexportedServiceDeleted(t *testing.T) {
 	e := newAWSEnv(t, mcsv1beta1.ClusterSetIP,
 		[]string{"east"}, []string{"10.96.0.20"}, []string{"10.1.0.1"}, 1)
 	e.publish(nil)
+	// Its reconcile waits for the View to hold the namespace; the
+	// namespace's arrival names it, though no cluster exports it.
+	want := []ctrl.Request{request(testNS, "web")}
+	if got := e.r.changeToImports(e.ctx, clusterset.Change{Namespace: testNS}); !cmp.Equal(got, want) {
+		t.Errorf("changeToImports(namespace) = %v, want %v", got, want)
+	}
 	e.reconcile("web")
 	if e.exists(&mcsv1beta1.ServiceImport{}, "web") {
 		t.Error("the AWS controller's import of a Service nobody exports is still there")

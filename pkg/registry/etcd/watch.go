@@ -73,7 +73,9 @@ type watch struct {
 	// records holds the last value of every export and endpoints key,
 	// decoded, and whether it was delivered, so that a change of membership
 	// can deliver or withdraw them. The values are those the handler gets:
-	// the registry is held once, not again as etcd's bytes.
+	// the registry is held once, not again as etcd's bytes; only a record
+	// that a scoped handler does not need yet is held as etcd's bytes
+	// alone (pending).
 	records map[string]*record
 	// byCluster indexes records by cluster.
 	byCluster map[string]map[string]bool
@@ -263,6 +265,9 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 		default:
 		}
 		w.loaded = w.scope.Namespaces()
+		if w.loaded == nil {
+			w.loaded = map[string]bool{}
+		}
 	}
 	revs := map[string]int64{}
 	type keyed struct {
@@ -566,7 +571,8 @@ func (w *watch) readPages(ctx context.Context, from, end string, rev int64, page
 
 // follow delivers the changes after rev, one Update per watch response,
 // until the watch fails, etcd cannot be read, the watch falls behind, or
-// ctx is done.
+// ctx is done; and, when a scoped handler's namespaces grow, their records
+// (load).
 //
 // Every HealthInterval without a watch response, a linearizable read checks
 // that etcd has a leader and a quorum, and asks the watch's member for its
