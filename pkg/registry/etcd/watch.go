@@ -741,11 +741,11 @@ func (w *watch) changes(events []*clientv3.Event) registry.Update {
 				affected[cluster] = true
 			}
 		case (kind == kindExport || kind == kindEndpoints) && ev.Type == mvccpb.DELETE:
-			if rec := w.records[key]; rec != nil && rec.pending {
-				w.deleteRecord(key) // never delivered
-				continue
-			}
+			rec := w.records[key]
 			w.deleteRecord(key)
+			if rec != nil && rec.pending {
+				continue // never delivered
+			}
 			id := registry.RecordID{Cluster: cluster, Service: svc}
 			if kind == kindExport {
 				u.DeletedExports = append(u.DeletedExports, id)

@@ -282,7 +282,7 @@ func (rc *realCluster) onSlice(o any, deleted bool) {
 	}
 	for _, e := range s.Endpoints {
 		for _, a := range e.Addresses {
-			if _, seen := rc.arrived[a]; !seen && (strings.HasPrefix(a, "172.") || strings.HasPrefix(a, "192.168.")) {
+			if _, seen := rc.arrived[a]; !seen && (strings.HasPrefix(a, churnPrefix) || strings.HasPrefix(a, apiFloorPrefix)) {
 				rc.arrived[a] = now
 			}
 		}
@@ -335,6 +335,13 @@ func (rc *realCluster) deleted() map[string]int {
 	}
 	return out
 }
+
+// The addresses that the real clusters' watch times: the members' churn
+// (run.go) and the API floor's own writes (apiFloor).
+const (
+	churnPrefix    = "172."
+	apiFloorPrefix = "192.168."
+)
 
 // namespace is the name of namespace number i (Service s is in number s
 // mod namespaces).
@@ -528,7 +535,7 @@ func (rs *realSet) apiFloor(ctx context.Context) error {
 				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
 			}
 			for i := 0; ctx.Err() == nil; i++ {
-				addr := fmt.Sprintf("192.168.%d.%d", i/250%250, i%250+1)
+				addr := fmt.Sprintf(apiFloorPrefix+"%d.%d", i/250%250, i%250+1)
 				s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{addr}}}
 				rs.put(addr)
 				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -564,7 +571,7 @@ func (rs *realSet) latencies() (changes, floor []time.Duration) {
 			if !ok {
 				continue
 			}
-			if strings.HasPrefix(addr, "192.168.") {
+			if strings.HasPrefix(addr, apiFloorPrefix) {
 				floor = append(floor, t.Sub(put))
 			} else {
 				changes = append(changes, t.Sub(put))
@@ -577,42 +584,35 @@ func (rs *realSet) latencies() (changes, floor []time.Duration) {
 
 // arrivedAll reports whether every real cluster has every churn address
 // put, once settled (the floor's own addresses are in one cluster only).
-func (rs *realSet) arrivedAll() bool {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for _, rc := range rs.clusters {
-		rc.mu.Lock()
-		for addr := range rs.puts {
-			if _, ok := rc.arrived[addr]; !ok && strings.HasPrefix(addr, "172.") {
-				rc.mu.Unlock()
-				return false
-			}
-		}
-		rc.mu.Unlock()
-	}
-	return true
-}
+func (rs *realSet) arrivedAll() bool { return len(rs.notArrived()) == 0 }
 
 // missing says which changes of the churn have not arrived in which real
 // cluster, at most n of them, with how long ago their put began.
 func (rs *realSet) missing(n int) string {
+	out := rs.notArrived()
+	if len(out) > n {
+		out = append(out[:n], fmt.Sprintf("%d more", len(out)-n))
+	}
+	return strings.Join(out, "; ")
+}
+
+// notArrived lists the changes of the churn that have not arrived in a
+// real cluster, sorted.
+func (rs *realSet) notArrived() []string {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var out []string
 	for _, rc := range rs.clusters {
 		rc.mu.Lock()
 		for addr, at := range rs.puts {
-			if _, ok := rc.arrived[addr]; !ok && strings.HasPrefix(addr, "172.") {
+			if _, ok := rc.arrived[addr]; !ok && strings.HasPrefix(addr, churnPrefix) {
 				out = append(out, fmt.Sprintf("%s not in %s, put %s ago", addr, rc.c.ID, time.Since(at).Round(time.Millisecond)))
 			}
 		}
 		rc.mu.Unlock()
 	}
 	sort.Strings(out)
-	if len(out) > n {
-		out = append(out[:n], fmt.Sprintf("%d more", len(out)-n))
-	}
-	return strings.Join(out, "; ")
+	return out
 }
 
 // usage is the real controllers' CPU seconds so far, by cluster.

@@ -236,7 +236,7 @@ func endpointGroups(n, m, e, v int) []registry.EndpointGroup {
 	for j := range eps {
 		addr := fmt.Sprintf("10.%d.%d.%d", m%250, (e*n+j)/250%250, (e*n+j)%250+1)
 		if j == 0 && v > 0 {
-			addr = fmt.Sprintf("172.%d.%d.%d", m%250, v/250%250, v%250+1)
+			addr = fmt.Sprintf(churnPrefix+"%d.%d.%d", m%250, v/250%250, v%250+1)
 		}
 		eps[j] = registry.Endpoint{Addresses: []string{addr}, Ready: true, Serving: true, Zone: fmt.Sprintf("zone-%d", j%3)}
 	}
