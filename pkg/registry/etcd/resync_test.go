@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
@@ -34,11 +35,13 @@ type rangeRead struct {
 	readAt    int64 // the response's revision
 }
 
-// recordingKV records the Gets that pass through it.
+// recordingKV records the Gets that pass through it, and the keys whose
+// values its Gets and transactions received.
 type recordingKV struct {
 	clientv3.KV
-	mu    sync.Mutex
-	reads []rangeRead
+	mu     sync.Mutex
+	reads  []rangeRead
+	values []string
 }
 
 func (k *recordingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
@@ -48,6 +51,52 @@ func (k *recordingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOp
 		k.mu.Lock()
 		k.reads = append(k.reads, rangeRead{key: key, end: string(op.RangeBytes()), countOnly: op.IsCountOnly(), keysOnly: op.IsKeysOnly(), minModRev: op.MinModRev(), oneKey: len(op.RangeBytes()) == 0, rev: op.Rev(), keys: len(resp.Kvs), more: resp.More, readAt: resp.Header.Revision})
 		k.mu.Unlock()
+		k.received(resp.Kvs)
+	}
+	return resp, err
+}
+
+func (k *recordingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &recordingTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+// received records the keys of kvs that came with a value.
+func (k *recordingKV) received(kvs []*mvccpb.KeyValue) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, kv := range kvs {
+		if len(kv.Value) > 0 {
+			k.values = append(k.values, string(kv.Key))
+		}
+	}
+}
+
+// valuesRead are the keys whose values were received so far.
+func (k *recordingKV) valuesRead() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]string(nil), k.values...)
+}
+
+// recordingTxn records the values its ranges received.
+type recordingTxn struct {
+	clientv3.Txn
+	kv *recordingKV
+}
+
+func (t *recordingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *recordingTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil {
+		for _, r := range resp.Responses {
+			if rr := r.GetResponseRange(); rr != nil {
+				t.kv.received(rr.Kvs)
+			}
+		}
 	}
 	return resp, err
 }

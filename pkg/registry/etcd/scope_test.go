@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
@@ -105,5 +108,98 @@ func TestUnscopedWatch(t *testing.T) {
 	first := r.Next(t, 10*time.Second)
 	if u := first.Update; u == nil || !u.Full || u.Scoped || u.Namespaces != nil || len(u.Exports) != 1 {
 		t.Fatalf("first call %s, want a full unscoped update with the export", first)
+	}
+}
+
+// scopedReader starts a scoped watch of cluster set1 that needs
+// namespaces, through a client that records what it reads.
+func scopedReader(t *testing.T, url string, healthInterval time.Duration, namespaces ...string) (*registrytest.ScopedRecorder, *recordingKV, *clientv3.Client) {
+	t.Helper()
+	cli := client(t, url)
+	kv := &recordingKV{KV: cli.KV}
+	cli.KV = kv
+	w, err := etcd.NewWatcherFromClient(t.Context(), cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "reader"},
+		Prefix: prefix, ResyncPageSize: 2, HealthInterval: healthInterval})
+	must(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return registrytest.StartScopedWatch(t, w, namespaces...), kv, cli
+}
+
+// valuesOf lists the keys of namespace ns among keys, sorted.
+func valuesOf(keys []string, ns string) []string {
+	var out []string
+	for _, key := range keys {
+		if strings.Contains(key, "/"+ns+"/") {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestScopedReadReadsNeededValues: a scoped watch receives the values of
+// the records it delivers alone: its first read lists the other keys
+// without values, and a namespace needed later has the values of its
+// records read then, as they are by then.
+func TestScopedReadReadsNeededValues(t *testing.T) {
+	t.Parallel()
+	srv, _ := startWithClient(t)
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	in := registry.ServiceKey{Namespace: "in", Name: "web"}
+	out := registry.ServiceKey{Namespace: "out", Name: "web"}
+	out2 := registry.ServiceKey{Namespace: "out", Name: "api"}
+	for _, key := range []registry.ServiceKey{in, out, out2} {
+		must(t, a.PutExport(t.Context(), key, spec))
+		must(t, a.PutEndpoints(t.Context(), key, groups))
+	}
+
+	r, kv, _ := scopedReader(t, srv.ClientURL(), 0, "in")
+	r.WaitFor(t, 10*time.Second, "namespace in", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Exports) == 1 && len(v.Endpoints) == 1
+	})
+	read := kv.valuesRead()
+	if got := valuesOf(read, "out"); len(got) > 0 {
+		t.Errorf("the first read received the values of %v, of a namespace not needed", got)
+	}
+	if got := valuesOf(read, "in"); len(got) != 2 {
+		t.Errorf("the first read received the values of %v in namespace in, want its 2 records'", got)
+	}
+
+	must(t, a.PutExport(t.Context(), out, spec2)) // while not needed
+	r.Need("out")
+	r.WaitFor(t, 10*time.Second, "namespace out, as it is now", func(_ registrytest.Event, v *registrytest.View) bool {
+		e, ok := v.Exports[registry.RecordID{Cluster: "a", Service: out}]
+		_, api := v.Endpoints[registry.RecordID{Cluster: "a", Service: out2}]
+		return ok && e.Spec.Ports[0].Port == 81 && api && len(v.Exports) == 3 && len(v.Endpoints) == 3
+	})
+	if got := valuesOf(kv.valuesRead(), "out"); len(got) != 4 {
+		t.Errorf("namespace out needed: received the values of %v, want its 4 records'", got)
+	}
+}
+
+// TestScopedLoadAfterCompaction: a namespace needed once etcd compacted
+// past the revision the watch has reached is read at a later one: the
+// watch reads what changed, then the namespace.
+func TestScopedLoadAfterCompaction(t *testing.T) {
+	t.Parallel()
+	srv, _ := startWithClient(t)
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	out := registry.ServiceKey{Namespace: "out", Name: "web"}
+	must(t, a.PutExport(t.Context(), web, spec))
+	must(t, a.PutExport(t.Context(), out, spec))
+
+	// No health check moves the watch's revision on meanwhile.
+	r, kv, cli := scopedReader(t, srv.ClientURL(), time.Minute, web.Namespace)
+	r.WaitFor(t, 10*time.Second, "the first read", func(_ registrytest.Event, v *registrytest.View) bool { return len(v.Exports) == 1 })
+	compactAll(t, cli) // a change elsewhere, then a compaction at its revision
+	before := len(kv.snapshot())
+	r.Need("out")
+	r.WaitFor(t, 10*time.Second, "namespace out", func(_ registrytest.Event, v *registrytest.View) bool { return len(v.Exports) == 2 })
+	counted := false
+	for _, rd := range kv.snapshot()[before:] {
+		counted = counted || (rd.countOnly && !rd.oneKey)
+	}
+	if !counted {
+		t.Errorf("namespace out was read without the watch reading what changed first: the revision it reached was not compacted?")
 	}
 }

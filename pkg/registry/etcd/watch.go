@@ -73,9 +73,9 @@ type watch struct {
 	// records holds the last value of every export and endpoints key,
 	// decoded, and whether it was delivered, so that a change of membership
 	// can deliver or withdraw them. The values are those the handler gets:
-	// the registry is held once, not again as etcd's bytes; only a record
-	// that a scoped handler does not need yet is held as etcd's bytes
-	// alone (pending).
+	// the registry is held once, not again as etcd's bytes; a record that
+	// a scoped handler does not need yet is held without its value
+	// (pending).
 	records map[string]*record
 	// byCluster indexes records by cluster.
 	byCluster map[string]map[string]bool
@@ -91,10 +91,11 @@ type watch struct {
 	// holds.
 	etcdCluster uint64
 	// scope is h when it needs some namespaces only (registry.Scoped), and
-	// loaded the namespaces whose records are decoded and delivered. The
-	// records of other namespaces are held as etcd's bytes, undecoded, until
-	// h needs them (load); the own cluster's are decoded whatever their
-	// namespace, for the export side.
+	// loaded the namespaces whose records are read, decoded and delivered.
+	// The records of other namespaces are held as their keys and revisions
+	// alone, their values neither read nor kept, until h needs them (load);
+	// the own cluster's are read whatever their namespace, for the export
+	// side.
 	scope  registry.Scoped
 	loaded map[string]bool
 }
@@ -114,17 +115,17 @@ type record struct {
 	cluster string
 	svc     registry.ServiceKey
 	lease   clientv3.LeaseID
-	// export or endpoints is the value, decoded (by kind); err says why it
-	// could not be.
-	export    registry.Export
-	endpoints registry.Endpoints
+	// export or endpoints is the value, decoded (by kind), nil while the
+	// record is pending; err says why it could not be decoded.
+	export    *registry.Export
+	endpoints *registry.Endpoints
 	err       error
 	// delivered: the record was last delivered as a put, not refused.
 	delivered bool
-	// pending: the record's namespace is not loaded; raw is its value and
-	// createRev its key's creation, to decode when it is.
-	pending   bool
-	raw       []byte
+	// pending: the record's namespace is not loaded, and its value is not
+	// held (load reads it when it is).
+	pending bool
+	// createRev is the key's creation: the export's Order.
 	createRev int64
 }
 
@@ -252,7 +253,9 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 // syncFull delivers every record of the clusterset as one full Update (of
 // the namespaces a scoped handler needs, and the own cluster's).
 // It decodes each page of the read while etcd serves the next: at 30,000
-// records, decoding takes as long as the reading.
+// records, decoding takes as long as the reading. A scoped handler's read
+// lists the keys without values, then reads the values it needs
+// (values.go).
 func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	w.members = map[string]member{}
 	w.records = map[string]*record{}
@@ -276,24 +279,52 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	}
 	var alive, own []keyed
 	var recs []*record
+	take := func(kind keyKind, cluster string, svc registry.ServiceKey, kv *mvccpb.KeyValue) {
+		switch kind {
+		case kindUnknown:
+			return
+		case kindAlive:
+			alive = append(alive, keyed{cluster, kv})
+		case kindExport, kindEndpoints:
+			recs = append(recs, w.putRecord(kind, cluster, svc, kv))
+		}
+		if cluster == w.c.opts.Identity.Cluster {
+			own = append(own, keyed{cluster, kv})
+		}
+	}
+	var filter []clientv3.OpOption
+	needed := rangeBuilder{page: int(w.c.opts.ResyncPageSize)}
+	if w.scope != nil {
+		filter = append(filter, clientv3.WithKeysOnly())
+	}
 	rev, etcdCluster, err := w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), 0, func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
 			key := string(kv.Key)
 			revs[key] = kv.ModRevision
 			kind, cluster, svc := w.c.keys.parse(key)
-			switch kind {
-			case kindUnknown:
+			if w.scope == nil {
+				take(kind, cluster, svc, kv)
 				continue
-			case kindAlive:
-				alive = append(alive, keyed{cluster, kv})
-			case kindExport, kindEndpoints:
-				recs = append(recs, w.putRecord(kind, cluster, svc, kv))
 			}
-			if cluster == w.c.opts.Identity.Cluster {
-				own = append(own, keyed{cluster, kv})
+			need := w.valueNeeded(kind, cluster, svc)
+			needed.add(key, need)
+			if !need {
+				take(kind, cluster, svc, kv) // held without its value
 			}
 		}
-	})
+	}, filter...)
+	if err == nil && len(needed.ranges) > 0 {
+		var kvs []*mvccpb.KeyValue
+		if kvs, err = w.readValues(ctx, rev, needed.ranges); err == nil && len(kvs) != needed.keys() {
+			// The same revision holds the same keys: etcd is not the one
+			// listed.
+			err = fmt.Errorf("%w: %d values read at revision %d for %d keys listed", errResync, len(kvs), rev, needed.keys())
+		}
+		for _, kv := range kvs {
+			kind, cluster, svc := w.c.keys.parse(string(kv.Key))
+			take(kind, cluster, svc, kv)
+		}
+	}
 	if err != nil {
 		// What was read is incomplete: the next sync reads in full.
 		w.revs = nil
@@ -603,11 +634,23 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 	var grew <-chan struct{}
 	if w.scope != nil {
 		grew = w.scope.NamespacesGrew()
+		// A growth whose load failed before this watch began is loaded now.
+		u, err := w.load(ctx)
+		if err != nil {
+			return fmt.Errorf("read the records of namespaces now needed: %w", err)
+		}
+		if !u.Empty() {
+			w.h.OnUpdate(u)
+		}
 	}
 	for {
 		select {
 		case <-grew:
-			if u := w.load(); !u.Empty() {
+			u, err := w.load(ctx)
+			if err != nil {
+				return fmt.Errorf("read the records of namespaces now needed: %w", err)
+			}
+			if !u.Empty() {
 				w.h.OnUpdate(u)
 			}
 		case ch = <-created:
@@ -678,18 +721,26 @@ func (w *watch) read(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.
 // (the pages of one resync are read at the revision of the first) makes
 // the resync start again (errResync).
 func (w *watch) readKey(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
-	defer cancel()
 	var resp *clientv3.GetResponse
-	err := w.c.eachMember(ctx, func(ctx context.Context) error {
+	err := w.request(ctx, func(ctx context.Context) error {
 		var err error
 		resp, err = w.c.cli.Get(ctx, key, opts...)
 		return err
 	})
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return nil, fmt.Errorf("%w: %w", errResync, err)
-	}
 	return resp, err
+}
+
+// request makes the read f within RequestTimeout, trying each member's
+// turn (eachMember). A read at a revision etcd compacted since makes the
+// resync start again (errResync).
+func (w *watch) request(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, w.c.opts.RequestTimeout)
+	defer cancel()
+	err := w.c.eachMember(ctx, f)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return fmt.Errorf("%w: %w", errResync, err)
+	}
+	return err
 }
 
 // changes turns watch events into an Update. A key changed more than once
@@ -808,7 +859,8 @@ func (w *watch) putAlive(u *registry.Update, cluster string, kv *mvccpb.KeyValue
 	u.Clusters = append(u.Clusters, c)
 }
 
-// putRecord stores the last value of an export or endpoints key.
+// putRecord stores the last value of an export or endpoints key; of a
+// namespace a scoped handler does not need, the key alone (pending).
 func (w *watch) putRecord(kind keyKind, cluster string, svc registry.ServiceKey, kv *mvccpb.KeyValue) *record {
 	key := string(kv.Key)
 	rec := w.records[key]
@@ -821,42 +873,85 @@ func (w *watch) putRecord(kind keyKind, cluster string, svc registry.ServiceKey,
 		w.byCluster[cluster][key] = true
 	}
 	rec.lease = clientv3.LeaseID(kv.Lease)
-	rec.export, rec.endpoints, rec.raw = registry.Export{}, registry.Endpoints{}, nil
+	rec.export, rec.endpoints, rec.err = nil, nil, nil
 	rec.createRev = kv.CreateRevision
-	rec.pending = w.scope != nil && !w.loaded[svc.Namespace] && cluster != w.c.opts.Identity.Cluster
-	if rec.pending {
-		rec.raw, rec.err = kv.Value, nil
-		return rec
+	rec.pending = !w.valueNeeded(kind, cluster, svc)
+	if !rec.pending {
+		rec.err = w.decode(rec, kv.Value)
 	}
-	rec.err = w.decode(rec, kv.Value)
 	return rec
 }
 
-// load decodes and delivers the records of the namespaces the handler came
-// to need since the last full read or load, with those namespaces in
-// Update.Namespaces. A namespace is rare news: the records are gone
-// through once.
-func (w *watch) load() registry.Update {
-	u := registry.Update{Scoped: true}
+// valueNeeded reports whether the watch reads and decodes the value of a
+// key of kind, cluster and svc: every key the handler is delivered, and
+// the alive records; a scoped handler is delivered the own cluster's
+// records and those of the namespaces loaded.
+func (w *watch) valueNeeded(kind keyKind, cluster string, svc registry.ServiceKey) bool {
+	switch kind {
+	case kindAlive:
+		return true
+	case kindExport, kindEndpoints:
+		return w.scope == nil || cluster == w.c.opts.Identity.Cluster || w.loaded[svc.Namespace]
+	}
+	return false
+}
+
+// load reads, decodes and delivers the records of the namespaces the
+// handler came to need since the last full read or load, with those
+// namespaces in Update.Namespaces. The values are read at the revision the
+// watch has taken in every change up to (w.rev), in ranges of the keys it
+// holds there. A namespace is rare news: the records are gone through
+// once. When the read fails, nothing is loaded and the error is returned:
+// the next load, after the watch starts again, tries anew.
+func (w *watch) load(ctx context.Context) (registry.Update, error) {
+	var fresh []string
 	for ns := range w.scope.Namespaces() {
 		if !w.loaded[ns] {
-			w.loaded[ns] = true
-			u.Namespaces = append(u.Namespaces, ns)
+			fresh = append(fresh, ns)
 		}
 	}
-	if len(u.Namespaces) == 0 {
-		return registry.Update{}
+	if len(fresh) == 0 {
+		return registry.Update{}, nil
 	}
-	slices.Sort(u.Namespaces)
-	for _, rec := range w.records {
-		if rec.pending && w.loaded[rec.svc.Namespace] {
-			rec.pending = false
-			rec.err = w.decode(rec, rec.raw)
-			rec.raw = nil
-			w.evaluate(&u, rec, true)
+	slices.Sort(fresh)
+	var keys []string
+	for key, rec := range w.records {
+		if rec.pending && slices.Contains(fresh, rec.svc.Namespace) {
+			keys = append(keys, key)
 		}
 	}
-	return u
+	slices.Sort(keys)
+	b := rangeBuilder{page: int(w.c.opts.ResyncPageSize)}
+	for i, key := range keys {
+		if i > 0 && parent(key) != parent(keys[i-1]) {
+			b.add("", false) // other keys lie between
+		}
+		b.add(key, true)
+	}
+	kvs, err := w.readValues(ctx, w.rev, b.ranges)
+	if err != nil {
+		return registry.Update{}, err
+	}
+	read := make(map[string]*mvccpb.KeyValue, len(kvs))
+	for _, kv := range kvs {
+		read[string(kv.Key)] = kv
+	}
+	for _, key := range keys {
+		if kv := read[key]; kv == nil || kv.ModRevision != w.revs[key] {
+			w.revs = nil // the next sync reads everything
+			return registry.Update{}, fmt.Errorf("%w: key %s at revision %d is not as the watch holds it", errResync, key, w.rev)
+		}
+	}
+	u := registry.Update{Scoped: true, Namespaces: fresh}
+	for _, ns := range fresh {
+		w.loaded[ns] = true
+	}
+	for _, key := range keys {
+		rec := w.records[key]
+		w.putRecord(rec.kind, rec.cluster, rec.svc, read[key])
+		w.evaluate(&u, rec, true)
+	}
+	return u, nil
 }
 
 func (w *watch) deleteRecord(key string) {
@@ -903,9 +998,9 @@ func (w *watch) evaluate(u *registry.Update, rec *record, written bool) {
 		return
 	}
 	if rec.kind == kindExport {
-		u.Exports = append(u.Exports, rec.export)
+		u.Exports = append(u.Exports, *rec.export)
 	} else {
-		u.Endpoints = append(u.Endpoints, rec.endpoints)
+		u.Endpoints = append(u.Endpoints, *rec.endpoints)
 	}
 	rec.delivered = true
 }
@@ -923,13 +1018,13 @@ func (w *watch) decode(rec *record, value []byte) error {
 		if err := json.Unmarshal(value, &v); err != nil {
 			return &registry.RejectedError{Reason: registry.RejectUnreadable, Err: err}
 		}
-		rec.export = registry.Export{Cluster: rec.cluster, Service: rec.svc, Spec: v.Spec, Order: rec.createRev}
+		rec.export = &registry.Export{Cluster: rec.cluster, Service: rec.svc, Spec: v.Spec, Order: rec.createRev}
 	case kindEndpoints:
 		var v endpointsValue
 		if err := json.Unmarshal(value, &v); err != nil {
 			return &registry.RejectedError{Reason: registry.RejectUnreadable, Err: err}
 		}
-		rec.endpoints = registry.Endpoints{Cluster: rec.cluster, Service: rec.svc, Groups: v.Groups, Updated: v.Updated}
+		rec.endpoints = &registry.Endpoints{Cluster: rec.cluster, Service: rec.svc, Groups: v.Groups, Updated: v.Updated}
 	}
 	return nil
 }
