@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,11 +146,17 @@ func (r *run) floorOneAtATime(ctx context.Context, first int) ([]float64, error)
 // number i of the clusters sources (an EndpointSlice for each), in the
 // import controller's order, and calls whole, when not nil, once the import
 // is whole: its ServiceImport, with the Service's IP, and its EndpointSlices
-// written. Its objects are in FloorNamespace, which must exist.
+// written. Its objects are in FloorNamespace, which must exist. They are
+// the size of the controller's: as many labels and annotations (under the
+// benchmark's own keys, which no controller acts on), each endpoint's zone,
+// the status's conditions; the API server's work for a write grows with
+// the object.
 func FloorImport(ctx context.Context, cl client.Client, sources []string, i, endpoints int, whole func()) error {
 	name := fmt.Sprintf("floor-%05d", i)
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: FloorNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: FloorNamespace, Annotations: map[string]string{
+			floorKey("managed"): "true", floorKey("service-import"): name, floorKey("ip-families"): "",
+		}},
 		Spec: corev1.ServiceSpec{
 			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
 			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort), Protocol: corev1.ProtocolTCP}},
@@ -159,12 +166,16 @@ func FloorImport(ctx context.Context, cl client.Client, sources []string, i, end
 		return fmt.Errorf("create Service %s: %w", name, err)
 	}
 	si := &mcsv1beta1.ServiceImport{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: FloorNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: FloorNamespace, Annotations: map[string]string{
+			floorKey("managed"): "true", floorKey("derived-service"): svc.Name,
+		}},
 		Spec: mcsv1beta1.ServiceImportSpec{
-			Type:       mcsv1beta1.ClusterSetIP,
-			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
-			IPs:        svc.Spec.ClusterIPs,
-			Ports:      []mcsv1beta1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			Type:                  mcsv1beta1.ClusterSetIP,
+			IPFamilies:            []corev1.IPFamily{corev1.IPv4Protocol},
+			IPs:                   svc.Spec.ClusterIPs,
+			Ports:                 []mcsv1beta1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			SessionAffinity:       corev1.ServiceAffinityNone,
+			InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyCluster),
 		},
 	}
 	eps := make([]discoveryv1.Endpoint, endpoints)
@@ -172,6 +183,7 @@ func FloorImport(ctx context.Context, cl client.Client, sources []string, i, end
 		eps[j] = discoveryv1.Endpoint{
 			Addresses:  []string{fmt.Sprintf("10.250.%d.%d", i%250, j+1)},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			Zone:       ptr.To(fmt.Sprintf("zone-%d", j%3)),
 		}
 	}
 	writes := []func() error{func() error { return wrap("create ServiceImport "+name, cl.Create(ctx, si)) }}
@@ -179,7 +191,9 @@ func FloorImport(ctx context.Context, cl client.Client, sources []string, i, end
 		slice := &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-" + cluster, Namespace: FloorNamespace,
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(svc, corev1.SchemeGroupVersion.WithKind("Service"))},
-				Labels:          map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy, mcsv1beta1.LabelSourceCluster: cluster}},
+				Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy,
+					mcsv1beta1.LabelSourceCluster: cluster, floorKey("service-name"): name},
+				Annotations: map[string]string{floorKey("managed"): "true", floorKey("slice-inputs"): "0000000000000.1"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](targetPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
 			Endpoints:   eps,
@@ -200,10 +214,15 @@ func FloorImport(ctx context.Context, cl client.Client, sources []string, i, end
 	for _, cluster := range sources {
 		si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: cluster})
 	}
+	now := metav1.Now()
 	si.Status.Conditions = []metav1.Condition{{
-		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", Message: "floor",
-		LastTransitionTime: metav1.Now(), ObservedGeneration: si.Generation,
+		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: now, ObservedGeneration: si.Generation,
+		Message: fmt.Sprintf("Cluster IP %s from the derived Service %s", strings.Join(svc.Spec.ClusterIPs, ", "), svc.Name),
+	}, {
+		Type: "EndpointsReady", Status: metav1.ConditionTrue, Reason: "AllClustersReady", LastTransitionTime: now, ObservedGeneration: si.Generation,
+		Message: "Every exporting cluster has a ready endpoint",
 	}}
+	si.Status.EndpointSliceObjects = mcsv1beta1.EndpointSliceObjectsPresent
 	return all(
 		func() error { return wrap("update Service "+name, cl.Update(ctx, svc)) },
 		func() error {
@@ -211,6 +230,10 @@ func FloorImport(ctx context.Context, cl client.Client, sources []string, i, end
 		},
 	)
 }
+
+// floorKey is the key of the floor's stand-in for a label or annotation of
+// mcsd's named name: as long, under the benchmark's own prefix.
+func floorKey(name string) string { return "multicluster.bench.io/" + name }
 
 // all runs fs at the same time and returns their errors.
 func all(fs ...func() error) error {

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mcsd-io/mcsd/test/bench/report"
 	"github.com/mcsd-io/mcsd/test/testbed"
@@ -75,6 +77,9 @@ func statusField(path, field string) (uint64, error) {
 	}
 	return 0, fmt.Errorf("%s: no %s", path, field)
 }
+
+// SelfCPU returns the CPU seconds this process has used.
+func SelfCPU() float64 { return selfCPU() }
 
 // selfCPU returns the CPU seconds this process has used.
 func selfCPU() float64 {
@@ -171,3 +176,29 @@ func CheckLoad(limit float64) error {
 	}
 	return nil
 }
+
+// Settle readies the machine for a timed phase: it collects this process's
+// garbage, whose collection at N = 100 simulated members takes seconds of
+// CPU and would otherwise fall in a phase at random, then waits, up to
+// timeout, until the machine's CPUs were busy less than SettledCores over
+// a second. It returns the busy cores of that last second (more than
+// SettledCores when timeout passed first).
+func Settle(ctx context.Context, timeout time.Duration) (float64, error) {
+	runtime.GC()
+	deadline := time.Now().Add(timeout)
+	for {
+		before := MachineBusy()
+		if err := Sleep(ctx, time.Second); err != nil {
+			return 0, err
+		}
+		busy := MachineBusy() - before
+		if busy < SettledCores || time.Now().After(deadline) {
+			return busy, nil
+		}
+	}
+}
+
+// SettledCores is the machine's busy CPUs that Settle waits to fall under:
+// the testbed's clusters and 100 idle simulated members keep 0.1 to 0.2
+// busy on the 2-CPU machine.
+const SettledCores = 0.3

@@ -54,6 +54,9 @@ type config struct {
 	Timeout       time.Duration `json:"timeout"`
 	SkipRestart   bool          `json:"skipRestart"`
 	SkipLeave     bool          `json:"skipLeave"`
+	// Settle bounds the wait for a quiet machine before the real
+	// clusters' join and its floor (harness.Settle).
+	Settle time.Duration `json:"settle"`
 	// ProfileJoin writes a CPU profile of each real controller from its
 	// process's start to every import whole (join-<cluster>.pprof beside
 	// its log).
@@ -102,6 +105,7 @@ func run() error {
 	flag.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on each wait")
 	flag.BoolVar(&cfg.SkipRestart, "skip-restart", false, "leave out the registry restart")
 	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
+	flag.DurationVar(&cfg.Settle, "settle", 30*time.Second, "bound on the wait for a quiet machine before the join and its floor")
 	flag.BoolVar(&cfg.ProfileJoin, "profile-join", false, "write CPU profiles of the real controllers during the join, beside their logs")
 	flag.BoolVar(&cfg.ProfileCompaction, "profile-compaction", false, "write a CPU profile of this process (the simulated members) over the compaction phase")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")

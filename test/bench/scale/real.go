@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -72,6 +75,29 @@ type realResult struct {
 	// lengthens the join as much.
 	JoinFloorMachine float64 `json:"joinFloorMachineCores"`
 	JoinMachine      float64 `json:"joinMachineCores"`
+	// The join's CPU in CPU-seconds, from the controllers' start to every
+	// import whole: the machine's (JoinMachineSeconds), the controllers'
+	// (JoinControllerSeconds, start-up included) and the benchmark
+	// process's (JoinHarnessSeconds: its watches of the real clusters and
+	// the simulated members); and during the floor, the machine's and the
+	// benchmark's, whose writes are the floor's client. Where both keep
+	// every CPU busy, the join outlasts its floor by what its CPU-seconds
+	// exceed the floor's, over the machine's CPUs.
+	JoinMachineSeconds      float64 `json:"joinMachineSeconds"`
+	JoinControllerSeconds   float64 `json:"joinControllerSeconds"`
+	JoinHarnessSeconds      float64 `json:"joinHarnessSeconds"`
+	JoinFloorMachineSeconds float64 `json:"joinFloorMachineSeconds"`
+	JoinFloorHarnessSeconds float64 `json:"joinFloorHarnessSeconds"`
+	// JoinObjectBytes and JoinFloorObjectBytes are the mean size (JSON) of
+	// the objects of each kind the controller and the floor wrote, in the
+	// first real cluster: the floor writes objects of the same size.
+	JoinObjectBytes      map[string]int `json:"joinObjectBytes,omitempty"`
+	JoinFloorObjectBytes map[string]int `json:"joinFloorObjectBytes,omitempty"`
+	// JoinFloorSettled and JoinSettled are the machine's busy CPUs over
+	// the last second before the floor and the join began, once settled
+	// (harness.Settle).
+	JoinFloorSettled float64 `json:"joinFloorSettledCores"`
+	JoinSettled      float64 `json:"joinSettledCores"`
 
 	// Churn: a member's change of an endpoint in a real cluster's namespace
 	// until that cluster's EndpointSlice has it; the API floor is an
@@ -160,11 +186,7 @@ func (r *sizeRun) startReal(ctx context.Context) error {
 			return err
 		}
 		rs.clusters = append(rs.clusters, rc)
-		names := []string{harness.FloorNamespace}
-		for i := range r.cfg.RealNamespaces {
-			names = append(names, namespace(i))
-		}
-		for _, ns := range names {
+		for _, ns := range append([]string{harness.FloorNamespace}, r.realNamespaceNames()...) {
 			if err := client.IgnoreAlreadyExists(rc.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})); err != nil {
 				return fmt.Errorf("create namespace %s in %s: %w", ns, c.ID, err)
 			}
@@ -362,12 +384,7 @@ func (r *sizeRun) realImports() map[registry.ServiceKey][]string {
 }
 
 func (r *sizeRun) inReal(key registry.ServiceKey) bool {
-	for i := range r.cfg.RealNamespaces {
-		if key.Namespace == namespace(i) {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(r.realNamespaceNames(), key.Namespace)
 }
 
 // join times the real clusters' floor (joinFloor), then starts their
@@ -383,7 +400,11 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		return err
 	}
 
-	start := time.Now()
+	var err error
+	if res.JoinSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {
+		return err
+	}
+	start, machine, self := time.Now(), harness.MachineBusy(), harness.SelfCPU()
 	for _, rc := range r.real.clusters {
 		var profile string
 		if r.cfg.ProfileJoin {
@@ -409,6 +430,10 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	}
 	res.Join = time.Since(start)
 	busy := harness.MachineBusy() - busyReady
+	res.JoinMachineSeconds, res.JoinHarnessSeconds = harness.MachineBusy()-machine, harness.SelfCPU()-self
+	for _, c := range r.real.usage() {
+		res.JoinControllerSeconds += c
+	}
 	if r.cfg.ProfileJoin {
 		for _, rc := range r.real.clusters {
 			if err := rc.ctrl.StopProfile(ctx); err != nil {
@@ -428,6 +453,9 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		return err
 	}
 	res.JoinWrites = w
+	if res.JoinObjectBytes, err = r.real.clusters[0].objectBytes(ctx, r.realNamespaceNames()...); err != nil {
+		return err
+	}
 	for _, rc := range r.real.clusters {
 		n, secs, err := rc.ctrl.Reconciles(ctx, imports.ControllerName)
 		if err != nil {
@@ -452,7 +480,11 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 	for i := range sources {
 		sources[i] = fmt.Sprintf("floor%d", i)
 	}
-	start, busy := time.Now(), harness.MachineBusy()
+	var err error
+	if res.JoinFloorSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {
+		return err
+	}
+	start, busy, self := time.Now(), harness.MachineBusy(), harness.SelfCPU()
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.real.clusters))
 	for ci, rc := range r.real.clusters {
@@ -470,7 +502,11 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 		return fmt.Errorf("join floor: %w", err)
 	}
 	res.JoinFloor = time.Since(start)
-	res.JoinFloorMachine = (harness.MachineBusy() - busy) / res.JoinFloor.Seconds()
+	res.JoinFloorMachineSeconds, res.JoinFloorHarnessSeconds = harness.MachineBusy()-busy, harness.SelfCPU()-self
+	res.JoinFloorMachine = res.JoinFloorMachineSeconds / res.JoinFloor.Seconds()
+	if res.JoinFloorObjectBytes, err = r.real.clusters[0].objectBytes(ctx, harness.FloorNamespace); err != nil {
+		return err
+	}
 	return r.real.removeFloor(ctx, r.cfg.Timeout)
 }
 
@@ -705,4 +741,45 @@ func (rs *realSet) leaverSlices(id string) int {
 		rc.mu.Unlock()
 	}
 	return n
+}
+
+// objectBytes is the mean size, as JSON, of the ServiceImports, Services
+// and EndpointSlices in namespaces, by kind.
+func (rc *realCluster) objectBytes(ctx context.Context, namespaces ...string) (map[string]int, error) {
+	lists := map[string]client.ObjectList{
+		"ServiceImport": &mcsv1beta1.ServiceImportList{}, "Service": &corev1.ServiceList{}, "EndpointSlice": &discoveryv1.EndpointSliceList{},
+	}
+	out := map[string]int{}
+	for kind, list := range lists {
+		total, n := 0, 0
+		for _, ns := range namespaces {
+			if err := rc.cl.List(ctx, list, client.InNamespace(ns)); err != nil {
+				return nil, fmt.Errorf("list %ss in %s: %w", kind, ns, err)
+			}
+			items, err := meta.ExtractList(list)
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range items {
+				b, err := json.Marshal(o)
+				if err != nil {
+					return nil, err
+				}
+				total, n = total+len(b), n+1
+			}
+		}
+		if n > 0 {
+			out[kind] = total / n
+		}
+	}
+	return out, nil
+}
+
+// realNamespaceNames are the namespaces the real clusters have and import.
+func (r *sizeRun) realNamespaceNames() []string {
+	out := make([]string, r.cfg.RealNamespaces)
+	for i := range out {
+		out[i] = namespace(i)
+	}
+	return out
 }

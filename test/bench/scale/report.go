@@ -44,8 +44,9 @@ func (x *realResult) line() string {
 	if x == nil {
 		return ""
 	}
-	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
-		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, x.JoinCPU, x.JoinMachine, x.JoinFloorMachine, ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
+	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f; CPU-seconds from the start: the machine's %.1f, the controllers' %.1f, the benchmark's %.1f; during the floor: the machine's %.1f, the benchmark's %.1f; the machine's busy CPUs before the floor %.2f, before the join %.2f; object bytes %s, the floor's %s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
+		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, x.JoinCPU, x.JoinMachine, x.JoinFloorMachine,
+		x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinHarnessSeconds, x.JoinFloorMachineSeconds, x.JoinFloorHarnessSeconds, x.JoinFloorSettled, x.JoinSettled, counts(x.JoinObjectBytes), counts(x.JoinFloorObjectBytes), ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
 		x.SliceWritesPerChange, x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, x.LeaverSlices, x.LeaveGone.Round(time.Millisecond), counts(x.LeaveWrites))
 }
 
@@ -96,21 +97,22 @@ func (res results) hasReal() bool {
 func (res results) realMarkdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Real clusters among the members\n\n%d testbed clusters (API server, etcd, kube-controller-manager; no data plane) run mcsd on the same registry; they have, and import, the Services of %d of the 50 namespaces, and their controllers hold the whole clusterset.\n\n", res.Config.Real, res.Config.RealNamespaces)
-	b.WriteString("| N | imports (objects) per real cluster | join: ready / every import whole (machine's CPUs busy once ready) | join floor (same objects, written by the harness; machine's CPUs busy) | whole ≤ 1.1 × floor? | change → real EndpointSlice p50 / p99 (samples) | API write → watch p50 / p99 | p99 ≤ 2 × registry floor p99 + API floor p99? | EndpointSlice writes per change per cluster | other writes during the churn | controller CPU (cores, busiest) | controller peak RSS | registry restart: deletions / writes | leaver: slices gone (its slices) / writes / other deletions |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| N | imports (objects) per real cluster | join: ready / every import whole (machine's CPUs busy once ready) | join floor (same objects, written by the harness; machine's CPUs busy) | whole ≤ 1.1 × floor? | join CPU-seconds: machine / controllers / benchmark (floor: machine / benchmark) | change → real EndpointSlice p50 / p99 (samples) | API write → watch p50 / p99 | p99 ≤ 2 × registry floor p99 + API floor p99? | EndpointSlice writes per change per cluster | other writes during the churn | controller CPU (cores, busiest) | controller peak RSS | registry restart: deletions / writes | leaver: slices gone (its slices) / writes / other deletions |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Runs {
 		x := r.Real
 		if x == nil {
 			continue
 		}
 		joinOK, churnOK := yes(x.Join <= x.JoinFloor*11/10), yes(x.P99 <= 2*r.FloorP99+x.APIFloorP99)
-		fmt.Fprintf(&b, "| %d | %d (%d) | %s / %s (%.2f cores) | %s (%.2f cores) | %s | %s / %s (%d) | %s / %s | %s | %.2f | %s | %.3f | %s | %d / %s | %s (%d) / %s / %d |\n",
+		fmt.Fprintf(&b, "| %d | %d (%d) | %s / %s (%.2f cores) | %s (%.2f cores) | %s | %.1f / %.1f / %.1f (%.1f / %.1f) | %s / %s (%d) | %s / %s | %s | %.2f | %s | %.3f | %s | %d / %s | %s (%d) / %s / %d |\n",
 			r.N, x.Imports, x.Objects, x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinMachine, x.JoinFloor.Round(time.Millisecond), x.JoinFloorMachine, joinOK,
+			x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinHarnessSeconds, x.JoinFloorMachineSeconds, x.JoinFloorHarnessSeconds,
 			ms(x.P50), ms(x.P99), x.Samples, ms(x.APIFloorP50), ms(x.APIFloorP99), churnOK, x.SliceWritesPerChange, counts(x.OtherWrites),
 			x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, counts(x.RestartWrites),
 			x.LeaveGone.Round(time.Millisecond), x.LeaverSlices, counts(x.LeaveWrites), x.LeaveOtherDeletions)
 	}
-	b.WriteString("\nThe join is timed from the controllers' start (both real clusters at once); its floor is the harness writing the same ServiceImports, derived Services and EndpointSlices in both clusters at once, with the import controller's concurrency and in its order, then deleted before the controllers start. Where the floor keeps every CPU of the machine busy, the controllers' CPU (the summary line) lengthens the join as much. The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch. Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
+	b.WriteString("\nThe join is timed from the controllers' start (both real clusters at once); its floor is the harness writing the same ServiceImports, derived Services and EndpointSlices in both clusters at once, with the import controller's concurrency and in its order, then deleted before the controllers start. Each begins on a settled machine: the benchmark's garbage collected, and the machine's CPUs less than 0.3 busy over a second. Where the floor keeps every CPU of the machine busy, the join outlasts it by its start-up (until ready) plus what the join's CPU-seconds exceed the floor's, over the machine's CPUs: the controllers' own (start-up included), less the floor's client (the benchmark's writes), plus what the API servers do for the controllers beyond the writes. The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch. Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
 	return b.String()
 }
 

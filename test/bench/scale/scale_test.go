@@ -73,6 +73,18 @@ func checkReal(t *testing.T, x *realResult) {
 	if x.JoinFloorMachine <= 0 || x.JoinMachine <= 0 {
 		t.Errorf("real cluster: the machine's busy CPUs during the join's floor %.2f and its join %.2f; want both measured", x.JoinFloorMachine, x.JoinMachine)
 	}
+	if x.JoinMachineSeconds <= 0 || x.JoinControllerSeconds <= 0 || x.JoinFloorHarnessSeconds <= 0 {
+		t.Errorf("real cluster: CPU-seconds of the join's machine %.2f and controllers %.2f, of the floor's benchmark %.2f; want all measured",
+			x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinFloorHarnessSeconds)
+	}
+	for kind, n := range x.JoinObjectBytes {
+		if f := x.JoinFloorObjectBytes[kind]; f < n*3/4 || f > n*5/4 {
+			t.Errorf("real cluster: the floor's %ss are %d bytes, the controller's %d; want the same size within a quarter", kind, f, n)
+		}
+	}
+	if len(x.JoinObjectBytes) != 3 {
+		t.Errorf("real cluster: object sizes %v; want those of ServiceImports, Services and EndpointSlices", x.JoinObjectBytes)
+	}
 	if x.Changes == 0 || x.SliceWritesPerChange != 1 {
 		t.Errorf("real cluster: %d changes cost %.2f EndpointSlice writes each, want changes and 1", x.Changes, x.SliceWritesPerChange)
 	}
