@@ -27,6 +27,15 @@ func held(v *registrytest.View) string {
 	return strings.Join(out, " ")
 }
 
+// publish puts an export and endpoints of each Service of keys in b.
+func publish(t *testing.T, b *etcd.Backend, keys ...registry.ServiceKey) {
+	t.Helper()
+	for _, key := range keys {
+		must(t, b.PutExport(t.Context(), key, spec))
+		must(t, b.PutEndpoints(t.Context(), key, groups))
+	}
+}
+
 // TestScopedWatch: a handler that needs some namespaces (registry.Scoped)
 // is delivered their records alone, and the own cluster's whatever their
 // namespace; a namespace it comes to need is delivered whole, with the
@@ -40,10 +49,7 @@ func TestScopedWatch(t *testing.T) {
 	out := registry.ServiceKey{Namespace: "out", Name: "web"}
 	gone := registry.ServiceKey{Namespace: "out", Name: "gone"}
 	own := registry.ServiceKey{Namespace: "elsewhere", Name: "own"}
-	for _, key := range []registry.ServiceKey{in, out, gone} {
-		must(t, a.PutExport(t.Context(), key, spec))
-		must(t, a.PutEndpoints(t.Context(), key, groups))
-	}
+	publish(t, a, in, out, gone)
 	must(t, c.PutExport(t.Context(), own, spec))
 
 	r := registrytest.StartScopedWatch(t, c, "in", "empty")
@@ -148,10 +154,7 @@ func TestScopedReadReadsNeededValues(t *testing.T) {
 	in := registry.ServiceKey{Namespace: "in", Name: "web"}
 	out := registry.ServiceKey{Namespace: "out", Name: "web"}
 	out2 := registry.ServiceKey{Namespace: "out", Name: "api"}
-	for _, key := range []registry.ServiceKey{in, out, out2} {
-		must(t, a.PutExport(t.Context(), key, spec))
-		must(t, a.PutEndpoints(t.Context(), key, groups))
-	}
+	publish(t, a, in, out, out2)
 
 	r, kv, _ := scopedReader(t, srv.ClientURL(), 0, "in")
 	r.WaitFor(t, 10*time.Second, "namespace in", func(_ registrytest.Event, v *registrytest.View) bool {
