@@ -57,17 +57,20 @@ func (b *rangeBuilder) keys() int {
 }
 
 // parent is the key's "directory": the keys of one parent are consecutive
-// in etcd, nothing else between them.
+// in etcd, with nothing between them but keys under that parent (a key
+// out of the clusterset's layout, read and ignored).
 func parent(key string) string { return key[:strings.LastIndexByte(key, '/')+1] }
 
 // txnRanges bounds the ranges read in one transaction: etcd refuses a
 // transaction of more operations than its --max-txn-ops (128 by default).
 const txnRanges = 64
 
-// readValues reads the keys of ranges, values included, at revision rev:
-// in transactions of at most txnRanges ranges and ResyncPageSize keys,
-// one request each (within RequestTimeout), one after the other.
-func (w *watch) readValues(ctx context.Context, rev int64, ranges []keyRange) ([]*mvccpb.KeyValue, error) {
+// readValues reads the keys of ranges, values included, at revision rev of
+// etcd cluster etcdCluster: in transactions of at most txnRanges ranges and
+// ResyncPageSize keys, one request each (within RequestTimeout), one after
+// the other. An answer from another etcd cluster is an error (errResync):
+// the keys listed are not its own.
+func (w *watch) readValues(ctx context.Context, rev int64, etcdCluster uint64, ranges []keyRange) ([]*mvccpb.KeyValue, error) {
 	var kvs []*mvccpb.KeyValue
 	page := int(w.c.opts.ResyncPageSize)
 	for len(ranges) > 0 {
@@ -88,6 +91,9 @@ func (w *watch) readValues(ctx context.Context, rev int64, ranges []keyRange) ([
 		})
 		if err != nil {
 			return nil, fmt.Errorf("read values: %w", err)
+		}
+		if resp.Header.ClusterId != etcdCluster {
+			return nil, fmt.Errorf("%w: values read from etcd cluster %x, the keys from %x", errResync, resp.Header.ClusterId, etcdCluster)
 		}
 		for _, r := range resp.Responses {
 			if rr := r.GetResponseRange(); rr != nil {

@@ -25,6 +25,10 @@ import (
 // still be readable: the next full read tells.
 var errResync = errors.New("watch ended")
 
+// errLoad wraps the failure of a read of the records of namespaces a
+// scoped handler came to need (load).
+var errLoad = errors.New("namespace not loaded")
+
 // errResume ends following the watch when etcd may still hold every change
 // after the last one taken in (the watch was not compacted away): a new
 // watch from there resumes it, without reading the clusterset again.
@@ -187,6 +191,9 @@ func (w *watch) run(ctx context.Context) {
 		switch {
 		case resume:
 			w.log.Info("watch ended, resuming it", "reason", err.Error(), "revision", w.rev)
+		case resync && errors.Is(err, errLoad):
+			// One controller's read of a namespace: nothing to spread.
+			w.log.Info("reading a namespace failed, reading the registry again", "reason", err.Error())
 		case resync:
 			w.log.Info("watch ended, reading all records again", "reason", err.Error())
 			// Every controller's watch ends at once on a compaction:
@@ -315,7 +322,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	}, filter...)
 	if err == nil && len(needed.ranges) > 0 {
 		var kvs []*mvccpb.KeyValue
-		if kvs, err = w.readValues(ctx, rev, needed.ranges); err == nil && len(kvs) != needed.keys() {
+		if kvs, err = w.readValues(ctx, rev, etcdCluster, needed.ranges); err == nil && len(kvs) != needed.keys() {
 			// The same revision holds the same keys: etcd is not the one
 			// listed.
 			err = fmt.Errorf("%w: %d values read at revision %d for %d keys listed", errResync, len(kvs), rev, needed.keys())
@@ -928,9 +935,9 @@ func (w *watch) load(ctx context.Context) (registry.Update, error) {
 		}
 		b.add(key, true)
 	}
-	kvs, err := w.readValues(ctx, w.rev, b.ranges)
+	kvs, err := w.readValues(ctx, w.rev, w.etcdCluster, b.ranges)
 	if err != nil {
-		return registry.Update{}, err
+		return registry.Update{}, fmt.Errorf("%w: %w", errLoad, err)
 	}
 	read := make(map[string]*mvccpb.KeyValue, len(kvs))
 	for _, kv := range kvs {
@@ -939,7 +946,7 @@ func (w *watch) load(ctx context.Context) (registry.Update, error) {
 	for _, key := range keys {
 		if kv := read[key]; kv == nil || kv.ModRevision != w.revs[key] {
 			w.revs = nil // the next sync reads everything
-			return registry.Update{}, fmt.Errorf("%w: key %s at revision %d is not as the watch holds it", errResync, key, w.rev)
+			return registry.Update{}, fmt.Errorf("%w: %w: key %s at revision %d is not as the watch holds it", errLoad, errResync, key, w.rev)
 		}
 	}
 	u := registry.Update{Scoped: true, Namespaces: fresh}
