@@ -309,15 +309,13 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 			key := string(kv.Key)
 			revs[key] = kv.ModRevision
 			kind, cluster, svc := w.c.keys.parse(key)
-			if w.scope == nil {
-				take(kind, cluster, svc, kv)
-				continue
+			if w.scope != nil {
+				need := w.valueNeeded(kind, cluster, svc)
+				if needed.add(key, need); need {
+					continue // taken with its value, read next
+				}
 			}
-			need := w.valueNeeded(kind, cluster, svc)
-			needed.add(key, need)
-			if !need {
-				take(kind, cluster, svc, kv) // held without its value
-			}
+			take(kind, cluster, svc, kv)
 		}
 	}, filter...)
 	if err == nil && len(needed.ranges) > 0 {
@@ -642,23 +640,15 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 	if w.scope != nil {
 		grew = w.scope.NamespacesGrew()
 		// A growth whose load failed before this watch began is loaded now.
-		u, err := w.load(ctx)
-		if err != nil {
-			return fmt.Errorf("read the records of namespaces now needed: %w", err)
-		}
-		if !u.Empty() {
-			w.h.OnUpdate(u)
+		if err := w.deliverLoad(ctx); err != nil {
+			return err
 		}
 	}
 	for {
 		select {
 		case <-grew:
-			u, err := w.load(ctx)
-			if err != nil {
-				return fmt.Errorf("read the records of namespaces now needed: %w", err)
-			}
-			if !u.Empty() {
-				w.h.OnUpdate(u)
+			if err := w.deliverLoad(ctx); err != nil {
+				return err
 			}
 		case ch = <-created:
 			created = nil
@@ -903,7 +893,20 @@ func (w *watch) valueNeeded(kind keyKind, cluster string, svc registry.ServiceKe
 	return false
 }
 
-// load reads, decodes and delivers the records of the namespaces the
+// deliverLoad loads the namespaces the handler came to need (load) and
+// delivers them.
+func (w *watch) deliverLoad(ctx context.Context) error {
+	u, err := w.load(ctx)
+	if err != nil {
+		return fmt.Errorf("read the records of namespaces now needed: %w", err)
+	}
+	if !u.Empty() {
+		w.h.OnUpdate(u)
+	}
+	return nil
+}
+
+// load reads and decodes, for delivery, the records of the namespaces the
 // handler came to need since the last full read or load, with those
 // namespaces in Update.Namespaces. The values are read at the revision the
 // watch has taken in every change up to (w.rev), in ranges of the keys it
