@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -20,9 +22,10 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -36,6 +39,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/controller/export"
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/controller/kind"
 	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -124,7 +128,11 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	log := logr.FromContextOrDiscard(ctx)
-	direct, err := client.New(opts.RESTConfig, client.Options{Scheme: Scheme})
+	api, err := newAPIClients(opts.RESTConfig)
+	if err != nil {
+		return err
+	}
+	direct, err := client.New(opts.RESTConfig, client.Options{Scheme: Scheme, HTTPClient: api.http, Mapper: api.mapper})
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
@@ -141,13 +149,37 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 		log.Info("cluster identity", "cluster", id.Cluster, "clusterSet", id.ClusterSet)
-		err = runWithLeadership(ctx, opts, id, h)
+		err = runWithLeadership(ctx, opts, api, id, h)
 		if errors.Is(err, errIdentityChanged) {
 			log.Info("cluster identity changed, restarting controllers")
 			continue
 		}
 		return err
 	}
+}
+
+// apiClients are what the clients of a Run share: the REST mapper, which
+// reads the API server's discovery once rather than once for each client,
+// and the HTTP client of the mapper and of the identity's client.
+type apiClients struct {
+	http   *http.Client
+	mapper meta.RESTMapper
+}
+
+func newAPIClients(cfg *rest.Config) (apiClients, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return apiClients{}, fmt.Errorf("create HTTP client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return apiClients{}, fmt.Errorf("create REST mapper: %w", err)
+	}
+	return apiClients{http: hc, mapper: mapper}, nil
+}
+
+func (a apiClients) mapperProvider(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+	return a.mapper, nil
 }
 
 func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration) (registry.Identity, error) {
@@ -173,9 +205,9 @@ func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration) 
 	}
 }
 
-func runWithLeadership(ctx context.Context, opts Options, id registry.Identity, h *health) error {
+func runWithLeadership(ctx context.Context, opts Options, api apiClients, id registry.Identity, h *health) error {
 	if !opts.LeaderElection {
-		return runControllers(ctx, opts, id, h)
+		return runControllers(ctx, opts, api, id, h)
 	}
 	// A standby replica is healthy and ready: it takes over when the leader goes.
 	h.set(func() error { return nil })
@@ -198,7 +230,7 @@ func runWithLeadership(ctx context.Context, opts Options, id registry.Identity, 
 		Name:            opts.LeaderElectionID,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				runErr = runControllers(ctx, opts, id, h)
+				runErr = runControllers(ctx, opts, api, id, h)
 				cancel()
 			},
 			OnStoppedLeading: func() { log.Info("leadership lost") },
@@ -210,7 +242,7 @@ func runWithLeadership(ctx context.Context, opts Options, id registry.Identity, 
 	return runErr
 }
 
-func runControllers(ctx context.Context, opts Options, id registry.Identity, h *health) error {
+func runControllers(ctx context.Context, opts Options, api apiClients, id registry.Identity, h *health) error {
 	// The backends add the clusterset; the cluster is said once, here.
 	log := logr.FromContextOrDiscard(ctx).WithValues("cluster", id.Cluster)
 	ctx = logr.NewContext(ctx, log)
@@ -223,6 +255,7 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
 		Scheme:                 Scheme,
+		MapperProvider:         api.mapperProvider,
 		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: "0", // served by Run for its whole life
@@ -241,7 +274,7 @@ func runControllers(ctx context.Context, opts Options, id registry.Identity, h *
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if err := setupIdentityWatch(mgr, id, cancel); err != nil {
+	if err := setupIdentityWatch(ctx, mgr, id, cancel); err != nil {
 		return err
 	}
 	// Ready once the first full read of the registry arrived and the caches
@@ -383,7 +416,7 @@ func needNamespaces(ctx context.Context, mgr ctrl.Manager, view *clusterset.Scop
 // no longer holds the identity the controllers run with: when it changes or
 // goes, and also when that happened between reading the identity and the
 // cache's first list (no event would tell then).
-func setupIdentityWatch(mgr ctrl.Manager, id registry.Identity, cancel context.CancelCauseFunc) error {
+func setupIdentityWatch(ctx context.Context, mgr ctrl.Manager, id registry.Identity, cancel context.CancelCauseFunc) error {
 	names := map[string]string{aboutv1beta1.ClusterIDName: id.Cluster, aboutv1beta1.ClusterSetIDName: id.ClusterSet}
 	c := mgr.GetClient()
 	check := func(ctx context.Context, name string) error {
@@ -411,13 +444,17 @@ func setupIdentityWatch(mgr ctrl.Manager, id registry.Identity, cancel context.C
 	})); err != nil {
 		return fmt.Errorf("add identity check: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("clusterproperty").
-		For(&aboutv1beta1.ClusterProperty{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+	b := ctrl.NewControllerManagedBy(mgr).Named("clusterproperty")
+	if err := kind.Add(ctx, b, mgr.GetCache(), kind.Watch{
+		Object: &aboutv1beta1.ClusterProperty{}, Handler: &handler.EnqueueRequestForObject{},
+		Predicates: []predicate.Predicate{predicate.NewPredicateFuncs(func(o client.Object) bool {
 			_, ok := names[o.GetName()]
 			return ok
-		}))).
-		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			return reconcile.Result{}, check(ctx, req.Name)
-		}))
+		})},
+	}); err != nil {
+		return fmt.Errorf("build identity watch: %w", err)
+	}
+	return b.Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		return reconcile.Result{}, check(ctx, req.Name)
+	}))
 }

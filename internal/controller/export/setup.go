@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -26,6 +25,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/controller/kind"
 	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -74,12 +74,16 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	// echo; first, so that it sees the status writes that notStatusOnly
 	// drops as well, and forgets them).
 	r.Client = r.echoes.Client(r.Client)
-	err := ctrl.NewControllerManagedBy(mgr).
-		Named(ControllerName).
-		For(&mcsv1beta1.ServiceExport{}, builder.WithPredicates(r.echoes.Predicate(), notStatusOnly())).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(r.serviceToExport)).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToExport)).
-		WatchesRawSource(r.View.Source(r.changeToExport)).
+	b := ctrl.NewControllerManagedBy(mgr).Named(ControllerName)
+	if err := kind.Add(ctx, b, mgr.GetCache(),
+		kind.Watch{Object: &mcsv1beta1.ServiceExport{}, Handler: &handler.EnqueueRequestForObject{},
+			Predicates: []predicate.Predicate{r.echoes.Predicate(), notStatusOnly()}},
+		kind.Watch{Object: &corev1.Service{}, Handler: handler.EnqueueRequestsFromMapFunc(r.serviceToExport)},
+		kind.Watch{Object: &discoveryv1.EndpointSlice{}, Handler: handler.EnqueueRequestsFromMapFunc(sliceToExport)},
+	); err != nil {
+		return fmt.Errorf("build export controller: %w", err)
+	}
+	err := b.WatchesRawSource(r.View.Source(r.changeToExport)).
 		WatchesRawSource(source.Channel(exported, &handler.TypedEnqueueRequestForObject[*mcsv1beta1.ServiceExport]{})).
 		Complete(r)
 	if err != nil {

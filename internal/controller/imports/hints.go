@@ -124,6 +124,12 @@ func (r *Reconciler) nodeZones(ctx context.Context) ([]string, error) {
 	return slices.Compact(zones), nil
 }
 
+// nodeMetadata is the Node watch's kind: their metadata alone, where the
+// zone label is.
+func nodeMetadata() *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}}
+}
+
 // nodeHandler keeps the zone book from the Node watch and, when the set of
 // the cluster's zones changes, brings back the imports that prefer their
 // own cluster: their hints name those zones. Node updates that leave the

@@ -11,14 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/controller/kind"
 	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 )
@@ -57,18 +58,20 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	// The events that only echo the reconciler's own writes bring nothing
 	// to do: they are dropped (package echo).
 	r.Client = r.echoes.Client(client.WithFieldOwner(r.Client, wellknown.FieldManager))
-	echoes := builder.WithPredicates(r.echoes.Predicate())
-	err := ctrl.NewControllerManagedBy(mgr).
+	echoes := []predicate.Predicate{r.echoes.Predicate()}
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles}).
-		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}, echoes).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(serviceToImport), echoes).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceToImport), echoes).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceToImports)).
-		WatchesMetadata(&corev1.Node{}, r.nodeHandler()).
-		WatchesRawSource(r.View.Source(r.changeToImports)).
-		Complete(r)
-	if err != nil {
+		WithOptions(controller.Options{MaxConcurrentReconciles: MaxConcurrentReconciles})
+	if err := kind.Add(ctx, b, mgr.GetCache(),
+		kind.Watch{Object: &mcsv1beta1.ServiceImport{}, Handler: &handler.EnqueueRequestForObject{}, Predicates: echoes},
+		kind.Watch{Object: &corev1.Service{}, Handler: handler.EnqueueRequestsFromMapFunc(serviceToImport), Predicates: echoes},
+		kind.Watch{Object: &discoveryv1.EndpointSlice{}, Handler: handler.EnqueueRequestsFromMapFunc(sliceToImport), Predicates: echoes},
+		kind.Watch{Object: &corev1.Namespace{}, Handler: handler.EnqueueRequestsFromMapFunc(r.namespaceToImports)},
+		kind.Watch{Object: nodeMetadata(), Handler: r.nodeHandler()},
+	); err != nil {
+		return fmt.Errorf("build import controller: %w", err)
+	}
+	if err := b.WatchesRawSource(r.View.Source(r.changeToImports)).Complete(r); err != nil {
 		return fmt.Errorf("build import controller: %w", err)
 	}
 	r.metrics = metrics.NewImports(r.ClusterID)

@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
@@ -53,12 +55,25 @@ func Scheme(t testing.TB) *runtime.Scheme {
 	return scheme
 }
 
-// staticMapper maps the kinds the controllers index without asking an API
-// server (there is none): the cache's indexes need their REST mapping when
-// they are registered.
+// staticMapper maps the kinds the controllers watch without asking an API
+// server (there is none): the cache's informers and indexes need their
+// REST mapping when the controllers are built.
 func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	m := meta.NewDefaultRESTMapper(nil)
-	m.Add(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), meta.RESTScopeNamespace)
+	for _, gvk := range []schema.GroupVersionKind{
+		discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),
+		corev1.SchemeGroupVersion.WithKind("Service"),
+		mcsv1beta1.SchemeGroupVersion.WithKind("ServiceExport"),
+		mcsv1beta1.SchemeGroupVersion.WithKind("ServiceImport"),
+	} {
+		m.Add(gvk, meta.RESTScopeNamespace)
+	}
+	for _, gvk := range []schema.GroupVersionKind{
+		corev1.SchemeGroupVersion.WithKind("Namespace"),
+		corev1.SchemeGroupVersion.WithKind("Node"),
+	} {
+		m.Add(gvk, meta.RESTScopeRoot)
+	}
 	return m, nil
 }
 
