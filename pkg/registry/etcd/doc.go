@@ -64,10 +64,11 @@
 //
 // A handler that needs some namespaces only (registry.Scoped, as a
 // controller's View is) gets their records alone, and the own cluster's.
-// The first read lists the keys without their values, then reads the
-// values of the records it delivers and of the alive records, in ranges of
-// the keys it listed (transactions of at most 64 ranges and
-// Options.ResyncPageSize keys), at the listing's revision. The others are
+// The first read lists the keys without their values (in pages of ten
+// times Options.ResyncPageSize keys), then reads the values of the records
+// it delivers and of the alive records, in ranges of the keys it listed
+// (transactions of at most 64 ranges and Options.ResyncPageSize keys), at
+// the listing's revision. The others are
 // held as keys and revisions alone; a namespace the handler comes to need
 // has its records' values read then, at the revision the watch has taken
 // every change in up to, and delivered in one Update that names it.

@@ -79,9 +79,10 @@ type Options struct {
 	// then write it again to clear it. Default 2 × HealthInterval.
 	UnreachableAfter time.Duration
 	// ResyncPageSize is how many keys each read of a resync asks for: a
-	// Watch reads the clusterset (or its keys) in pages, all at one
-	// revision, each page within RequestTimeout, so that a large registry
-	// never makes one request too big or too slow. A read of what changed
+	// Watch reads the clusterset in pages, all at one revision, each page
+	// within RequestTimeout, so that a large registry never makes one
+	// request too big or too slow. A listing of keys without values asks
+	// for ten times as many a page, about the bytes of a page of records. A read of what changed
 	// since a revision, for which etcd scans every key of the range asked
 	// whatever the limit, asks for ranges of that many keys held. Default
 	// 1000.

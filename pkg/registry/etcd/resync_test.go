@@ -424,8 +424,8 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	// The reads of the resync: the values of the keys changed since (a's
 	// two exports), in ranges of a page of keys each, the number of keys,
 	// and, since that says some are gone, every key without values, in
-	// pages.
-	var listed, valued, counts int
+	// pages of ten times ResyncPageSize: the 40 keys in one.
+	var listed, listings, valued, counts int
 	for _, r := range kv.snapshot()[before:] {
 		switch {
 		case r.countOnly && !r.oneKey:
@@ -433,8 +433,9 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 		case r.countOnly || r.oneKey:
 		case r.keysOnly:
 			listed += r.keys
-			if r.keys > 8 {
-				t.Errorf("a page of keys held %d, more than ResyncPageSize", r.keys)
+			listings++
+			if r.keys > 10*8 {
+				t.Errorf("a page of keys held %d, more than ten times ResyncPageSize", r.keys)
 			}
 		default:
 			valued += r.keys
@@ -446,6 +447,9 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	// a's alive, 20 - 1 + 1 exports, 20 - 1 endpoints (b's alive is gone).
 	if want := 1 + services + (services - 1); listed < want {
 		t.Errorf("the resync listed %d keys, want %d at least", listed, want)
+	}
+	if listings != 1 {
+		t.Errorf("the resync listed the keys in %d pages, want 1 (pages of 80 keys)", listings)
 	}
 	if valued != 2 || counts != 1 {
 		t.Errorf("the resync read %d values and counted the keys %d times, want 2 (the changed exports) and once", valued, counts)

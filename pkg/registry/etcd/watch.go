@@ -299,12 +299,8 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 			own = append(own, keyed{cluster, kv})
 		}
 	}
-	var filter []clientv3.OpOption
 	needed := rangeBuilder{page: int(w.c.opts.ResyncPageSize)}
-	if w.scope != nil {
-		filter = append(filter, clientv3.WithKeysOnly())
-	}
-	rev, etcdCluster, err := w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), 0, func(kvs []*mvccpb.KeyValue) {
+	rev, etcdCluster, err := w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), 0, w.scope != nil, func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
 			key := string(kv.Key)
 			revs[key] = kv.ModRevision
@@ -317,7 +313,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 			}
 			take(kind, cluster, svc, kv)
 		}
-	}, filter...)
+	})
 	if err == nil && len(needed.ranges) > 0 {
 		var kvs []*mvccpb.KeyValue
 		if kvs, err = w.readValues(ctx, rev, etcdCluster, needed.ranges); err == nil && len(kvs) != needed.keys() {
@@ -396,7 +392,7 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	}
 	if int64(len(w.revs)+added) > resp.Count {
 		// Some keys are gone: list them all to find which.
-		listed, _, err := w.readAll(ctx, rev, clientv3.WithKeysOnly())
+		listed, _, err := w.listKeys(ctx, rev)
 		if err != nil {
 			return 0, fmt.Errorf("read clusterset keys: %w", err)
 		}
@@ -461,7 +457,7 @@ func (w *watch) readChanged(ctx context.Context, rev int64) ([]*mvccpb.KeyValue,
 		}
 		changed = append(changed, resp.Kvs...)
 		if resp.More && len(resp.Kvs) > 0 {
-			_, _, err := w.readPages(ctx, string(resp.Kvs[len(resp.Kvs)-1].Key)+"\x00", end, rev, func(kvs []*mvccpb.KeyValue) {
+			_, _, err := w.readPages(ctx, string(resp.Kvs[len(resp.Kvs)-1].Key)+"\x00", end, rev, false, func(kvs []*mvccpb.KeyValue) {
 				for _, kv := range kvs {
 					if kv.ModRevision > w.rev {
 						changed = append(changed, kv)
@@ -523,26 +519,35 @@ func (w *watch) observeOwn(cluster, key string, kv *mvccpb.KeyValue) {
 	}
 }
 
-// readAll reads every key of the clusterset at revision rev (0: the
-// latest), as readPages does, and returns them with the revision read at.
-func (w *watch) readAll(ctx context.Context, rev int64, filter ...clientv3.OpOption) ([]*mvccpb.KeyValue, int64, error) {
+// listKeys lists every key of the clusterset, without values, at revision
+// rev (0: the latest), as readPages does, and returns them with the
+// revision read at.
+func (w *watch) listKeys(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, int64, error) {
 	var kvs []*mvccpb.KeyValue
-	rev, _, err := w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), rev,
-		func(page []*mvccpb.KeyValue) { kvs = append(kvs, page...) }, filter...)
+	rev, _, err := w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), rev, true,
+		func(page []*mvccpb.KeyValue) { kvs = append(kvs, page...) })
 	if err != nil {
 		return nil, 0, err
 	}
 	return kvs, rev, nil
 }
 
+// keysPerRecord is how many keys without values a page holds for each
+// record a page of values holds: a key is some 60 bytes, a record's value
+// some 600. Fewer, larger pages also cost etcd less: for each page, it
+// visits every key from the page's first to the range's end, to count
+// them.
+const keysPerRecord = 10
+
 // readPages reads every key from from up to end at revision rev (0: the
-// latest), in pages of ResyncPageSize keys, each page a request of its own
+// latest), in pages of ResyncPageSize keys (keysOnly: their keys alone, in
+// pages of keysPerRecord times as many), each page a request of its own
 // (with its own RequestTimeout), all at the revision of the first. It gives
 // each page to page as it comes, and reads the next meanwhile. It returns
 // the revision read at and the id of the etcd cluster read. A compaction
 // between pages makes the read start again (errResync); pages given before
 // an error are to be discarded.
-func (w *watch) readPages(ctx context.Context, from, end string, rev int64, page func([]*mvccpb.KeyValue), filter ...clientv3.OpOption) (int64, uint64, error) {
+func (w *watch) readPages(ctx context.Context, from, end string, rev int64, keysOnly bool, page func([]*mvccpb.KeyValue)) (int64, uint64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -556,7 +561,10 @@ func (w *watch) readPages(ctx context.Context, from, end string, rev int64, page
 	go func() {
 		defer close(results)
 		for {
-			opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}, filter...)
+			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}
+			if keysOnly {
+				opts = []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(keysPerRecord * w.c.opts.ResyncPageSize), clientv3.WithKeysOnly()}
+			}
 			if rev != 0 {
 				opts = append(opts, clientv3.WithRev(rev))
 			}
