@@ -147,6 +147,7 @@ type realCluster struct {
 	mu        sync.Mutex
 	slices    map[string]int       // "ns/import/source" → endpoints
 	ready     map[string]bool      // "ns/import": ServiceImport with its IPs
+	since     map[string]time.Time // the keys of both: when their value came
 	arrived   map[string]time.Time // churn addresses, first seen in a slice
 	deletions map[string]int       // deleted objects, by kind and source cluster
 }
@@ -181,7 +182,7 @@ func (r *sizeRun) startReal(ctx context.Context) error {
 		return err
 	}
 	for _, c := range tb.Clusters {
-		rc := &realCluster{c: c, slices: map[string]int{}, ready: map[string]bool{}, arrived: map[string]time.Time{}, deletions: map[string]int{}}
+		rc := &realCluster{c: c, slices: map[string]int{}, ready: map[string]bool{}, since: map[string]time.Time{}, arrived: map[string]time.Time{}, deletions: map[string]int{}}
 		if rc.cl, err = c.Client(); err != nil {
 			return err
 		}
@@ -299,8 +300,8 @@ func (rc *realCluster) onSlice(o any, deleted bool) {
 		}
 		return
 	}
-	if s.Namespace != harness.FloorNamespace {
-		rc.slices[key] = len(s.Endpoints)
+	if n, ok := rc.slices[key]; s.Namespace != harness.FloorNamespace && (!ok || n != len(s.Endpoints)) {
+		rc.slices[key], rc.since[key] = len(s.Endpoints), now
 	}
 	for _, e := range s.Endpoints {
 		for _, a := range e.Addresses {
@@ -320,6 +321,7 @@ func (rc *realCluster) onImport(o any, deleted bool) {
 		return
 	}
 	key := si.Namespace + "/" + si.Name
+	now := time.Now()
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if deleted {
@@ -327,25 +329,45 @@ func (rc *realCluster) onImport(o any, deleted bool) {
 		rc.deletions["ServiceImport"]++
 		return
 	}
-	rc.ready[key] = len(si.Spec.IPs) > 0
+	if ready, ok := rc.ready[key]; !ok || ready != (len(si.Spec.IPs) > 0) {
+		rc.ready[key], rc.since[key] = len(si.Spec.IPs) > 0, now
+	}
 }
 
 // whole reports whether every import of want is whole: its ServiceImport
 // has its IPs and each source cluster's EndpointSlice has its endpoints.
 func (rc *realCluster) whole(want map[registry.ServiceKey][]string, endpoints int) bool {
+	_, ok := rc.wholeSince(want, endpoints)
+	return ok
+}
+
+// wholeSince is whole, and when the last of those objects came as it is.
+func (rc *realCluster) wholeSince(want map[registry.ServiceKey][]string, endpoints int) (time.Time, bool) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
+	var last time.Time
 	for key, sources := range want {
-		if !rc.ready[key.Namespace+"/"+key.Name] {
-			return false
+		k := key.Namespace + "/" + key.Name
+		if !rc.ready[k] {
+			return time.Time{}, false
 		}
+		last = latest(last, rc.since[k])
 		for _, src := range sources {
-			if rc.slices[sliceKey(key.Namespace, key.Name, src)] != endpoints {
-				return false
+			k := sliceKey(key.Namespace, key.Name, src)
+			if rc.slices[k] != endpoints {
+				return time.Time{}, false
 			}
+			last = latest(last, rc.since[k])
 		}
 	}
-	return true
+	return last, true
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (rc *realCluster) deleted() map[string]int {
@@ -423,12 +445,19 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	}
 	res.JoinReady = time.Since(start)
 	cpuReady, busyReady := r.real.usage(), harness.MachineBusy()
+	// The join ends when the last object came as wanted, in the watch of
+	// the cluster that finished last: not when the wait looked.
+	var whole time.Time
 	for _, rc := range r.real.clusters {
-		if err := waitFor(ctx, r.cfg.Timeout, "every import whole in "+rc.c.ID, func() bool { return rc.whole(want, r.cfg.Endpoints) }); err != nil {
+		if err := waitFor(ctx, r.cfg.Timeout, "every import whole in "+rc.c.ID, func() bool {
+			at, ok := rc.wholeSince(want, r.cfg.Endpoints)
+			whole = latest(whole, at)
+			return ok
+		}); err != nil {
 			return err
 		}
 	}
-	res.Join = time.Since(start)
+	res.Join = whole.Sub(start)
 	busy := harness.MachineBusy() - busyReady
 	res.JoinMachineSeconds, res.JoinHarnessSeconds = harness.MachineBusy()-machine, harness.SelfCPU()-self
 	for _, c := range r.real.usage() {
