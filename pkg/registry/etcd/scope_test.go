@@ -1,9 +1,12 @@
 package etcd_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,4 +208,76 @@ func TestScopedLoadAfterCompaction(t *testing.T) {
 	if !counted {
 		t.Errorf("namespace out was read without the watch reading what changed first: the revision it reached was not compacted?")
 	}
+}
+
+// refusingKV refuses every transaction while refuse is set, as an etcd
+// whose --max-txn-ops is below a load's ranges would.
+type refusingKV struct {
+	clientv3.KV
+	refuse atomic.Bool
+}
+
+func (k *refusingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &refusingTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type refusingTxn struct {
+	clientv3.Txn
+	kv *refusingKV
+}
+
+func (t *refusingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *refusingTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.kv.refuse.Load() {
+		return nil, errors.New("too many operations in txn request (injected)")
+	}
+	return t.Txn.Commit()
+}
+
+// TestScopedLoadFailureReported: a namespace whose records cannot be read
+// while the rest of the registry can is reported as the registry being
+// unreadable once that lasted UnreachableAfter, without the watch saying
+// it reachable in between; once the read succeeds, the namespace comes and
+// the registry is reachable again.
+func TestScopedLoadFailureReported(t *testing.T) {
+	t.Parallel()
+	srv, _ := startWithClient(t)
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	out := registry.ServiceKey{Namespace: "out", Name: "web"}
+	publish(t, a, web, out)
+
+	cli := client(t, srv.ClientURL())
+	kv := &refusingKV{KV: cli.KV}
+	cli.KV = kv
+	w, err := etcd.NewWatcherFromClient(t.Context(), cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "reader"},
+		Prefix: prefix, HealthInterval: 200 * time.Millisecond, UnreachableAfter: 600 * time.Millisecond})
+	must(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	r := registrytest.StartScopedWatch(t, w, web.Namespace)
+	r.WaitFor(t, 10*time.Second, "the first read, then the registry said reachable", func(e registrytest.Event, v *registrytest.View) bool {
+		return len(v.Exports) == 1 && e.Update == nil && e.Connected
+	})
+
+	kv.refuse.Store(true)
+	r.Need(out.Namespace)
+	events := r.WaitFor(t, 20*time.Second, "the registry reported unreachable", func(e registrytest.Event, _ *registrytest.View) bool {
+		return e.Update == nil && !e.Connected
+	})
+	for _, e := range events {
+		if e.Update == nil && e.Connected {
+			t.Errorf("the watch said the registry reachable while namespace %s could not be read: %s", out.Namespace, e)
+		}
+	}
+	if last := events[len(events)-1]; !strings.Contains(fmt.Sprint(last.Err), "too many operations") {
+		t.Errorf("reported %v, want the read's error", last.Err)
+	}
+
+	kv.refuse.Store(false)
+	r.WaitFor(t, 20*time.Second, "namespace out, and the registry reachable", func(_ registrytest.Event, v *registrytest.View) bool {
+		return len(v.Exports) == 2 && v.Connected
+	})
 }

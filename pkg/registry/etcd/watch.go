@@ -166,10 +166,13 @@ func (w *watch) run(ctx context.Context) {
 			rev, err = w.sync(ctx)
 		}
 		if err == nil {
-			failures, failingSince = 0, time.Time{}
-			w.setConnected(true, nil)
 			started := time.Now()
-			err = w.follow(ctx, rev)
+			// Read again, but not whole until the namespaces needed
+			// meanwhile are loaded: a load that keeps failing is reported.
+			err = w.follow(ctx, rev, func() {
+				failures, failingSince = 0, time.Time{}
+				w.setConnected(true, nil)
+			})
 			if time.Since(started) > retryMax {
 				delay = retryMin
 			}
@@ -616,7 +619,8 @@ func (w *watch) readPages(ctx context.Context, from, end string, rev int64, keys
 // follow delivers the changes after rev, one Update per watch response,
 // until the watch fails, etcd cannot be read, the watch falls behind, or
 // ctx is done; and, when a scoped handler's namespaces grow, their records
-// (load).
+// (load). It calls loaded once the namespaces a scoped handler needed
+// before it began are loaded: the registry is read whole then.
 //
 // Every HealthInterval without a watch response, a linearizable read checks
 // that etcd has a leader and a quorum, and asks the watch's member for its
@@ -626,7 +630,7 @@ func (w *watch) readPages(ctx context.Context, from, end string, rev int64, keys
 // again (on another member, most likely). One check is not enough: etcd
 // drops a progress request while the stream has a watch still catching up,
 // and a healthy member may apply a little late.
-func (w *watch) follow(ctx context.Context, rev int64) error {
+func (w *watch) follow(ctx context.Context, rev int64, loaded func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wctx := clientv3.WithRequireLeader(ctx)
@@ -652,6 +656,7 @@ func (w *watch) follow(ctx context.Context, rev int64) error {
 			return err
 		}
 	}
+	loaded()
 	for {
 		select {
 		case <-grew:
