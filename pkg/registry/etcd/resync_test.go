@@ -2,10 +2,12 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,12 +38,15 @@ type rangeRead struct {
 }
 
 // recordingKV records the Gets that pass through it, and the keys whose
-// values its Gets and transactions received.
+// values its Gets and transactions received. While refuse is set, it
+// refuses every transaction, as an etcd whose --max-txn-ops is below a
+// read's ranges would.
 type recordingKV struct {
 	clientv3.KV
 	mu     sync.Mutex
 	reads  []rangeRead
 	values []string
+	refuse atomic.Bool
 }
 
 func (k *recordingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
@@ -90,6 +95,9 @@ func (t *recordingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 }
 
 func (t *recordingTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.kv.refuse.Load() {
+		return nil, errors.New("too many operations in txn request (refused by the test)")
+	}
 	resp, err := t.Txn.Commit()
 	if err == nil {
 		for _, r := range resp.Responses {

@@ -1,12 +1,9 @@
 package etcd_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,34 +207,6 @@ func TestScopedLoadAfterCompaction(t *testing.T) {
 	}
 }
 
-// refusingKV refuses every transaction while refuse is set, as an etcd
-// whose --max-txn-ops is below a load's ranges would.
-type refusingKV struct {
-	clientv3.KV
-	refuse atomic.Bool
-}
-
-func (k *refusingKV) Txn(ctx context.Context) clientv3.Txn {
-	return &refusingTxn{Txn: k.KV.Txn(ctx), kv: k}
-}
-
-type refusingTxn struct {
-	clientv3.Txn
-	kv *refusingKV
-}
-
-func (t *refusingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *refusingTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.kv.refuse.Load() {
-		return nil, errors.New("too many operations in txn request (injected)")
-	}
-	return t.Txn.Commit()
-}
-
 // TestScopedLoadFailureReported: a namespace whose records cannot be read
 // while the rest of the registry can is reported as the registry being
 // unreadable once that lasted UnreachableAfter, without the watch saying
@@ -251,7 +220,7 @@ func TestScopedLoadFailureReported(t *testing.T) {
 	publish(t, a, web, out)
 
 	cli := client(t, srv.ClientURL())
-	kv := &refusingKV{KV: cli.KV}
+	kv := &recordingKV{KV: cli.KV}
 	cli.KV = kv
 	w, err := etcd.NewWatcherFromClient(t.Context(), cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "reader"},
 		Prefix: prefix, HealthInterval: 200 * time.Millisecond, UnreachableAfter: 600 * time.Millisecond})

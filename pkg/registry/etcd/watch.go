@@ -167,8 +167,9 @@ func (w *watch) run(ctx context.Context) {
 		}
 		if err == nil {
 			started := time.Now()
-			// Read again, but not whole until the namespaces needed
-			// meanwhile are loaded: a load that keeps failing is reported.
+			// Reachable, and the failures forgotten, once the namespaces
+			// needed meanwhile are loaded too: a load that keeps failing
+			// is reported as a read that does.
 			err = w.follow(ctx, rev, func() {
 				failures, failingSince = 0, time.Time{}
 				w.setConnected(true, nil)

@@ -55,7 +55,8 @@ type realResult struct {
 	// JoinFloor is how long the harness took to write the same objects
 	// itself, in every real cluster at once with the controller's
 	// concurrency; Join, the controllers started until every real cluster
-	// had every import whole; JoinReady, until they were ready (the
+	// had every import whole (the last object's arrival as wanted on the
+	// benchmark's watch); JoinReady, until they were ready (the
 	// process started, the registry read, caches synced, leadership taken).
 	JoinFloor time.Duration `json:"joinFloor"`
 	Join      time.Duration `json:"join"`
