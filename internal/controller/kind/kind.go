@@ -2,10 +2,12 @@ package kind
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -30,7 +32,7 @@ func Source(ctx context.Context, c cache.Cache, obj client.Object, h handler.Eve
 	if err != nil {
 		return nil, fmt.Errorf("informer of %T: %w", obj, err)
 	}
-	k := &kind{informer: &registering{Informer: inf}}
+	k := &kind{informer: &registering{Informer: inf}, name: kindName(obj)}
 	k.Informer = source.Informer{Informer: k.informer, Handler: h, Predicates: preds}
 	return k, nil
 }
@@ -40,18 +42,31 @@ func Source(ctx context.Context, c cache.Cache, obj client.Object, h handler.Eve
 type kind struct {
 	source.Informer
 	informer *registering
+	name     string
 }
 
 // WaitForSync returns once the informer has listed and the handler has
-// been given that list.
+// been given that list. A cancelled ctx (the manager stopping) is no
+// error, as with source.Kind.
 func (k *kind) WaitForSync(ctx context.Context) error {
 	err := wait.PollUntilContextCancel(ctx, SyncPoll, true, func(context.Context) (bool, error) {
 		return k.informer.handlerSynced(), nil
 	})
-	if err != nil {
-		return fmt.Errorf("wait for the cache of %s: %w", k.String(), err)
+	if err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("wait for the cache of %s: %w", k, err)
 	}
 	return nil
+}
+
+// String names the source in controller-runtime's logs.
+func (k *kind) String() string { return "kind source: " + k.name }
+
+// kindName is obj's type, and its kind when obj is metadata alone.
+func kindName(obj client.Object) string {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return fmt.Sprintf("%T (%s)", obj, m.Kind)
+	}
+	return fmt.Sprintf("%T", obj)
 }
 
 // registering is an informer that keeps the registration of the handler

@@ -2,6 +2,7 @@ package kind_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,14 +27,18 @@ func newQueue() workqueue.TypedRateLimitingInterface[reconcile.Request] {
 }
 
 // The informer exists once the source does, before the controller starts:
-// the manager's cache starts it with the others.
+// the manager's cache starts it with the others. The source names its kind.
 func TestSourceCreatesItsInformerAtOnce(t *testing.T) {
 	c := &informertest.FakeInformers{Scheme: scheme.Scheme}
-	if _, err := kind.Source(t.Context(), c, &corev1.Service{}, &handler.EnqueueRequestForObject{}); err != nil {
+	src, err := kind.Source(t.Context(), c, &corev1.Service{}, &handler.EnqueueRequestForObject{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := c.InformersByGVK[serviceGVK]; !ok {
 		t.Fatalf("no Service informer after Source; informers: %v", c.InformersByGVK)
+	}
+	if got, want := fmt.Sprint(src), "kind source: *v1.Service"; got != want {
+		t.Errorf("the source is named %q, want %q", got, want)
 	}
 }
 
@@ -63,7 +68,8 @@ func TestSourceGivesEventsThroughPredicates(t *testing.T) {
 
 // WaitForSync is done once the handler the source added has been given the
 // informer's list: not before the source started, nor before the informer
-// listed. With a done context it looks once.
+// listed. With a context past its deadline it looks once; a cancelled one
+// (the manager stopping) is no error.
 func TestWaitForSyncWaitsForTheHandler(t *testing.T) {
 	c := &informertest.FakeInformers{Scheme: scheme.Scheme}
 	src, err := kind.Source(t.Context(), c, &corev1.Service{}, &handler.EnqueueRequestForObject{})
@@ -71,8 +77,8 @@ func TestWaitForSyncWaitsForTheHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	fi := c.InformersByGVK[serviceGVK].(*controllertest.FakeInformer)
-	done, cancel := context.WithCancel(t.Context())
-	cancel()
+	done, cancel := context.WithTimeout(t.Context(), 0)
+	defer cancel()
 
 	setSynced(fi, true)
 	if err := src.WaitForSync(done); err == nil {
@@ -86,6 +92,11 @@ func TestWaitForSyncWaitsForTheHandler(t *testing.T) {
 	setSynced(fi, false)
 	if err := src.WaitForSync(done); err == nil {
 		t.Error("synced before the informer listed")
+	}
+	stopped, stop := context.WithCancel(t.Context())
+	stop()
+	if err := src.WaitForSync(stopped); err != nil {
+		t.Errorf("the manager stopping before the sync: %v, want no error", err)
 	}
 	setSynced(fi, true)
 	if err := src.WaitForSync(done); err != nil {

@@ -82,7 +82,8 @@ type Options struct {
 	// Watch reads the clusterset in pages, all at one revision, each page
 	// within RequestTimeout, so that a large registry never makes one
 	// request too big or too slow. A listing of keys without values asks
-	// for ten times as many a page, about the bytes of a page of records.
+	// for ten times as many a page: its reply is about the bytes of a page
+	// of records, though etcd reads every value of the page to drop it.
 	// A read of what changed since a revision, for which etcd scans every
 	// key of the range asked whatever the limit, asks for ranges of that
 	// many keys held. Default 1000.

@@ -538,7 +538,8 @@ func (w *watch) listKeys(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, in
 
 // keysPerRecord is how many keys without values a page holds for each
 // record a page of values holds: a key is some 60 bytes, a record's value
-// some 600. Fewer, larger pages also cost etcd less: for each page, it
+// some 600, so the replies are of a size (etcd still reads each value, to
+// drop it). Fewer, larger pages cost etcd less in all: for each page, it
 // visits every key from the page's first to the range's end, to count
 // them.
 const keysPerRecord = 10
