@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -32,6 +30,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/memory"
@@ -91,7 +90,7 @@ func startGated(t *testing.T, store *memory.Store, cluster string, gate *cacheGa
 		Scheme:                 Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		MapperProvider:         staticMapper,
+		MapperProvider:         ctrltest.StaticMapper,
 		NewCache:               func(*rest.Config, cache.Options) (cache.Cache, error) { return c, nil },
 		NewClient:              func(*rest.Config, client.Options) (client.Client, error) { return api, nil },
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -222,20 +221,6 @@ func (i *lockedInformer) add(obj client.Object) {
 // lateClient is the manager's client, built once the controllers have
 // registered their indexes.
 type lateClient struct{ client.Client }
-
-func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
-	m := meta.NewDefaultRESTMapper(nil)
-	for _, o := range []client.Object{&discoveryv1.EndpointSlice{}, &corev1.Service{}, &mcsv1beta1.ServiceExport{}, &mcsv1beta1.ServiceImport{}} {
-		gvk, err := gvkOf(o)
-		if err != nil {
-			return nil, err
-		}
-		m.Add(gvk, meta.RESTScopeNamespace)
-	}
-	m.Add(corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot)
-	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
-	return m, nil
-}
 
 // TestNoGoroutineOutlivesTheManager starts the controllers and stops them:
 // every goroutine they started ends.

@@ -31,7 +31,7 @@ func UnstartedManager(t testing.TB) ctrl.Manager {
 		Scheme:                 Scheme(t),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		MapperProvider:         staticMapper,
+		MapperProvider:         StaticMapper,
 		// Controller names are checked process-wide; with -count > 1 the
 		// same test builds the controller again.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
@@ -55,10 +55,10 @@ func Scheme(t testing.TB) *runtime.Scheme {
 	return scheme
 }
 
-// staticMapper maps the kinds the controllers watch without asking an API
+// StaticMapper maps the kinds the controllers watch without asking an API
 // server (there is none): the cache's informers and indexes need their
 // REST mapping when the controllers are built.
-func staticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+func StaticMapper(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 	m := meta.NewDefaultRESTMapper(nil)
 	for _, gvk := range []schema.GroupVersionKind{
 		discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),

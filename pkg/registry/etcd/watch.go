@@ -563,13 +563,14 @@ func (w *watch) readPages(ctx context.Context, from, end string, rev int64, keys
 		last    bool
 	}
 	results := make(chan result, 1)
+	limit, only := w.c.opts.ResyncPageSize, []clientv3.OpOption{}
+	if keysOnly {
+		limit, only = keysPerRecord*limit, append(only, clientv3.WithKeysOnly())
+	}
 	go func() {
 		defer close(results)
 		for {
-			opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}
-			if keysOnly {
-				opts = []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(keysPerRecord * w.c.opts.ResyncPageSize), clientv3.WithKeysOnly()}
-			}
+			opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}, only...)
 			if rev != 0 {
 				opts = append(opts, clientv3.WithRev(rev))
 			}
