@@ -115,7 +115,9 @@ func startGated(t *testing.T, store *memory.Store, cluster string, gate *cacheGa
 	api.Client = b.Build()
 
 	done := make(chan error, 1)
-	go func() { done <- start(ctx, mgr, reg, view) }()
+	go func() {
+		done <- start(ctx, mgr, reg, view, cacheSync{timeout: time.Hour, last: func() error { return nil }})
+	}()
 	p := &inProcess{mgr: mgr, view: view.View, api: api, informers: informers}
 	var once sync.Once
 	p.stop = func() {

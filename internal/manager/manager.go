@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -81,6 +82,11 @@ type Options struct {
 	LeaderElectionID string
 	// IdentityRetry is how often a missing identity is looked up again. Default 5s.
 	IdentityRetry time.Duration
+	// CacheSyncTimeout bounds the wait for the caches' first sync: past
+	// it, Run fails with the last list or watch error of each kind (a
+	// role missing a grant keeps a kind from syncing). Default 2 minutes,
+	// controller-runtime's bound for a controller's sources.
+	CacheSyncTimeout time.Duration
 	// TakeoverGrace is how long the derived Services of an import taken
 	// over from the AWS Cloud Map MCS controller that mcsd does not adopt
 	// keep carrying its traffic. Default imports.DefaultRetireGrace.
@@ -108,6 +114,9 @@ func (o *Options) defaults() error {
 	}
 	if o.IdentityRetry == 0 {
 		o.IdentityRetry = 5 * time.Second
+	}
+	if o.CacheSyncTimeout == 0 {
+		o.CacheSyncTimeout = 2 * time.Minute
 	}
 	if o.TakeoverGrace == 0 {
 		o.TakeoverGrace = imports.DefaultRetireGrace
@@ -253,17 +262,19 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 	defer func() { _ = reg.Close() }()
 	reg = metrics.InstrumentRegistry(reg, id.Cluster)
 
+	listErrs := &listErrors{}
 	mgr, err := ctrl.NewManager(opts.RESTConfig, ctrl.Options{
 		Scheme:                 Scheme,
 		MapperProvider:         api.mapperProvider,
 		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: "0", // served by Run for its whole life
+		Cache:                  cache.Options{DefaultWatchErrorHandler: listErrs.handle},
 
 		LeaderElection: false,
 		// Run starts the controllers again in the same process when the
 		// identity changes, so their names are registered more than once.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: opts.CacheSyncTimeout},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -292,7 +303,7 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 		return nil
 	})
 	defer h.notReady("controllers stopped")
-	err = start(runCtx, mgr, reg, view)
+	err = start(runCtx, mgr, reg, view, cacheSync{timeout: opts.CacheSyncTimeout, last: listErrs.err})
 	if cause := context.Cause(runCtx); errors.Is(cause, errIdentityChanged) {
 		return errIdentityChanged
 	}
@@ -335,7 +346,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 // start. The namespaces the cluster has are listed first, in one request:
 // the first read then decodes theirs alone (the cache's, later, adds those
 // created meanwhile).
-func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *clusterset.ScopedView) error {
+func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *clusterset.ScopedView, sync cacheSync) error {
 	namespaces := &corev1.NamespaceList{}
 	listCtx, cancel := context.WithTimeout(ctx, namespaceListTimeout)
 	if err := mgr.GetAPIReader().List(listCtx, namespaces); err != nil {
@@ -356,8 +367,16 @@ func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *cl
 		}
 		return nil
 	})
-	g.Go(func() error { return runManager(ctx, mgr) })
+	g.Go(func() error { return runManager(ctx, mgr, sync) })
 	return g.Wait()
+}
+
+// cacheSync bounds the wait for the caches' first sync: past timeout,
+// runManager fails with what last says (the last list or watch error of
+// each kind).
+type cacheSync struct {
+	timeout time.Duration
+	last    func() error
 }
 
 // runManager runs mgr until ctx ends, and returns when mgr.Start does, or
@@ -366,25 +385,36 @@ func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *cl
 // spinning on the done context (kubernetes-sigs/controller-runtime#3440),
 // so a controller stopped while it cannot reach its API server would
 // spin until killed. Its goroutines end with the process.
-func runManager(ctx context.Context, mgr ctrl.Manager) error {
+//
+// The manager itself waits for its caches without a bound, and the
+// controllers' sources have their informers made before it starts
+// (internal/controller/kind), so runManager bounds that wait: caches not
+// synced in sync.timeout fail the run, with each kind's last list or
+// watch error (a role missing a grant: the process exits and says which).
+func runManager(ctx context.Context, mgr ctrl.Manager, sync cacheSync) error {
 	stopped := make(chan error, 1)
 	go func() { stopped <- mgr.Start(ctx) }()
 	synced := make(chan bool, 1)
 	go func() { synced <- mgr.GetCache().WaitForCacheSync(ctx) }()
-	select {
-	case err := <-stopped:
-		return err
-	case <-ctx.Done():
-	}
-	select {
-	case err := <-stopped:
-		return err
-	case ok := <-synced:
-		if ok {
-			return <-stopped
+	timeout := time.NewTimer(sync.timeout)
+	defer timeout.Stop()
+	for {
+		select {
+		case err := <-stopped:
+			return err
+		case ok := <-synced:
+			if !ok {
+				logr.FromContextOrDiscard(ctx).Info("Stopped before the caches synced; not waiting for the manager")
+				return nil
+			}
+			synced = nil
+			timeout.Stop()
+		case <-timeout.C:
+			if err := sync.last(); err != nil {
+				return fmt.Errorf("%w in %s (is a grant of mcsd's RBAC missing?): %w", errCacheSync, sync.timeout, err)
+			}
+			return fmt.Errorf("%w in %s", errCacheSync, sync.timeout)
 		}
-		logr.FromContextOrDiscard(ctx).Info("Stopped before the caches synced; not waiting for the manager")
-		return nil
 	}
 }
 

@@ -48,7 +48,9 @@ var notExercised = map[string]string{
 // changed and withdrawn. Every request mcsd made is allowed by a shipped
 // rule, and every shipped grant was used (but those in notExercised). With
 // one grant less (EndpointSlices create) in c2, the import gets no
-// EndpointSlices until the grant is back.
+// EndpointSlices until the grant is back; without list and watch of
+// Services, mcsd exits once its caches have not synced in time, and says
+// why.
 func TestShippedRBAC(t *testing.T) {
 	fw.NeedEnv(t, env)
 	ctx := context.Background()
@@ -248,6 +250,14 @@ func TestShippedRBAC(t *testing.T) {
 		applyClusterRole(t, c2, shipped)
 		restored = true
 		waitImported(t, c1, c2, ns, "web2", 1, 2)
+	})
+
+	// Without list and watch of Services, mcsd exits and says why.
+	t.Run("without Services watch", func(t *testing.T) {
+		shipped := only[rbacv1.ClusterRole](t, m)
+		applyClusterRole(t, c2, withoutVerbs(shipped, "", "services", "list", "watch"))
+		t.Cleanup(func() { applyClusterRole(t, c2, shipped) })
+		testMissingGrant(t, configs["c2"])
 	})
 }
 

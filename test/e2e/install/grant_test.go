@@ -1,0 +1,139 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/mcsd-io/mcsd/internal/manager"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/memory"
+)
+
+// missingGrantEnv makes this test binary, started by testMissingGrant, run
+// mcsd as missingGrantRun says instead of its tests.
+const missingGrantEnv = "MCSD_E2E_MISSING_GRANT"
+
+// missingGrantRun is mcsd's run in that child process: the API server, the
+// ServiceAccount's token, and the bound on the caches' first sync.
+type missingGrantRun struct {
+	Host, ServerName, CAFile, Token string
+	CAData                          []byte
+	CacheSyncTimeout                time.Duration
+}
+
+// runMissingGrant runs mcsd as data (a missingGrantRun) says, over an
+// in-memory registry, and returns the process's exit code: 1 when Run
+// failed (its error printed), 2 when it did not within a minute. The run
+// is a process of its own: controller-runtime's manager, stopped before
+// its caches synced, never returns (internal/manager's runManager), and
+// its spinning goroutine ends with the process.
+func runMissingGrant(data string) int {
+	var run missingGrantRun
+	if err := json.Unmarshal([]byte(data), &run); err != nil {
+		fmt.Println("decode the run:", err)
+		return 2
+	}
+	cfg := &rest.Config{Host: run.Host, BearerToken: run.Token, TLSClientConfig: rest.TLSClientConfig{
+		ServerName: run.ServerName, CAFile: run.CAFile, CAData: run.CAData,
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ctx = logr.NewContext(ctx, zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	store := memory.NewStore()
+	err := manager.Run(ctx, manager.Options{
+		RESTConfig: cfg,
+		OpenRegistry: func(_ context.Context, id registry.Identity) (registry.Registry, error) {
+			return store.Open(memory.Options{Identity: id})
+		},
+		MetricsAddr:      "0",
+		HealthAddr:       "0",
+		IdentityRetry:    500 * time.Millisecond,
+		CacheSyncTimeout: run.CacheSyncTimeout,
+	})
+	if err == nil || ctx.Err() != nil {
+		fmt.Printf("mcsd had not failed in a minute: %v\n", err)
+		return 2
+	}
+	fmt.Printf("mcsd failed: %v\n", err)
+	return 1
+}
+
+// testMissingGrant runs mcsd, in a process of its own, as the ServiceAccount
+// of cfg when its ClusterRole in cl's cluster, applied by the caller,
+// lacks list and watch of Services: the caches cannot sync, so mcsd exits
+// once the bound on their sync has passed, and says which kind it could
+// not read and why.
+func testMissingGrant(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	const bound = 3 * time.Second
+	run, err := json.Marshal(missingGrantRun{Host: cfg.Host, ServerName: cfg.ServerName, CAFile: cfg.CAFile, CAData: cfg.CAData,
+		Token: cfg.BearerToken, CacheSyncTimeout: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0])
+	cmd.Env = append(os.Environ(), missingGrantEnv+"="+string(run))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	took := time.Since(start)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("mcsd without a grant: %v, want exit code 1 (it failed):\n%s", err, out.String())
+	}
+	if took < bound {
+		t.Errorf("mcsd failed after %s, before its bound of %s:\n%s", took, bound, out.String())
+	}
+	var failed string
+	for line := range strings.Lines(out.String()) {
+		if s, ok := strings.CutPrefix(line, "mcsd failed: "); ok {
+			failed = s
+		}
+	}
+	for _, want := range []string{`the caches have not synced in 3s`, `RBAC`, `\*v1\.Service: `, `forbidden`, `cannot (list|watch) resource "services"`} {
+		if !regexp.MustCompile(want).MatchString(failed) {
+			t.Errorf("mcsd's error %q does not match %q; its output:\n%s", failed, want, out.String())
+		}
+	}
+	t.Logf("mcsd failed after %s: %s", took.Round(time.Millisecond), strings.TrimSpace(failed))
+}
+
+// withoutVerbs returns role with no grant of verbs on resource of group:
+// the rules that grant it lose those verbs for that resource alone.
+func withoutVerbs(role *rbacv1.ClusterRole, group, resource string, verbs ...string) *rbacv1.ClusterRole {
+	out := role.DeepCopy()
+	out.Rules = nil
+	for _, rule := range role.Rules {
+		if !slices.Contains(rule.APIGroups, group) || !slices.Contains(rule.Resources, resource) {
+			out.Rules = append(out.Rules, rule)
+			continue
+		}
+		if others := slices.DeleteFunc(slices.Clone(rule.Resources), func(r string) bool { return r == resource }); len(others) > 0 {
+			r := *rule.DeepCopy()
+			r.Resources = others
+			out.Rules = append(out.Rules, r)
+		}
+		if left := slices.DeleteFunc(slices.Clone(rule.Verbs), func(v string) bool { return slices.Contains(verbs, v) }); len(left) > 0 {
+			r := *rule.DeepCopy()
+			r.Resources, r.Verbs = []string{resource}, left
+			out.Rules = append(out.Rules, r)
+		}
+	}
+	return out
+}
