@@ -4,20 +4,27 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mcsd-io/mcsd/internal/controller/kind"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 )
 
 var serviceGVK = corev1.SchemeGroupVersion.WithKind("Service")
@@ -112,3 +119,60 @@ func setSynced(fi *controllertest.FakeInformer, synced bool) {
 	defer fi.SyncedLock.Unlock()
 	fi.Synced = synced
 }
+
+// With client-go's own informer, WaitForSync waits for the handler, not
+// only for the informer's list: while the handler is held on the list's
+// first object, the informer has synced but the source has not; once the
+// handler is let go, the source syncs with every object of the list queued.
+func TestWaitForSyncWithARealInformer(t *testing.T) {
+	const n = 50
+	list := &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+	for i := range n {
+		list.Items = append(list.Items, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("web-%d", i), ResourceVersion: "1"}})
+	}
+	lw := listOnly{&toolscache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) { return list.DeepCopy(), nil },
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+			return watch.NewFake(), nil
+		},
+	}}
+	inf := toolscache.NewSharedIndexInformer(lw, &corev1.Service{}, 0, toolscache.Indexers{})
+	c := &informertest.FakeInformers{Scheme: scheme.Scheme, InformersByGVK: map[schema.GroupVersionKind]toolscache.SharedIndexInformer{serviceGVK: inf}}
+	release := make(chan struct{})
+	h := handler.Funcs{CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		<-release
+		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
+	}}
+	src, err := kind.Source(t.Context(), c, &corev1.Service{}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQueue()
+	defer q.ShutDown()
+	if err := src.Start(t.Context(), q); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go inf.Run(ctx.Done())
+	poll.Until(t, 10*time.Second, "the informer listed", func() (bool, string) { return inf.HasSynced(), "" })
+
+	held, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if err := src.WaitForSync(held); err == nil {
+		t.Fatalf("synced with the handler held on the list's first object (%d of %d queued)", q.Len(), n)
+	}
+	close(release)
+	if err := src.WaitForSync(t.Context()); err != nil {
+		t.Fatalf("WaitForSync: %v", err)
+	}
+	if q.Len() != n {
+		t.Errorf("synced with %d of the list's %d objects queued", q.Len(), n)
+	}
+}
+
+// listOnly lists and watches as its ListWatch does, and tells the
+// reflector that it cannot stream a list through a watch (WatchListClient).
+type listOnly struct{ *toolscache.ListWatch }
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
