@@ -32,6 +32,7 @@ type controllerFlags struct {
 	healthAddr     string
 	zapDevelopment bool
 	takeoverGrace  time.Duration
+	cacheSync      time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -78,6 +79,7 @@ Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 	fl.BoolVar(&f.zapDevelopment, "log-development", false, "human-friendly logs instead of JSON")
 	fl.DurationVar(&f.takeoverGrace, "takeover-grace", imports.DefaultRetireGrace, "when taking over imports of the AWS Cloud Map MCS controller, how long its derived Services that mcsd does not adopt keep carrying traffic (at least as long as clients cache DNS answers)")
+	fl.DurationVar(&f.cacheSync, "cache-sync-timeout", 2*time.Minute, "how long mcsd waits for its first list of each kind it reads before it exits with the API server's refusal (a missing RBAC grant) or the last error; raise it where the first lists take longer")
 	return cmd
 }
 
@@ -107,6 +109,7 @@ func runController(ctx context.Context, f *controllerFlags) error {
 		LeaderElection:          f.leaderElect,
 		LeaderElectionNamespace: f.leaderNS,
 		TakeoverGrace:           f.takeoverGrace,
+		CacheSyncTimeout:        f.cacheSync,
 	})
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
 		// Stopped by a signal: a clean exit, said once.

@@ -115,6 +115,9 @@ func (o *Options) defaults() error {
 	if o.IdentityRetry == 0 {
 		o.IdentityRetry = 5 * time.Second
 	}
+	if o.CacheSyncTimeout < 0 {
+		return fmt.Errorf("manager: CacheSyncTimeout %s is negative", o.CacheSyncTimeout)
+	}
 	if o.CacheSyncTimeout == 0 {
 		o.CacheSyncTimeout = 2 * time.Minute
 	}
