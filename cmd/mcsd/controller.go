@@ -79,7 +79,7 @@ Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd
 	fl.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 	fl.BoolVar(&f.zapDevelopment, "log-development", false, "human-friendly logs instead of JSON")
 	fl.DurationVar(&f.takeoverGrace, "takeover-grace", imports.DefaultRetireGrace, "when taking over imports of the AWS Cloud Map MCS controller, how long its derived Services that mcsd does not adopt keep carrying traffic (at least as long as clients cache DNS answers)")
-	fl.DurationVar(&f.cacheSync, "cache-sync-timeout", 2*time.Minute, "how long mcsd waits for its first list of each kind it reads before it exits with the API server's refusal (a missing RBAC grant) or the last error; raise it where the first lists take longer")
+	fl.DurationVar(&f.cacheSync, "cache-sync-timeout", 2*time.Minute, "how long mcsd's controllers, once started, wait for the first list of each kind they read before mcsd exits with the API server's refusal (a missing RBAC grant) or the last error; raise it where the first lists take longer (0: the default)")
 	return cmd
 }
 

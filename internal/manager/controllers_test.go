@@ -3,6 +3,7 @@ package manager
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,6 +50,8 @@ type inProcess struct {
 	api       client.Client
 	informers *informertest.FakeInformers
 	stop      func()
+	// ended has start's error once it returned (read by stop).
+	ended <-chan error
 }
 
 // startInProcess starts the controllers of cluster over a Registry of store,
@@ -64,6 +67,9 @@ func startInProcess(t *testing.T, store *memory.Store, cluster string, objs ...c
 type cacheGate struct {
 	ch   chan struct{}
 	once sync.Once
+	// bound, when set, is the bound on the caches' first sync
+	// (Options.CacheSyncTimeout); an hour otherwise.
+	bound time.Duration
 }
 
 func newCacheGate() *cacheGate { return &cacheGate{ch: make(chan struct{})} }
@@ -114,11 +120,15 @@ func startGated(t *testing.T, store *memory.Store, cluster string, gate *cacheGa
 	}
 	api.Client = b.Build()
 
+	bound := time.Hour
+	if gate != nil && gate.bound > 0 {
+		bound = gate.bound
+	}
 	done := make(chan error, 1)
 	go func() {
-		done <- start(ctx, mgr, reg, view, cacheSync{timeout: time.Hour, last: func() error { return nil }})
+		done <- start(ctx, mgr, reg, view, cacheSync{timeout: bound, why: (&listErrors{}).err})
 	}()
-	p := &inProcess{mgr: mgr, view: view.View, api: api, informers: informers}
+	p := &inProcess{mgr: mgr, view: view.View, api: api, informers: informers, ended: done}
 	var once sync.Once
 	p.stop = func() {
 		once.Do(func() {
@@ -274,8 +284,18 @@ func TestStopWhileTheCachesSync(t *testing.T) {
 		stopWhileSyncing(t)
 		return
 	}
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestStopWhileTheCachesSync$", "-test.v")
-	cmd.Env = append(os.Environ(), stopWhileSyncingEnv+"=1")
+	runChild(t, "TestStopWhileTheCachesSync", stopWhileSyncingEnv, "the controller, stopped while its caches synced, had not stopped")
+}
+
+const stopWhileSyncingEnv = "MCSD_TEST_STOP_WHILE_SYNCING"
+
+// runChild runs test alone in a process of its own, with env set to 1, and
+// fails unless it exits 0 within 30 s; late says what a process still
+// running then means.
+func runChild(t *testing.T, test, env, late string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env+"=1")
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -286,16 +306,14 @@ func TestStopWhileTheCachesSync(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("the stopped controller's process: %v\n%s", err, out.String())
+			t.Fatalf("the child process of %s: %v\n%s", test, err, out.String())
 		}
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		err := <-done
-		t.Fatalf("the controller, stopped while its caches synced, had not stopped after 30 s (%v):\n%s", err, out.String())
+		t.Fatalf("%s after 30 s (%v):\n%s", late, err, out.String())
 	}
 }
-
-const stopWhileSyncingEnv = "MCSD_TEST_STOP_WHILE_SYNCING"
 
 // stopWhileSyncing starts the controllers with caches that never sync,
 // stops them, and waits for start to return.
@@ -313,6 +331,44 @@ func stopWhileSyncing(t *testing.T) {
 		// The test process ends here (the gate's cleanup would wait for
 		// the manager), and the parent reports it.
 		fmt.Println("start had not returned 10 s after the stop")
+		os.Exit(3)
+	}
+}
+
+// TestCachesThatDoNotSyncFailTheRun: caches that have not synced within
+// the bound (Options.CacheSyncTimeout) end the run with errCacheSync. In a
+// process of its own, as TestStopWhileTheCachesSync.
+func TestCachesThatDoNotSyncFailTheRun(t *testing.T) {
+	if os.Getenv(cachesNeverSyncEnv) == "1" {
+		cachesNeverSync(t)
+		return
+	}
+	runChild(t, "TestCachesThatDoNotSyncFailTheRun", cachesNeverSyncEnv, "the controller, its caches unsynced past their bound, was still running")
+}
+
+const cachesNeverSyncEnv = "MCSD_TEST_CACHES_NEVER_SYNC"
+
+// cachesNeverSync starts the controllers with caches that never sync and a
+// bound of 300 ms on their sync, and exits 0 once start returned
+// errCacheSync, 3 otherwise: the manager, stopped before its caches
+// synced, never returns, so neither do the test's cleanups.
+func cachesNeverSync(t *testing.T) {
+	gate := newCacheGate()
+	gate.bound = 300 * time.Millisecond
+	start := time.Now()
+	p := startGated(t, memory.NewStore(), fmt.Sprintf("bound-%d", runs.Add(1)), gate)
+	select {
+	case err := <-p.ended:
+		took := time.Since(start)
+		want := "the caches have not synced in 300ms: no list or watch failed, they were slow"
+		if !errors.Is(err, errCacheSync) || err.Error() != want || took < gate.bound {
+			fmt.Printf("start returned %v after %s, want %q after 300 ms at least\n", err, took, want)
+			os.Exit(3)
+		}
+		fmt.Printf("start returned after %s: %v\n", took, err)
+		os.Exit(0)
+	case <-time.After(10 * time.Second):
+		fmt.Println("start had not returned 10 s after its caches' bound")
 		os.Exit(3)
 	}
 }

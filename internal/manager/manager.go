@@ -82,10 +82,13 @@ type Options struct {
 	LeaderElectionID string
 	// IdentityRetry is how often a missing identity is looked up again. Default 5s.
 	IdentityRetry time.Duration
-	// CacheSyncTimeout bounds the wait for the caches' first sync: past
-	// it, Run fails with the last list or watch error of each kind (a
-	// role missing a grant keeps a kind from syncing). Default 2 minutes,
-	// controller-runtime's bound for a controller's sources.
+	// CacheSyncTimeout bounds the wait for the caches' first sync, from
+	// the controllers' start (once the identity is read and, with
+	// LeaderElection, the lease held): past it, Run fails with the last
+	// list or watch error of each kind not synced (a role missing a grant
+	// keeps a kind from syncing). It is also each controller's bound on
+	// its sources' sync (controller-runtime's CacheSyncTimeout). Zero
+	// means the default, 2 minutes; there is no unbounded wait.
 	CacheSyncTimeout time.Duration
 	// TakeoverGrace is how long the derived Services of an import taken
 	// over from the AWS Cloud Map MCS controller that mcsd does not adopt
@@ -306,7 +309,7 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 		return nil
 	})
 	defer h.notReady("controllers stopped")
-	err = start(runCtx, mgr, reg, view, cacheSync{timeout: opts.CacheSyncTimeout, last: listErrs.err})
+	err = start(runCtx, mgr, reg, view, cacheSync{timeout: opts.CacheSyncTimeout, why: listErrs.err})
 	if cause := context.Cause(runCtx); errors.Is(cause, errIdentityChanged) {
 		return errIdentityChanged
 	}
@@ -349,7 +352,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 // start. The namespaces the cluster has are listed first, in one request:
 // the first read then decodes theirs alone (the cache's, later, adds those
 // created meanwhile).
-func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *clusterset.ScopedView, sync cacheSync) error {
+func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *clusterset.ScopedView, cs cacheSync) error {
 	namespaces := &corev1.NamespaceList{}
 	listCtx, cancel := context.WithTimeout(ctx, namespaceListTimeout)
 	if err := mgr.GetAPIReader().List(listCtx, namespaces); err != nil {
@@ -370,16 +373,15 @@ func start(ctx context.Context, mgr ctrl.Manager, reg registry.Watcher, view *cl
 		}
 		return nil
 	})
-	g.Go(func() error { return runManager(ctx, mgr, sync) })
+	g.Go(func() error { return runManager(ctx, mgr, cs) })
 	return g.Wait()
 }
 
 // cacheSync bounds the wait for the caches' first sync: past timeout,
-// runManager fails with what last says (the last list or watch error of
-// each kind).
+// runManager fails with the error why gives (listErrors.err).
 type cacheSync struct {
 	timeout time.Duration
-	last    func() error
+	why     func(timeout time.Duration) error
 }
 
 // runManager runs mgr until ctx ends, and returns when mgr.Start does, or
@@ -392,14 +394,14 @@ type cacheSync struct {
 // The manager itself waits for its caches without a bound, and the
 // controllers' sources have their informers made before it starts
 // (internal/controller/kind), so runManager bounds that wait: caches not
-// synced in sync.timeout fail the run, with each kind's last list or
+// synced in cs.timeout fail the run, with each kind's last list or
 // watch error (a role missing a grant: the process exits and says which).
-func runManager(ctx context.Context, mgr ctrl.Manager, sync cacheSync) error {
+func runManager(ctx context.Context, mgr ctrl.Manager, cs cacheSync) error {
 	stopped := make(chan error, 1)
 	go func() { stopped <- mgr.Start(ctx) }()
 	synced := make(chan bool, 1)
 	go func() { synced <- mgr.GetCache().WaitForCacheSync(ctx) }()
-	timeout := time.NewTimer(sync.timeout)
+	timeout := time.NewTimer(cs.timeout)
 	defer timeout.Stop()
 	for {
 		select {
@@ -413,10 +415,11 @@ func runManager(ctx context.Context, mgr ctrl.Manager, sync cacheSync) error {
 			synced = nil
 			timeout.Stop()
 		case <-timeout.C:
-			if err := sync.last(); err != nil {
-				return fmt.Errorf("%w in %s (is a grant of mcsd's RBAC missing?): %w", errCacheSync, sync.timeout, err)
+			if ctx.Err() != nil {
+				// Stopped as the bound passed: a stop, not a failure.
+				return nil
 			}
-			return fmt.Errorf("%w in %s", errCacheSync, sync.timeout)
+			return cs.why(cs.timeout)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package kind_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,6 +140,8 @@ func TestWaitForSyncWithARealInformer(t *testing.T) {
 	inf := toolscache.NewSharedIndexInformer(lw, &corev1.Service{}, 0, toolscache.Indexers{})
 	c := &informertest.FakeInformers{Scheme: scheme.Scheme, InformersByGVK: map[schema.GroupVersionKind]toolscache.SharedIndexInformer{serviceGVK: inf}}
 	release := make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(letGo) // the handler's goroutine ends, whatever fails
 	h := handler.Funcs{CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		<-release
 		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
@@ -162,7 +165,7 @@ func TestWaitForSyncWithARealInformer(t *testing.T) {
 	if err := src.WaitForSync(held); err == nil {
 		t.Fatalf("synced with the handler held on the list's first object (%d of %d queued)", q.Len(), n)
 	}
-	close(release)
+	letGo()
 	if err := src.WaitForSync(t.Context()); err != nil {
 		t.Fatalf("WaitForSync: %v", err)
 	}

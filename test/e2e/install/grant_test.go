@@ -10,16 +10,20 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/mcsd-io/mcsd/internal/manager"
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/memory"
 )
@@ -33,6 +37,7 @@ const missingGrantEnv = "MCSD_E2E_MISSING_GRANT"
 type missingGrantRun struct {
 	Host, ServerName, CAFile, Token string
 	CAData                          []byte
+	Insecure                        bool
 	CacheSyncTimeout                time.Duration
 }
 
@@ -49,7 +54,7 @@ func runMissingGrant(data string) int {
 		return 2
 	}
 	cfg := &rest.Config{Host: run.Host, BearerToken: run.Token, TLSClientConfig: rest.TLSClientConfig{
-		ServerName: run.ServerName, CAFile: run.CAFile, CAData: run.CAData,
+		ServerName: run.ServerName, CAFile: run.CAFile, CAData: run.CAData, Insecure: run.Insecure,
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -69,20 +74,21 @@ func runMissingGrant(data string) int {
 		fmt.Printf("mcsd had not failed in a minute: %v\n", err)
 		return 2
 	}
-	fmt.Printf("mcsd failed: %v\n", err)
+	fmt.Printf("mcsd failed: %q\n", err.Error())
 	return 1
 }
 
 // testMissingGrant runs mcsd, in a process of its own, as the ServiceAccount
-// of cfg when its ClusterRole in cl's cluster, applied by the caller,
-// lacks list and watch of Services: the caches cannot sync, so mcsd exits
-// once the bound on their sync has passed, and says which kind it could
-// not read and why.
+// of cfg, once the API server refuses it list and watch of Services (its
+// ClusterRole changed by the caller): the caches cannot sync, so mcsd
+// exits once the bound on their sync has passed, and says which kind it
+// could not read and why.
 func testMissingGrant(t *testing.T, cfg *rest.Config) {
 	t.Helper()
+	waitRefused(t, cfg, "", "services", "list", "watch")
 	const bound = 3 * time.Second
 	run, err := json.Marshal(missingGrantRun{Host: cfg.Host, ServerName: cfg.ServerName, CAFile: cfg.CAFile, CAData: cfg.CAData,
-		Token: cfg.BearerToken, CacheSyncTimeout: bound})
+		Insecure: cfg.Insecure, Token: cfg.BearerToken, CacheSyncTimeout: bound})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +108,10 @@ func testMissingGrant(t *testing.T, cfg *rest.Config) {
 	}
 	var failed string
 	for line := range strings.Lines(out.String()) {
-		if s, ok := strings.CutPrefix(line, "mcsd failed: "); ok {
-			failed = s
+		if q, ok := strings.CutPrefix(line, "mcsd failed: "); ok {
+			if failed, err = strconv.Unquote(strings.TrimSpace(q)); err != nil {
+				t.Fatalf("mcsd's error %s: %v", q, err)
+			}
 		}
 	}
 	for _, want := range []string{`the caches have not synced in 3s`, `RBAC`, `\*v1\.Service: `, `forbidden`, `cannot (list|watch) resource "services"`} {
@@ -111,7 +119,32 @@ func testMissingGrant(t *testing.T, cfg *rest.Config) {
 			t.Errorf("mcsd's error %q does not match %q; its output:\n%s", failed, want, out.String())
 		}
 	}
-	t.Logf("mcsd failed after %s: %s", took.Round(time.Millisecond), strings.TrimSpace(failed))
+	t.Logf("mcsd failed after %s: %s", took.Round(time.Millisecond), failed)
+}
+
+// waitRefused waits until the API server refuses cfg's user every verb of
+// verbs on resource of group, cluster-wide: a changed role takes effect
+// once the API server's RBAC cache has seen it.
+func waitRefused(t *testing.T, cfg *rest.Config, group, resource string, verbs ...string) {
+	t.Helper()
+	cl, err := client.New(cfg, client.Options{Scheme: manager.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, timeout, fmt.Sprintf("%s of %s refused", strings.Join(verbs, " and "), resource), func() (bool, string) {
+		for _, verb := range verbs {
+			r := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: group, Resource: resource, Verb: verb},
+			}}
+			if err := cl.Create(context.Background(), r); err != nil {
+				return false, err.Error()
+			}
+			if r.Status.Allowed {
+				return false, verb + " still allowed"
+			}
+		}
+		return true, ""
+	})
 }
 
 // withoutVerbs returns role with no grant of verbs on resource of group:
