@@ -13,29 +13,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 )
-
-// listOnly lists and watches as its ListWatch does, and tells the
-// reflector that it cannot stream a list through a watch.
-type listOnly struct{ *toolscache.ListWatch }
-
-func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
 
 // reflector returns a reflector of obj's kind whose lists return list;
 // listed, it has listed once.
 func reflector(t *testing.T, obj, list runtime.Object, listed bool) *toolscache.Reflector {
 	t.Helper()
-	lw := listOnly{&toolscache.ListWatch{
-		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) { return list.DeepCopyObject(), nil },
-		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-			return watch.NewFake(), nil
-		},
-	}}
-	r := toolscache.NewReflector(lw, obj, toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), 0)
+	r := toolscache.NewReflector(ctrltest.ListWatch(list), obj, toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), 0)
 	if listed {
 		ctx, stop := context.WithCancel(t.Context())
 		t.Cleanup(stop)

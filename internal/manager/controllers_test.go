@@ -280,20 +280,21 @@ func TestRegistryIsReadWhileTheCachesSync(t *testing.T) {
 // does not return then, and spins (runManager); the run is a process of
 // its own, so that the spinning goroutine ends with it.
 func TestStopWhileTheCachesSync(t *testing.T) {
-	if os.Getenv(stopWhileSyncingEnv) == "1" {
-		stopWhileSyncing(t)
-		return
-	}
-	runChild(t, "TestStopWhileTheCachesSync", stopWhileSyncingEnv, "the controller, stopped while its caches synced, had not stopped")
+	inChild(t, stopWhileSyncingEnv, stopWhileSyncing, "the controller, stopped while its caches synced, had not stopped")
 }
 
 const stopWhileSyncingEnv = "MCSD_TEST_STOP_WHILE_SYNCING"
 
-// runChild runs test alone in a process of its own, with env set to 1, and
-// fails unless it exits 0 within 30 s; late says what a process still
-// running then means.
-func runChild(t *testing.T, test, env, late string) {
+// inChild runs child in a process of its own: this test alone, run again
+// with env set to 1, which must exit 0 within 30 s; late says what a
+// process still running then means.
+func inChild(t *testing.T, env string, child func(*testing.T), late string) {
 	t.Helper()
+	if os.Getenv(env) == "1" {
+		child(t)
+		return
+	}
+	test := t.Name()
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+test+"$", "-test.v")
 	cmd.Env = append(os.Environ(), env+"=1")
 	done := make(chan error, 1)
@@ -339,11 +340,7 @@ func stopWhileSyncing(t *testing.T) {
 // the bound (Options.CacheSyncTimeout) end the run with errCacheSync. In a
 // process of its own, as TestStopWhileTheCachesSync.
 func TestCachesThatDoNotSyncFailTheRun(t *testing.T) {
-	if os.Getenv(cachesNeverSyncEnv) == "1" {
-		cachesNeverSync(t)
-		return
-	}
-	runChild(t, "TestCachesThatDoNotSyncFailTheRun", cachesNeverSyncEnv, "the controller, its caches unsynced past their bound, was still running")
+	inChild(t, cachesNeverSyncEnv, cachesNeverSync, "the controller, its caches unsynced past their bound, was still running")
 }
 
 const cachesNeverSyncEnv = "MCSD_TEST_CACHES_NEVER_SYNC"

@@ -9,13 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
@@ -23,8 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/mcsd-io/mcsd/internal/controller/kind"
+	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 )
 
@@ -32,6 +33,21 @@ var serviceGVK = corev1.SchemeGroupVersion.WithKind("Service")
 
 func newQueue() workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+}
+
+// started is a source of c's Services, started with a new queue.
+func started(t *testing.T, c cache.Cache, h handler.EventHandler, preds ...predicate.Predicate) (source.SyncingSource, workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	t.Helper()
+	src, err := kind.Source(t.Context(), c, &corev1.Service{}, h, preds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newQueue()
+	t.Cleanup(q.ShutDown)
+	if err := src.Start(t.Context(), q); err != nil {
+		t.Fatal(err)
+	}
+	return src, q
 }
 
 // The informer exists once the source does, before the controller starts:
@@ -53,16 +69,8 @@ func TestSourceCreatesItsInformerAtOnce(t *testing.T) {
 // Events reach the handler through the predicates.
 func TestSourceGivesEventsThroughPredicates(t *testing.T) {
 	c := &informertest.FakeInformers{Scheme: scheme.Scheme}
-	src, err := kind.Source(t.Context(), c, &corev1.Service{}, &handler.EnqueueRequestForObject{},
+	_, q := started(t, c, &handler.EnqueueRequestForObject{},
 		predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() != "dropped" }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := newQueue()
-	defer q.ShutDown()
-	if err := src.Start(t.Context(), q); err != nil {
-		t.Fatal(err)
-	}
 	fi := c.InformersByGVK[serviceGVK].(*controllertest.FakeInformer)
 	fi.Add(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "dropped"}})
 	fi.Add(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}})
@@ -131,13 +139,7 @@ func TestWaitForSyncWithARealInformer(t *testing.T) {
 	for i := range n {
 		list.Items = append(list.Items, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("web-%d", i), ResourceVersion: "1"}})
 	}
-	lw := listOnly{&toolscache.ListWatch{
-		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) { return list.DeepCopy(), nil },
-		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-			return watch.NewFake(), nil
-		},
-	}}
-	inf := toolscache.NewSharedIndexInformer(lw, &corev1.Service{}, 0, toolscache.Indexers{})
+	inf := toolscache.NewSharedIndexInformer(ctrltest.ListWatch(list), &corev1.Service{}, 0, toolscache.Indexers{})
 	c := &informertest.FakeInformers{Scheme: scheme.Scheme, InformersByGVK: map[schema.GroupVersionKind]toolscache.SharedIndexInformer{serviceGVK: inf}}
 	release := make(chan struct{})
 	letGo := sync.OnceFunc(func() { close(release) })
@@ -146,15 +148,7 @@ func TestWaitForSyncWithARealInformer(t *testing.T) {
 		<-release
 		q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)})
 	}}
-	src, err := kind.Source(t.Context(), c, &corev1.Service{}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := newQueue()
-	defer q.ShutDown()
-	if err := src.Start(t.Context(), q); err != nil {
-		t.Fatal(err)
-	}
+	src, q := started(t, c, h)
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	go inf.Run(ctx.Done())
@@ -173,9 +167,3 @@ func TestWaitForSyncWithARealInformer(t *testing.T) {
 		t.Errorf("synced with %d of the list's %d objects queued", q.Len(), n)
 	}
 }
-
-// listOnly lists and watches as its ListWatch does, and tells the
-// reflector that it cannot stream a list through a watch (WatchListClient).
-type listOnly struct{ *toolscache.ListWatch }
-
-func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
