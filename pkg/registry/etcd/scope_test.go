@@ -180,6 +180,63 @@ func TestScopedReadReadsNeededValues(t *testing.T) {
 	}
 }
 
+// TestScopedReadOfEveryNamespaceReadsOnce: a scoped watch that needs the
+// values of most keys of its first page (a cluster that has every
+// namespace) reads the rest of the clusterset with values, in plain pages,
+// rather than listing every key and reading the values again; one that
+// needs few lists the keys alone. Either way the handler gets every record
+// it needs, each value received once.
+func TestScopedReadOfEveryNamespaceReadsOnce(t *testing.T) {
+	t.Parallel()
+	srv, _ := startWithClient(t)
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"})
+	var keys []registry.ServiceKey
+	for i := range 15 {
+		keys = append(keys, registry.ServiceKey{Namespace: []string{"in", "out"}[i%2], Name: fmt.Sprintf("web-%02d", i)})
+	}
+	publish(t, a, append(keys, registry.ServiceKey{Namespace: "few", Name: "web"})...)
+
+	for _, tc := range []struct {
+		name       string
+		namespaces []string
+		records    int  // exports and endpoints the handler gets
+		values     bool // the pages after the first carry values
+	}{
+		{"every namespace", []string{"few", "in", "out"}, 32, true},
+		{"a namespace of one Service", []string{"few"}, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, kv, _ := scopedReader(t, srv.ClientURL(), 0, tc.namespaces...)
+			r.WaitFor(t, 10*time.Second, "every record needed", func(_ registrytest.Event, v *registrytest.View) bool {
+				return len(v.Exports)+len(v.Endpoints) == tc.records
+			})
+			// The clusterset is 33 keys (an alive record, 16 exports, 16
+			// endpoints); the reader's pages hold 2 records or 20 keys.
+			var keysOnly, withValues int
+			for _, rd := range kv.snapshot() {
+				if rd.oneKey || rd.countOnly {
+					continue
+				}
+				if rd.keysOnly {
+					keysOnly++
+				} else {
+					withValues++
+				}
+			}
+			if tc.values && (keysOnly != 1 || withValues != 7) {
+				t.Errorf("read %d pages of keys and %d of values, want the first page of keys (20) and the 13 keys after it in 7 pages of values", keysOnly, withValues)
+			}
+			if !tc.values && (keysOnly != 2 || withValues != 0) {
+				t.Errorf("read %d pages of keys and %d of values, want the 33 keys in 2 pages of keys", keysOnly, withValues)
+			}
+			read := kv.valuesRead()
+			if dup := len(read) - len(slices.Compact(slices.Sorted(slices.Values(read)))); dup > 0 {
+				t.Errorf("%d values received twice: %v", dup, read)
+			}
+		})
+	}
+}
+
 // TestScopedLoadAfterCompaction: a namespace needed once etcd compacted
 // past the revision the watch has reached is read at a later one: the
 // watch reads what changed, then the namespace.

@@ -16,7 +16,11 @@ import (
 // knows, at the listing's revision; a namespace needed later has its
 // records' values read then, at the revision the watch has reached. At 100
 // clusters × 5,000 Services, a cluster with 2 of 50 namespaces receives
-// about 1.5 MiB of keys and 1,400 values instead of 18 MiB.
+// about 1.5 MiB of keys and 1,400 values instead of 18 MiB. A handler that
+// needs at least half the values of the first page of keys (a cluster that
+// has every namespace) has the rest read with values (readScoped): listing
+// every key, then reading nearly every value, would make etcd read each
+// value twice.
 
 // keyRange is a range of keys of the clusterset, [from, end), all of which
 // the watch knows: n of them.

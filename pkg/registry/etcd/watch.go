@@ -266,7 +266,8 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 // It decodes each page of the read while etcd serves the next: at 30,000
 // records, decoding takes as long as the reading. A scoped handler's read
 // lists the keys without values, then reads the values it needs
-// (values.go).
+// (values.go), unless its first page shows that it needs most of them
+// (readScoped).
 func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	w.members = map[string]member{}
 	w.records = map[string]*record{}
@@ -304,20 +305,34 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 		}
 	}
 	needed := rangeBuilder{page: int(w.c.opts.ResyncPageSize)}
-	rev, etcdCluster, err := w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), 0, w.scope != nil, func(kvs []*mvccpb.KeyValue) {
+	// keysOnly: the page holds keys alone, and the values needed are read
+	// after (needed); otherwise values it does not need are not decoded.
+	takePage := func(kvs []*mvccpb.KeyValue, keysOnly bool) (neededKeys int) {
 		for _, kv := range kvs {
 			key := string(kv.Key)
 			revs[key] = kv.ModRevision
 			kind, cluster, svc := w.c.keys.parse(key)
-			if w.scope != nil {
-				need := w.valueNeeded(kind, cluster, svc)
+			if need := w.valueNeeded(kind, cluster, svc); keysOnly {
 				if needed.add(key, need); need {
+					neededKeys++
 					continue // taken with its value, read next
 				}
 			}
 			take(kind, cluster, svc, kv)
 		}
-	})
+		return neededKeys
+	}
+	var (
+		rev         int64
+		etcdCluster uint64
+		err         error
+	)
+	if w.scope == nil {
+		rev, etcdCluster, err = w.readPages(ctx, w.c.keys.clusters(), w.c.keys.clustersEnd(), 0, false,
+			func(kvs []*mvccpb.KeyValue) { takePage(kvs, false) })
+	} else {
+		rev, etcdCluster, err = w.readScoped(ctx, takePage)
+	}
 	if err == nil && len(needed.ranges) > 0 {
 		var kvs []*mvccpb.KeyValue
 		if kvs, err = w.readValues(ctx, rev, etcdCluster, needed.ranges); err == nil && len(kvs) != needed.keys() {
@@ -355,6 +370,33 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	}
 	w.h.OnUpdate(u)
 	return rev, nil
+}
+
+// readScoped reads the clusterset for a scoped handler, giving each page
+// to take (keysOnly: without values), and returns the revision read at
+// and the etcd cluster read. Its first page holds keys alone; when the
+// handler needs the values of at least half of them (a cluster that has
+// every namespace, as most clustersets with the same namespaces in every
+// cluster), the rest is read with values in plain pages, rather than listed
+// and then read again; otherwise the rest is listed too, keys alone.
+func (w *watch) readScoped(ctx context.Context, take func(kvs []*mvccpb.KeyValue, keysOnly bool) int) (int64, uint64, error) {
+	from, end := w.c.keys.clusters(), w.c.keys.clustersEnd()
+	resp, err := w.readKey(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(keysPerRecord*w.c.opts.ResyncPageSize), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, 0, err
+	}
+	rev, etcdCluster := resp.Header.Revision, resp.Header.ClusterId
+	needed := take(resp.Kvs, true)
+	if !resp.More || len(resp.Kvs) == 0 {
+		return rev, etcdCluster, nil
+	}
+	keysOnly := 2*needed < len(resp.Kvs)
+	from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	_, cluster, err := w.readPages(ctx, from, end, rev, keysOnly, func(kvs []*mvccpb.KeyValue) { take(kvs, keysOnly) })
+	if err == nil && cluster != etcdCluster {
+		err = fmt.Errorf("%w: the clusterset read from etcd cluster %x, then %x", errResync, etcdCluster, cluster)
+	}
+	return rev, etcdCluster, err
 }
 
 // syncChanges reads the keys of the clusterset changed after w.rev, with
