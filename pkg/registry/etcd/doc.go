@@ -68,7 +68,11 @@
 // times Options.ResyncPageSize keys), then reads the values of the records
 // it delivers and of the alive records, in ranges of the keys it listed
 // (transactions of at most 64 ranges and Options.ResyncPageSize keys), at
-// the listing's revision. The others are held as keys and revisions alone;
+// the listing's revision. When the first page of keys shows that the
+// handler needs at least half of the other clusters' records (as a cluster
+// that has every namespace does), the rest is read with values instead,
+// the values not needed dropped undecoded, so that etcd reads each value
+// once. The others are held as keys and revisions alone;
 // a namespace the handler comes to need has its records' values read then,
 // at the revision the watch has taken every change in up to, and delivered
 // in one Update that names it. That read failing is a failed read of etcd:

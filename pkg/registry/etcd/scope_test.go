@@ -237,6 +237,77 @@ func TestScopedReadOfEveryNamespaceReadsOnce(t *testing.T) {
 	}
 }
 
+// TestScopedReadCountsOtherClusters: the first page decides by the other
+// clusters' records alone. A cluster whose own records come first and
+// fill the page (needed whatever the namespaces) still lists the rest,
+// keys alone; and records not needed, read with values because the page
+// called for it, are held as keys and loaded once needed, as they are
+// then.
+func TestScopedReadCountsOtherClusters(t *testing.T) {
+	t.Parallel()
+	services := func(ns string, n int) []registry.ServiceKey {
+		var keys []registry.ServiceKey
+		for i := range n {
+			keys = append(keys, registry.ServiceKey{Namespace: ns, Name: fmt.Sprintf("web-%02d", i)})
+		}
+		return keys
+	}
+	pages := func(kv *recordingKV) (keysOnly, withValues int) {
+		for _, rd := range kv.snapshot() {
+			switch {
+			case rd.oneKey || rd.countOnly:
+			case rd.keysOnly:
+				keysOnly++
+			default:
+				withValues++
+			}
+		}
+		return keysOnly, withValues
+	}
+	size := func(v *registrytest.View) int { return len(v.Exports) + len(v.Endpoints) }
+
+	t.Run("own records first", func(t *testing.T) {
+		srv, _ := startWithClient(t)
+		// "reader" is the scoped reader's own cluster: its 21 keys come
+		// first, and fill the first page (20 keys).
+		publish(t, open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "reader"}), services("in", 10)...)
+		publish(t, open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "zz"}), services("out", 20)...)
+		r, kv, _ := scopedReader(t, srv.ClientURL(), 0, "in")
+		r.WaitFor(t, 10*time.Second, "namespace in", func(_ registrytest.Event, v *registrytest.View) bool { return size(v) == 20 })
+		if got := valuesOf(kv.valuesRead(), "out"); len(got) > 0 {
+			t.Errorf("received the values of %d records of namespace out, not needed", len(got))
+		}
+		if k, v := pages(kv); v != 0 {
+			t.Errorf("read %d pages of keys and %d of values, want keys alone", k, v)
+		}
+		r.Need("out")
+		r.WaitFor(t, 10*time.Second, "namespace out", func(_ registrytest.Event, v *registrytest.View) bool { return size(v) == 60 })
+	})
+
+	t.Run("read with values, loaded later", func(t *testing.T) {
+		srv, _ := startWithClient(t)
+		in := services("in", 15)
+		few := services("few", 5)
+		publish(t, open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}), in...)
+		b := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "b"})
+		publish(t, b, append(few, in[0])...)
+		r, kv, _ := scopedReader(t, srv.ClientURL(), 0, "in")
+		r.WaitFor(t, 10*time.Second, "namespace in", func(_ registrytest.Event, v *registrytest.View) bool { return size(v) == 32 })
+		if _, v := pages(kv); v == 0 {
+			t.Fatal("no page read with values: the first page, all of namespace in, called for them")
+		}
+		if got := held(r.View()); strings.Contains(got, "/few/") {
+			t.Errorf("delivered records of namespace few, not needed: %s", got)
+		}
+		must(t, b.PutExport(t.Context(), few[0], spec2))
+		r.Need("few")
+		r.WaitFor(t, 10*time.Second, "namespace few, as it is now", func(_ registrytest.Event, v *registrytest.View) bool {
+			e, ok := v.Exports[registry.RecordID{Cluster: "b", Service: few[0]}]
+			return ok && e.Spec.Ports[0].Port == 81 && size(v) == 42
+		})
+	})
+}
+
 // TestScopedLoadAfterCompaction: a namespace needed once etcd compacted
 // past the revision the watch has reached is read at a later one: the
 // watch reads what changed, then the namespace.

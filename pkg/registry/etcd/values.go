@@ -17,10 +17,10 @@ import (
 // records' values read then, at the revision the watch has reached. At 100
 // clusters × 5,000 Services, a cluster with 2 of 50 namespaces receives
 // about 1.5 MiB of keys and 1,400 values instead of 18 MiB. A handler that
-// needs at least half the values of the first page of keys (a cluster that
-// has every namespace) has the rest read with values (readScoped): listing
-// every key, then reading nearly every value, would make etcd read each
-// value twice.
+// needs the values of at least half the other clusters' records of the
+// first page of keys (as a cluster that has every namespace does) has the
+// rest read with values (readScoped): listing every key, then reading
+// nearly every value, would make etcd read each value twice.
 
 // keyRange is a range of keys of the clusterset, [from, end), all of which
 // the watch knows: n of them.

@@ -263,7 +263,8 @@ func (w *watch) sync(ctx context.Context) (int64, error) {
 
 // syncFull delivers every record of the clusterset as one full Update (of
 // the namespaces a scoped handler needs, and the own cluster's).
-// It decodes each page of the read while etcd serves the next: at 30,000
+// It decodes each page of the read while etcd serves the next (but a
+// scoped handler's first, which decides how the rest is read): at 30,000
 // records, decoding takes as long as the reading. A scoped handler's read
 // lists the keys without values, then reads the values it needs
 // (values.go), unless its first page shows that it needs most of them
@@ -307,20 +308,28 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	needed := rangeBuilder{page: int(w.c.opts.ResyncPageSize)}
 	// keysOnly: the page holds keys alone, and the values needed are read
 	// after (needed); otherwise values it does not need are not decoded.
-	takePage := func(kvs []*mvccpb.KeyValue, keysOnly bool) (neededKeys int) {
+	// It counts the other clusters' records, and those needed: the own
+	// cluster's and the alive records are needed whatever the namespaces.
+	takePage := func(kvs []*mvccpb.KeyValue, keysOnly bool) (others, othersNeeded int) {
 		for _, kv := range kvs {
 			key := string(kv.Key)
 			revs[key] = kv.ModRevision
 			kind, cluster, svc := w.c.keys.parse(key)
-			if need := w.valueNeeded(kind, cluster, svc); keysOnly {
+			need := w.valueNeeded(kind, cluster, svc)
+			if (kind == kindExport || kind == kindEndpoints) && cluster != w.c.opts.Identity.Cluster {
+				others++
+				if need {
+					othersNeeded++
+				}
+			}
+			if keysOnly {
 				if needed.add(key, need); need {
-					neededKeys++
 					continue // taken with its value, read next
 				}
 			}
 			take(kind, cluster, svc, kv)
 		}
-		return neededKeys
+		return others, othersNeeded
 	}
 	var (
 		rev         int64
@@ -374,23 +383,27 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 
 // readScoped reads the clusterset for a scoped handler, giving each page
 // to take (keysOnly: without values), and returns the revision read at
-// and the etcd cluster read. Its first page holds keys alone; when the
-// handler needs the values of at least half of them (a cluster that has
-// every namespace, as most clustersets with the same namespaces in every
-// cluster), the rest is read with values in plain pages, rather than listed
-// and then read again; otherwise the rest is listed too, keys alone.
-func (w *watch) readScoped(ctx context.Context, take func(kvs []*mvccpb.KeyValue, keysOnly bool) int) (int64, uint64, error) {
+// and the etcd cluster read. Its first page holds keys alone. When the
+// handler needs the values of at least half of the other clusters' records
+// in it (as a cluster that has every namespace does, in a clusterset with
+// the same namespaces everywhere), the rest is read with values in plain
+// pages, rather than listed and then read again; otherwise the rest is
+// listed too, keys alone. The page is a sample: the first clusters by
+// name (at 100 clusters × 5,000 Services, one cluster's records fill it),
+// so a clusterset whose clusters have unlike namespaces may be read the
+// other way than its whole would call for; each way reads every record.
+func (w *watch) readScoped(ctx context.Context, take func(kvs []*mvccpb.KeyValue, keysOnly bool) (int, int)) (int64, uint64, error) {
 	from, end := w.c.keys.clusters(), w.c.keys.clustersEnd()
 	resp, err := w.readKey(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(keysPerRecord*w.c.opts.ResyncPageSize), clientv3.WithKeysOnly())
 	if err != nil {
 		return 0, 0, err
 	}
 	rev, etcdCluster := resp.Header.Revision, resp.Header.ClusterId
-	needed := take(resp.Kvs, true)
+	others, needed := take(resp.Kvs, true)
 	if !resp.More || len(resp.Kvs) == 0 {
 		return rev, etcdCluster, nil
 	}
-	keysOnly := 2*needed < len(resp.Kvs)
+	keysOnly := others == 0 || 2*needed < others
 	from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	_, cluster, err := w.readPages(ctx, from, end, rev, keysOnly, func(kvs []*mvccpb.KeyValue) { take(kvs, keysOnly) })
 	if err == nil && cluster != etcdCluster {
