@@ -212,17 +212,7 @@ func TestScopedReadOfEveryNamespaceReadsOnce(t *testing.T) {
 			})
 			// The clusterset is 33 keys (an alive record, 16 exports, 16
 			// endpoints); the reader's pages hold 2 records or 20 keys.
-			var keysOnly, withValues int
-			for _, rd := range kv.snapshot() {
-				if rd.oneKey || rd.countOnly {
-					continue
-				}
-				if rd.keysOnly {
-					keysOnly++
-				} else {
-					withValues++
-				}
-			}
+			keysOnly, withValues := pagesRead(kv)
 			if tc.values && (keysOnly != 1 || withValues != 7) {
 				t.Errorf("read %d pages of keys and %d of values, want the first page of keys (20) and the 13 keys after it in 7 pages of values", keysOnly, withValues)
 			}
@@ -235,6 +225,21 @@ func TestScopedReadOfEveryNamespaceReadsOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pagesRead counts the ranges kv read, keys alone or with values (not the
+// reads of one key, nor counts).
+func pagesRead(kv *recordingKV) (keysOnly, withValues int) {
+	for _, rd := range kv.snapshot() {
+		switch {
+		case rd.oneKey || rd.countOnly:
+		case rd.keysOnly:
+			keysOnly++
+		default:
+			withValues++
+		}
+	}
+	return keysOnly, withValues
 }
 
 // TestScopedReadCountsOtherClusters: the first page decides by the other
@@ -252,18 +257,6 @@ func TestScopedReadCountsOtherClusters(t *testing.T) {
 		}
 		return keys
 	}
-	pages := func(kv *recordingKV) (keysOnly, withValues int) {
-		for _, rd := range kv.snapshot() {
-			switch {
-			case rd.oneKey || rd.countOnly:
-			case rd.keysOnly:
-				keysOnly++
-			default:
-				withValues++
-			}
-		}
-		return keysOnly, withValues
-	}
 	size := func(v *registrytest.View) int { return len(v.Exports) + len(v.Endpoints) }
 
 	t.Run("own records first", func(t *testing.T) {
@@ -277,7 +270,7 @@ func TestScopedReadCountsOtherClusters(t *testing.T) {
 		if got := valuesOf(kv.valuesRead(), "out"); len(got) > 0 {
 			t.Errorf("received the values of %d records of namespace out, not needed", len(got))
 		}
-		if k, v := pages(kv); v != 0 {
+		if k, v := pagesRead(kv); v != 0 {
 			t.Errorf("read %d pages of keys and %d of values, want keys alone", k, v)
 		}
 		r.Need("out")
@@ -293,7 +286,7 @@ func TestScopedReadCountsOtherClusters(t *testing.T) {
 		publish(t, b, append(few, in[0])...)
 		r, kv, _ := scopedReader(t, srv.ClientURL(), 0, "in")
 		r.WaitFor(t, 10*time.Second, "namespace in", func(_ registrytest.Event, v *registrytest.View) bool { return size(v) == 32 })
-		if _, v := pages(kv); v == 0 {
+		if _, v := pagesRead(kv); v == 0 {
 			t.Fatal("no page read with values: the first page, all of namespace in, called for them")
 		}
 		if got := held(r.View()); strings.Contains(got, "/few/") {
