@@ -394,7 +394,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 // other way than its whole would call for; each way reads every record.
 func (w *watch) readScoped(ctx context.Context, take func(kvs []*mvccpb.KeyValue, keysOnly bool) (int, int)) (int64, uint64, error) {
 	from, end := w.c.keys.clusters(), w.c.keys.clustersEnd()
-	resp, err := w.readKey(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(keysPerRecord*w.c.opts.ResyncPageSize), clientv3.WithKeysOnly())
+	resp, err := w.readKey(ctx, from, w.pageOptions(end, true)...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -599,6 +599,15 @@ func (w *watch) listKeys(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, in
 // them.
 const keysPerRecord = 10
 
+// pageOptions are the options of a read of one page up to end: of
+// ResyncPageSize records, or keysOnly of keysPerRecord times as many keys.
+func (w *watch) pageOptions(end string, keysOnly bool) []clientv3.OpOption {
+	if keysOnly {
+		return []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(keysPerRecord * w.c.opts.ResyncPageSize), clientv3.WithKeysOnly()}
+	}
+	return []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(w.c.opts.ResyncPageSize)}
+}
+
 // readPages reads every key from from up to end at revision rev (0: the
 // latest), in pages of ResyncPageSize keys (keysOnly: their keys alone, in
 // pages of keysPerRecord times as many), each page a request of its own
@@ -618,14 +627,10 @@ func (w *watch) readPages(ctx context.Context, from, end string, rev int64, keys
 		last    bool
 	}
 	results := make(chan result, 1)
-	limit, only := w.c.opts.ResyncPageSize, []clientv3.OpOption{}
-	if keysOnly {
-		limit, only = keysPerRecord*limit, append(only, clientv3.WithKeysOnly())
-	}
 	go func() {
 		defer close(results)
 		for {
-			opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}, only...)
+			opts := w.pageOptions(end, keysOnly)
 			if rev != 0 {
 				opts = append(opts, clientv3.WithRev(rev))
 			}
