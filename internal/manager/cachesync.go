@@ -4,50 +4,91 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// listErrors keeps, for each informer of the caches, the last error of its
-// list or watch: what runManager says when the caches have not synced in
-// time. A kind that mcsd may not list or watch (a role missing a grant)
-// keeps failing, and its error says which grant.
+// listErrors keeps the informers of the caches (newInformer makes them)
+// and the last error of each one's list or watch: what runManager says
+// when the caches have not synced in time. A kind that mcsd may not list
+// or watch (a role missing a grant) keeps failing, and its error says
+// which grant; a kind whose first list never returns (an API server or an
+// aggregated API that does not answer) is named too.
 type listErrors struct {
-	mu   sync.Mutex
-	last map[*toolscache.Reflector]error
+	mu        sync.Mutex
+	informers []*informerState
 }
 
-// handle records err and logs it as client-go does by default.
-func (l *listErrors) handle(ctx context.Context, r *toolscache.Reflector, err error) {
+// informerState is one informer of the caches and its last list or watch
+// error.
+type informerState struct {
+	kind string
+	inf  toolscache.SharedIndexInformer
+	err  error
+}
+
+// newInformer makes an informer as the cache does by default
+// (cache.Options.NewInformer), and keeps it with its errors: its watch
+// error handler records each and logs it as client-go does by default.
+func (l *listErrors) newInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	inf := toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
+	s := &informerState{kind: kindOf(obj), inf: inf}
+	// Set before the informer runs, which is the one case it can fail in.
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
+		l.mu.Lock()
+		s.err = err
+		l.mu.Unlock()
+		toolscache.DefaultWatchErrorHandler(ctx, r, err)
+	})
 	l.mu.Lock()
-	if l.last == nil {
-		l.last = map[*toolscache.Reflector]error{}
-	}
-	l.last[r] = err
+	l.informers = append(l.informers, s)
 	l.mu.Unlock()
-	toolscache.DefaultWatchErrorHandler(ctx, r, err)
+	return inf
 }
 
-// err says why the caches have not synced in timeout: the last error of
-// each informer that has not listed since (one that has is synced, whatever
-// it met before), by type. It is errCacheSync, with a hint at mcsd's RBAC
-// when the API server refused a list or a watch.
+// kindOf names obj's type as client-go's reflector does ("*v1.Service"),
+// with the kind of a metadata-only object.
+func kindOf(obj runtime.Object) string {
+	name := reflect.TypeOf(obj).String()
+	if _, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		if kind := obj.GetObjectKind().GroupVersionKind().Kind; kind != "" {
+			name += " (" + kind + ")"
+		}
+	}
+	return name
+}
+
+// err says why the caches have not synced in timeout: each informer that
+// has not, by type, with the last error of its list or watch when it has
+// not listed since (one that has is not named for its errors), or that
+// its first list has not returned, none having failed. It is errCacheSync,
+// with a hint at mcsd's RBAC when the API server refused a list or a
+// watch.
 func (l *listErrors) err(timeout time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var lines []string
 	forbidden := false
-	for r, err := range l.last {
-		if r.LastSyncResourceVersion() != "" {
-			continue
+	for _, s := range l.informers {
+		listed := s.inf.LastSyncResourceVersion() != ""
+		switch {
+		case s.inf.HasSynced():
+		case !listed && s.err != nil:
+			lines = append(lines, fmt.Sprintf("%s: %v", s.kind, s.err))
+			forbidden = forbidden || apierrors.IsForbidden(s.err)
+		case !listed:
+			lines = append(lines, s.kind+": its first list has not returned, and no list or watch of it failed")
+		default:
+			lines = append(lines, s.kind+": listed, and its objects not yet taken in")
 		}
-		lines = append(lines, fmt.Sprintf("%s: %v", r.TypeDescription(), err))
-		forbidden = forbidden || apierrors.IsForbidden(err)
 	}
 	slices.Sort(lines)
 	switch {

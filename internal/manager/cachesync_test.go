@@ -3,7 +3,9 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,52 +21,91 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 )
 
-// reflector returns a reflector of obj's kind whose lists return list;
-// listed, it has listed once.
-func reflector(t *testing.T, obj, list runtime.Object, listed bool) *toolscache.Reflector {
+// runInformer runs an informer of obj's kind made by l, whose lists list
+// answers, until the test ends.
+func runInformer(t *testing.T, l *listErrors, obj runtime.Object, list func(context.Context) (runtime.Object, error)) toolscache.SharedIndexInformer {
 	t.Helper()
-	r := toolscache.NewReflector(ctrltest.ListWatch(list), obj, toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), 0)
-	if listed {
-		ctx, stop := context.WithCancel(t.Context())
-		t.Cleanup(stop)
-		go r.RunWithContext(ctx)
-		poll.Until(t, 10*time.Second, "the reflector listed", func() (bool, string) { return r.LastSyncResourceVersion() != "", "" })
-	}
-	return r
+	inf := l.newInformer(ctrltest.ListWatchFunc(list), obj, 0, toolscache.Indexers{})
+	ctx, stop := context.WithCancel(t.Context())
+	t.Cleanup(stop)
+	go inf.RunWithContext(ctx)
+	return inf
 }
 
-// The error names the kinds that have not listed since their last error,
-// with a hint at RBAC only when the API server refused one; with none, it
-// says the lists were slow.
+// failing answers every list with err.
+func failing(err error) func(context.Context) (runtime.Object, error) {
+	return func(context.Context) (runtime.Object, error) { return nil, err }
+}
+
+// waitErr waits until l's error says want.
+func waitErr(t *testing.T, l *listErrors, want string) string {
+	t.Helper()
+	var got string
+	poll.Until(t, 10*time.Second, "the error to say "+want, func() (bool, string) {
+		got = l.err(3 * time.Second).Error()
+		return strings.Contains(got, want), got
+	})
+	return got
+}
+
+// The error names the kinds that have not synced: with the last error of
+// those that have not listed since, and a hint at RBAC only when the API
+// server refused one; a kind whose first list has not returned, with no
+// error, is named too. With none, it says the lists were slow.
 func TestListErrorsNameWhatHasNotSynced(t *testing.T) {
-	services := reflector(t, &corev1.Service{}, &corev1.ServiceList{}, false)
-	slices := reflector(t, &discoveryv1.EndpointSlice{}, &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, true)
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, "", errors.New("no grant"))
 	refused := errors.New("connection refused")
 
 	var none listErrors
 	if got, want := none.err(time.Second).Error(), "the caches have not synced in 1s: no list or watch failed, they were slow"; got != want {
-		t.Errorf("no errors: %q, want %q", got, want)
+		t.Errorf("no informers: %q, want %q", got, want)
 	}
 
-	var l listErrors
-	l.handle(t.Context(), slices, refused) // listed since: synced
-	l.handle(t.Context(), services, refused)
-	err := l.err(3 * time.Second)
-	if got, want := err.Error(), "the caches have not synced in 3s: *v1.Service: connection refused"; got != want {
+	var network listErrors
+	runInformer(t, &network, &corev1.Service{}, failing(refused))
+	// The EndpointSlices' first list fails, the next one lists: synced.
+	var lists atomic.Int32
+	slices := runInformer(t, &network, &discoveryv1.EndpointSlice{}, func(context.Context) (runtime.Object, error) {
+		if lists.Add(1) == 1 {
+			return nil, refused
+		}
+		return &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
+	})
+	poll.Until(t, 10*time.Second, "the EndpointSlices synced after their failed list", func() (bool, string) {
+		return slices.HasSynced(), fmt.Sprintf("%d lists", lists.Load())
+	})
+	if got, want := waitErr(t, &network, "refused"), "the caches have not synced in 3s: *v1.Service: failed to list *v1.Service: connection refused"; got != want {
 		t.Errorf("a Service list refused by the network: %q, want %q", got, want)
 	}
-	l.handle(t.Context(), services, forbidden)
-	err = l.err(3 * time.Second)
-	if !errors.Is(err, errCacheSync) {
-		t.Errorf("%v is not errCacheSync", err)
-	}
+
+	var rbac listErrors
+	runInformer(t, &rbac, &corev1.Service{}, failing(forbidden))
+	err := waitErr(t, &rbac, "forbidden")
 	for _, want := range []string{"the caches have not synced in 3s (is a grant of mcsd's RBAC missing?): ", "*v1.Service: ", "forbidden"} {
-		if !strings.Contains(err.Error(), want) {
+		if !strings.Contains(err, want) {
 			t.Errorf("a Service list refused by RBAC: %q, want it to say %q", err, want)
 		}
 	}
-	if strings.Contains(err.Error(), "EndpointSlice") {
-		t.Errorf("%q names the EndpointSlices, which have listed since their error", err)
+	if !errors.Is(rbac.err(time.Second), errCacheSync) {
+		t.Errorf("%v is not errCacheSync", rbac.err(time.Second))
+	}
+
+	// A list that does not return: no error to tell, the kind is named.
+	var hung listErrors
+	listing := make(chan struct{}, 1)
+	runInformer(t, &hung, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}},
+		func(ctx context.Context) (runtime.Object, error) {
+			listing <- struct{}{}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	namespaces := runInformer(t, &hung, &corev1.Namespace{}, func(context.Context) (runtime.Object, error) {
+		return &corev1.NamespaceList{ListMeta: metav1.ListMeta{ResourceVersion: "7"}}, nil
+	})
+	<-listing
+	poll.Until(t, 10*time.Second, "the Namespaces synced", func() (bool, string) { return namespaces.HasSynced(), "" })
+	want := "the caches have not synced in 3s: *v1.PartialObjectMetadata (Node): its first list has not returned, and no list or watch of it failed"
+	if got := waitErr(t, &hung, "Node"); got != want {
+		t.Errorf("a Node list that does not return: %q, want %q", got, want)
 	}
 }

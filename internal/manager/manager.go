@@ -275,7 +275,7 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: "0", // served by Run for its whole life
-		Cache:                  cache.Options{DefaultWatchErrorHandler: listErrs.handle},
+		Cache:                  cache.Options{NewInformer: listErrs.newInformer},
 
 		LeaderElection: false,
 		// Run starts the controllers again in the same process when the

@@ -15,9 +15,15 @@ import (
 // cannot stream a list through a watch (WatchListClient), so the reflector
 // lists.
 func ListWatch(list runtime.Object) toolscache.ListerWatcher {
+	return ListWatchFunc(func(context.Context) (runtime.Object, error) { return list.DeepCopyObject(), nil })
+}
+
+// ListWatchFunc is ListWatch with each list answered by list: an error, or
+// a list that returns only when ctx ends.
+func ListWatchFunc(list func(ctx context.Context) (runtime.Object, error)) toolscache.ListerWatcher {
 	return listOnly{&toolscache.ListWatch{
-		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			return list.DeepCopyObject(), nil
+		ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+			return list(ctx)
 		},
 		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
 			return watch.NewFake(), nil

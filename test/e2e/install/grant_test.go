@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -28,7 +29,7 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/memory"
 )
 
-// missingGrantEnv makes this test binary, started by testMissingGrant, run
+// missingGrantEnv makes this test binary, started by runUnsynced, run
 // mcsd as missingGrantRun says instead of its tests.
 const missingGrantEnv = "MCSD_E2E_MISSING_GRANT"
 
@@ -39,6 +40,25 @@ type missingGrantRun struct {
 	CAData                          []byte
 	Insecure                        bool
 	CacheSyncTimeout                time.Duration
+	// Hold is a path whose GET requests (lists and watches of a resource
+	// in every namespace) the run's client holds until they are given up,
+	// as an API server that does not answer them would.
+	Hold string
+}
+
+// holding holds path's GET requests until they are given up, and sends
+// the others on.
+type holding struct {
+	next http.RoundTripper
+	path string
+}
+
+func (h holding) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet && req.URL.Path == h.path {
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	}
+	return h.next.RoundTrip(req)
 }
 
 // runMissingGrant runs mcsd as data (a missingGrantRun) says, over an
@@ -56,6 +76,9 @@ func runMissingGrant(data string) int {
 	cfg := &rest.Config{Host: run.Host, BearerToken: run.Token, TLSClientConfig: rest.TLSClientConfig{
 		ServerName: run.ServerName, CAFile: run.CAFile, CAData: run.CAData, Insecure: run.Insecure,
 	}}
+	if run.Hold != "" {
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return holding{next: rt, path: run.Hold} })
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ctx = logr.NewContext(ctx, zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
@@ -86,9 +109,37 @@ func runMissingGrant(data string) int {
 func testMissingGrant(t *testing.T, cfg *rest.Config) {
 	t.Helper()
 	waitRefused(t, cfg, "", "services", "list", "watch")
+	failed, out := runUnsynced(t, cfg, "")
+	for _, want := range []string{`the caches have not synced in 3s`, `RBAC`, `\*v1\.Service: `, `forbidden`, `cannot (list|watch) resource "services"`} {
+		if !regexp.MustCompile(want).MatchString(failed) {
+			t.Errorf("mcsd's error %q does not match %q; its output:\n%s", failed, want, out)
+		}
+	}
+}
+
+// testUnansweredList runs mcsd, in a process of its own, as the
+// ServiceAccount of cfg, with every request for the Services of every
+// namespace held, unanswered: the caches cannot sync, no request fails,
+// and mcsd exits once the bound on their sync has passed, naming the kind
+// whose list has not returned.
+func testUnansweredList(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	failed, out := runUnsynced(t, cfg, "/api/v1/services")
+	want := "the caches have not synced in 3s: *v1.Service: its first list has not returned, and no list or watch of it failed"
+	if failed != want {
+		t.Errorf("mcsd's error %q, want %q; its output:\n%s", failed, want, out)
+	}
+}
+
+// runUnsynced runs mcsd as cfg's user, in a process of its own, with a
+// bound of 3 s on its caches' first sync and the GET requests of hold
+// held (missingGrantRun.Hold), and checks that it failed, past the bound.
+// It returns mcsd's error and the process's output.
+func runUnsynced(t *testing.T, cfg *rest.Config, hold string) (failed, output string) {
+	t.Helper()
 	const bound = 3 * time.Second
 	run, err := json.Marshal(missingGrantRun{Host: cfg.Host, ServerName: cfg.ServerName, CAFile: cfg.CAFile, CAData: cfg.CAData,
-		Insecure: cfg.Insecure, Token: cfg.BearerToken, CacheSyncTimeout: bound})
+		Insecure: cfg.Insecure, Token: cfg.BearerToken, CacheSyncTimeout: bound, Hold: hold})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +152,11 @@ func testMissingGrant(t *testing.T, cfg *rest.Config) {
 	took := time.Since(start)
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		t.Fatalf("mcsd without a grant: %v, want exit code 1 (it failed):\n%s", err, out.String())
+		t.Fatalf("mcsd: %v, want exit code 1 (it failed):\n%s", err, out.String())
 	}
 	if took < bound {
 		t.Errorf("mcsd failed after %s, before its bound of %s:\n%s", took, bound, out.String())
 	}
-	var failed string
 	for line := range strings.Lines(out.String()) {
 		if q, ok := strings.CutPrefix(line, "mcsd failed: "); ok {
 			if failed, err = strconv.Unquote(strings.TrimSpace(q)); err != nil {
@@ -114,12 +164,8 @@ func testMissingGrant(t *testing.T, cfg *rest.Config) {
 			}
 		}
 	}
-	for _, want := range []string{`the caches have not synced in 3s`, `RBAC`, `\*v1\.Service: `, `forbidden`, `cannot (list|watch) resource "services"`} {
-		if !regexp.MustCompile(want).MatchString(failed) {
-			t.Errorf("mcsd's error %q does not match %q; its output:\n%s", failed, want, out.String())
-		}
-	}
 	t.Logf("mcsd failed after %s: %s", took.Round(time.Millisecond), failed)
+	return failed, out.String()
 }
 
 // waitRefused waits until the API server refuses cfg's user every verb of

@@ -259,6 +259,11 @@ func TestShippedRBAC(t *testing.T) {
 		t.Cleanup(func() { applyClusterRole(t, c2, shipped) })
 		testMissingGrant(t, configs["c2"])
 	})
+
+	// With its Services list unanswered, mcsd exits and says which kind.
+	t.Run("a Services list unanswered", func(t *testing.T) {
+		testUnansweredList(t, configs["c2"])
+	})
 }
 
 // waitImported waits until c2 imports Service ns/name of c1 in full: a
