@@ -116,9 +116,9 @@ func MachineBusy() float64 {
 	return (total - idle) / clockTicks
 }
 
-// testbedCPU returns the CPU seconds of the processes running from dir (the
+// TestbedCPU returns the CPU seconds of the processes running from dir (the
 // testbed's), by kind: kube-apiserver, etcd, kube-controller-manager, ...
-func testbedCPU(dir string) map[string]float64 {
+func TestbedCPU(dir string) map[string]float64 {
 	out := map[string]float64{}
 	for pid, argv0 := range testbed.ProcessesUnder(dir) {
 		cpu, err := ProcCPU(pid)

@@ -296,7 +296,7 @@ func (r *run) snapshot(ctx context.Context) snapshot {
 	s := snapshot{
 		at: time.Now(), ctrlPID: map[string]int{}, ctrlCPU: map[string]float64{}, ctrlStats: map[string]controllerStats{},
 		peakRSS: map[string]uint64{}, heapInuse: map[string]uint64{},
-		testbed: testbedCPU(r.env.TB.Dir()), self: selfCPU(), machine: MachineBusy(),
+		testbed: TestbedCPU(r.env.TB.Dir()), self: selfCPU(), machine: MachineBusy(),
 	}
 	for id, p := range r.ctrls {
 		s.ctrlPID[id] = p.pid()

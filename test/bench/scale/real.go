@@ -89,6 +89,11 @@ type realResult struct {
 	JoinHarnessSeconds      float64 `json:"joinHarnessSeconds"`
 	JoinFloorMachineSeconds float64 `json:"joinFloorMachineSeconds"`
 	JoinFloorHarnessSeconds float64 `json:"joinFloorHarnessSeconds"`
+	// JoinFloorProcessSeconds and JoinProcessSeconds are the CPU-seconds
+	// of each kind of process during the floor and the join
+	// (processSeconds): where the join's CPU-seconds beyond the floor's go.
+	JoinFloorProcessSeconds map[string]float64 `json:"joinFloorProcessSeconds,omitempty"`
+	JoinProcessSeconds      map[string]float64 `json:"joinProcessSeconds,omitempty"`
 	// JoinObjectBytes and JoinFloorObjectBytes are the mean size (JSON) of
 	// the objects of each kind the controller and the floor wrote, in the
 	// first real cluster: the floor writes objects of the same size.
@@ -427,7 +432,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	if res.JoinSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {
 		return err
 	}
-	start, machine, self := time.Now(), harness.MachineBusy(), harness.SelfCPU()
+	start, machine, self, procs := time.Now(), harness.MachineBusy(), harness.SelfCPU(), r.processSeconds()
 	for _, rc := range r.real.clusters {
 		var profile string
 		if r.cfg.ProfileJoin {
@@ -459,6 +464,7 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		}
 	}
 	res.Join = whole.Sub(start)
+	res.JoinProcessSeconds = cpuSince(procs, r.processSeconds())
 	busy := harness.MachineBusy() - busyReady
 	res.JoinMachineSeconds, res.JoinHarnessSeconds = harness.MachineBusy()-machine, harness.SelfCPU()-self
 	for _, c := range r.real.usage() {
@@ -514,7 +520,7 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 	if res.JoinFloorSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {
 		return err
 	}
-	start, busy, self := time.Now(), harness.MachineBusy(), harness.SelfCPU()
+	start, busy, self, procs := time.Now(), harness.MachineBusy(), harness.SelfCPU(), r.processSeconds()
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.real.clusters))
 	for ci, rc := range r.real.clusters {
@@ -532,12 +538,55 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 		return fmt.Errorf("join floor: %w", err)
 	}
 	res.JoinFloor = time.Since(start)
+	res.JoinFloorProcessSeconds = cpuSince(procs, r.processSeconds())
 	res.JoinFloorMachineSeconds, res.JoinFloorHarnessSeconds = harness.MachineBusy()-busy, harness.SelfCPU()-self
 	res.JoinFloorMachine = res.JoinFloorMachineSeconds / res.JoinFloor.Seconds()
 	if res.JoinFloorObjectBytes, err = r.real.clusters[0].objectBytes(ctx, harness.FloorNamespace); err != nil {
 		return err
 	}
 	return r.real.removeFloor(ctx, r.cfg.Timeout)
+}
+
+// processSeconds are the CPU-seconds each kind of process of the run has
+// used so far: the real clusters' own (kube-apiserver, etcd,
+// kube-controller-manager, ...), the registry's etcd, the real
+// controllers, and the benchmark itself (the simulated members, its
+// watches of the real clusters, the floor's client).
+func (r *sizeRun) processSeconds() map[string]float64 {
+	out := harness.TestbedCPU(r.real.tb.Dir())
+	if r.cluster != nil {
+		for _, pid := range r.cluster.Pids() {
+			c, _ := harness.ProcCPU(pid)
+			out[registryProcess] += c
+		}
+	}
+	for _, rc := range r.real.clusters {
+		if rc.ctrl != nil {
+			c, _ := harness.ProcCPU(rc.ctrl.PID())
+			out[controllersProcess] += c
+		}
+	}
+	out[benchmarkProcess] = harness.SelfCPU()
+	return out
+}
+
+// The kinds of processSeconds that are not the real clusters' programs.
+const (
+	registryProcess    = "registry etcd"
+	controllersProcess = "controllers"
+	benchmarkProcess   = "benchmark"
+)
+
+// cpuSince is the CPU-seconds each kind of process used from before to
+// after; a process that ended meanwhile counts for nothing.
+func cpuSince(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
 }
 
 // put records that the churn is about to put address addr.
@@ -736,8 +785,9 @@ func (rs *realSet) settledWrites(ctx context.Context) (map[string]int, error) {
 	return last, nil
 }
 
-func total(m map[string]int) int {
-	n := 0
+// total is the sum of m's values.
+func total[V int | float64](m map[string]V) V {
+	var n V
 	for _, v := range m {
 		n += v
 	}

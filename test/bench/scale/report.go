@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"maps"
@@ -44,9 +45,9 @@ func (x *realResult) line() string {
 	if x == nil {
 		return ""
 	}
-	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f; CPU-seconds from the start: the machine's %.1f, the controllers' %.1f, the benchmark's %.1f; during the floor: the machine's %.1f, the benchmark's %.1f; the machine's busy CPUs before the floor %.2f, before the join %.2f; object bytes %s, the floor's %s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
+	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f; CPU-seconds from the start: the machine's %.1f, the controllers' %.1f, the benchmark's %.1f; during the floor: the machine's %.1f, the benchmark's %.1f; the machine's busy CPUs before the floor %.2f, before the join %.2f; by process, floor → join: %s; object bytes %s, the floor's %s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
 		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, x.JoinCPU, x.JoinMachine, x.JoinFloorMachine,
-		x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinHarnessSeconds, x.JoinFloorMachineSeconds, x.JoinFloorHarnessSeconds, x.JoinFloorSettled, x.JoinSettled, counts(x.JoinObjectBytes), counts(x.JoinFloorObjectBytes), ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
+		x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinHarnessSeconds, x.JoinFloorMachineSeconds, x.JoinFloorHarnessSeconds, x.JoinFloorSettled, x.JoinSettled, processSeconds(x.JoinFloorProcessSeconds, x.JoinProcessSeconds), counts(x.JoinObjectBytes), counts(x.JoinFloorObjectBytes), ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
 		x.SliceWritesPerChange, x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, x.LeaverSlices, x.LeaveGone.Round(time.Millisecond), counts(x.LeaveWrites))
 }
 
@@ -112,8 +113,59 @@ func (res results) realMarkdown() string {
 			x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, counts(x.RestartWrites),
 			x.LeaveGone.Round(time.Millisecond), x.LeaverSlices, counts(x.LeaveWrites), x.LeaveOtherDeletions)
 	}
+	b.WriteString(res.joinProcessMarkdown())
 	b.WriteString("\nThe join is timed from the controllers' start (both real clusters at once) to the arrival, on the benchmark's watch, of the last object as wanted; its floor is the harness writing the same ServiceImports, derived Services and EndpointSlices in both clusters at once, with the import controller's concurrency and in its order, then deleted before the controllers start. Each begins on a settled machine: the benchmark's garbage collected, and the machine's CPUs less than 0.3 busy over a second. Where the floor keeps every CPU of the machine busy, the join outlasts it by its start-up (until ready) plus what the join's CPU-seconds exceed the floor's, over the machine's CPUs: the controllers' own (start-up included), less the floor's client (the benchmark's writes), plus what the API servers do for the controllers beyond the writes. The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch. Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
 	return b.String()
+}
+
+// joinProcessMarkdown is the table of the join's CPU-seconds by process,
+// against its floor's, when the run measured them.
+func (res results) joinProcessMarkdown() string {
+	var b strings.Builder
+	for _, r := range res.Runs {
+		x := r.Real
+		if x == nil || len(x.JoinProcessSeconds) == 0 {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\nThe join's CPU-seconds by process, its floor's → its own (the controllers' from their start); where the floor keeps every CPU busy, the join stays within 1.1 × its floor only if its CPU-seconds stay within about 1.1 × the floor's:\n\n")
+			b.WriteString("| N | by process, floor → join | every process | join − floor | of which the API servers | 10 % of the floor's |\n|---|---|---|---|---|---|\n")
+		}
+		floor, join := total(x.JoinFloorProcessSeconds), total(x.JoinProcessSeconds)
+		api := x.JoinProcessSeconds[apiServerProcess] - x.JoinFloorProcessSeconds[apiServerProcess]
+		fmt.Fprintf(&b, "| %d | %s | %.2f → %.2f | %+.2f | %+.2f | %.2f |\n", r.N, processSeconds(x.JoinFloorProcessSeconds, x.JoinProcessSeconds), floor, join, join-floor, api, floor/10)
+	}
+	return b.String()
+}
+
+// apiServerProcess is the real clusters' API servers, in processSeconds.
+const apiServerProcess = "kube-apiserver"
+
+// processSeconds lists each kind of process's CPU-seconds in floor and in
+// join, the real clusters' programs first.
+func processSeconds(floor, join map[string]float64) string {
+	order := []string{apiServerProcess, "etcd", "kube-controller-manager", registryProcess, controllersProcess, benchmarkProcess}
+	kinds := slices.Sorted(maps.Keys(join))
+	for k := range floor {
+		if !slices.Contains(kinds, k) {
+			kinds = append(kinds, k)
+		}
+	}
+	rank := func(k string) int {
+		if i := slices.Index(order, k); i >= 0 {
+			return i
+		}
+		return len(order)
+	}
+	slices.SortStableFunc(kinds, func(a, b string) int { return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b)) })
+	var parts []string
+	for _, k := range kinds {
+		if floor[k] < 0.005 && join[k] < 0.005 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f → %.2f", k, floor[k], join[k]))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // cloudMapMarkdown is the report of a -registry cloudmap run.

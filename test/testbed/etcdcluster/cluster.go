@@ -308,6 +308,20 @@ func (c *Cluster) Running(i int) bool {
 	}
 }
 
+// Pids are the process ids of the members that run.
+func (c *Cluster) Pids() []int {
+	var pids []int
+	for i, m := range c.members {
+		if !c.Running(i) {
+			continue
+		}
+		m.mu.Lock()
+		pids = append(pids, m.cmd.Process.Pid)
+		m.mu.Unlock()
+	}
+	return pids
+}
+
 // Kill kills member i with SIGKILL and waits until it is gone.
 func (c *Cluster) Kill(i int) {
 	m := c.members[i]
