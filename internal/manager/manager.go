@@ -394,8 +394,9 @@ type cacheSync struct {
 // The manager itself waits for its caches without a bound, and the
 // controllers' sources have their informers made before it starts
 // (internal/controller/kind), so runManager bounds that wait: caches not
-// synced in cs.timeout fail the run, with each kind's last list or
-// watch error (a role missing a grant: the process exits and says which).
+// synced in cs.timeout fail the run, naming each kind not synced with
+// its last list or watch error, or as not listed yet (a role missing a
+// grant, a list never answered: the process exits and says which).
 func runManager(ctx context.Context, mgr ctrl.Manager, cs cacheSync) error {
 	stopped := make(chan error, 1)
 	go func() { stopped <- mgr.Start(ctx) }()

@@ -29,13 +29,13 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/memory"
 )
 
-// missingGrantEnv makes this test binary, started by runUnsynced, run
-// mcsd as missingGrantRun says instead of its tests.
-const missingGrantEnv = "MCSD_E2E_MISSING_GRANT"
+// unsyncedEnv makes this test binary, started by runUnsynced, run
+// mcsd as unsyncedRun says instead of its tests.
+const unsyncedEnv = "MCSD_E2E_UNSYNCED"
 
-// missingGrantRun is mcsd's run in that child process: the API server, the
+// unsyncedRun is mcsd's run in that child process: the API server, the
 // ServiceAccount's token, and the bound on the caches' first sync.
-type missingGrantRun struct {
+type unsyncedRun struct {
 	Host, ServerName, CAFile, Token string
 	CAData                          []byte
 	Insecure                        bool
@@ -61,14 +61,14 @@ func (h holding) RoundTrip(req *http.Request) (*http.Response, error) {
 	return h.next.RoundTrip(req)
 }
 
-// runMissingGrant runs mcsd as data (a missingGrantRun) says, over an
+// runUnsyncedChild runs mcsd as data (an unsyncedRun) says, over an
 // in-memory registry, and returns the process's exit code: 1 when Run
 // failed (its error printed), 2 when it did not within a minute. The run
 // is a process of its own: controller-runtime's manager, stopped before
 // its caches synced, never returns (internal/manager's runManager), and
 // its spinning goroutine ends with the process.
-func runMissingGrant(data string) int {
-	var run missingGrantRun
+func runUnsyncedChild(data string) int {
+	var run unsyncedRun
 	if err := json.Unmarshal([]byte(data), &run); err != nil {
 		fmt.Println("decode the run:", err)
 		return 2
@@ -133,18 +133,18 @@ func testUnansweredList(t *testing.T, cfg *rest.Config) {
 
 // runUnsynced runs mcsd as cfg's user, in a process of its own, with a
 // bound of 3 s on its caches' first sync and the GET requests of hold
-// held (missingGrantRun.Hold), and checks that it failed, past the bound.
+// held (unsyncedRun.Hold), and checks that it failed, past the bound.
 // It returns mcsd's error and the process's output.
 func runUnsynced(t *testing.T, cfg *rest.Config, hold string) (failed, output string) {
 	t.Helper()
 	const bound = 3 * time.Second
-	run, err := json.Marshal(missingGrantRun{Host: cfg.Host, ServerName: cfg.ServerName, CAFile: cfg.CAFile, CAData: cfg.CAData,
+	run, err := json.Marshal(unsyncedRun{Host: cfg.Host, ServerName: cfg.ServerName, CAFile: cfg.CAFile, CAData: cfg.CAData,
 		Insecure: cfg.Insecure, Token: cfg.BearerToken, CacheSyncTimeout: bound, Hold: hold})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(t.Context(), os.Args[0])
-	cmd.Env = append(os.Environ(), missingGrantEnv+"="+string(run))
+	cmd.Env = append(os.Environ(), unsyncedEnv+"="+string(run))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()

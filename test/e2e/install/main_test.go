@@ -12,8 +12,8 @@ var env *fw.Env
 
 // The tests start mcsd themselves, under the shipped RBAC.
 func TestMain(m *testing.M) {
-	if run := os.Getenv(missingGrantEnv); run != "" {
-		os.Exit(runMissingGrant(run))
+	if run := os.Getenv(unsyncedEnv); run != "" {
+		os.Exit(runUnsyncedChild(run))
 	}
 	opts := fw.Options{Name: "e2e-install", Clusters: 2, WithoutControllers: true, NoDataPlane: true, ShortWithout: true}
 	os.Exit(fw.Main(m, opts, fw.Keep(&env)))
