@@ -432,7 +432,9 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	if res.JoinSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {
 		return err
 	}
-	start, machine, self, procs := time.Now(), harness.MachineBusy(), harness.SelfCPU(), r.processSeconds()
+	// Every process's CPU is read before the start: the read scans /proc.
+	procs := r.processSeconds()
+	start, machine, self := time.Now(), harness.MachineBusy(), harness.SelfCPU()
 	for _, rc := range r.real.clusters {
 		var profile string
 		if r.cfg.ProfileJoin {
@@ -520,7 +522,8 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 	if res.JoinFloorSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {
 		return err
 	}
-	start, busy, self, procs := time.Now(), harness.MachineBusy(), harness.SelfCPU(), r.processSeconds()
+	procs := r.processSeconds() // before the start: it scans /proc
+	start, busy, self := time.Now(), harness.MachineBusy(), harness.SelfCPU()
 	var wg sync.WaitGroup
 	errs := make([]error, len(r.real.clusters))
 	for ci, rc := range r.real.clusters {
@@ -570,8 +573,11 @@ func (r *sizeRun) processSeconds() map[string]float64 {
 	return out
 }
 
-// The kinds of processSeconds that are not the real clusters' programs.
+// Kinds of processSeconds: the real clusters' API servers (named by their
+// program, as the others of the real clusters), and those that are not the
+// real clusters' programs.
 const (
+	apiServerProcess   = "kube-apiserver"
 	registryProcess    = "registry etcd"
 	controllersProcess = "controllers"
 	benchmarkProcess   = "benchmark"

@@ -47,7 +47,7 @@ func (x *realResult) line() string {
 	}
 	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f; CPU-seconds from the start: the machine's %.1f, the controllers' %.1f, the benchmark's %.1f; during the floor: the machine's %.1f, the benchmark's %.1f; the machine's busy CPUs before the floor %.2f, before the join %.2f; by process, floor → join: %s; object bytes %s, the floor's %s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
 		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, x.JoinCPU, x.JoinMachine, x.JoinFloorMachine,
-		x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinHarnessSeconds, x.JoinFloorMachineSeconds, x.JoinFloorHarnessSeconds, x.JoinFloorSettled, x.JoinSettled, processSeconds(x.JoinFloorProcessSeconds, x.JoinProcessSeconds), counts(x.JoinObjectBytes), counts(x.JoinFloorObjectBytes), ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
+		x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinHarnessSeconds, x.JoinFloorMachineSeconds, x.JoinFloorHarnessSeconds, x.JoinFloorSettled, x.JoinSettled, processLine(x.JoinFloorProcessSeconds, x.JoinProcessSeconds), counts(x.JoinObjectBytes), counts(x.JoinFloorObjectBytes), ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
 		x.SliceWritesPerChange, x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, x.LeaverSlices, x.LeaveGone.Round(time.Millisecond), counts(x.LeaveWrites))
 }
 
@@ -133,17 +133,14 @@ func (res results) joinProcessMarkdown() string {
 		}
 		floor, join := total(x.JoinFloorProcessSeconds), total(x.JoinProcessSeconds)
 		api := x.JoinProcessSeconds[apiServerProcess] - x.JoinFloorProcessSeconds[apiServerProcess]
-		fmt.Fprintf(&b, "| %d | %s | %.2f → %.2f | %+.2f | %+.2f | %.2f |\n", r.N, processSeconds(x.JoinFloorProcessSeconds, x.JoinProcessSeconds), floor, join, join-floor, api, floor/10)
+		fmt.Fprintf(&b, "| %d | %s | %.2f → %.2f | %+.2f | %+.2f | %.2f |\n", r.N, processLine(x.JoinFloorProcessSeconds, x.JoinProcessSeconds), floor, join, join-floor, api, floor/10)
 	}
 	return b.String()
 }
 
-// apiServerProcess is the real clusters' API servers, in processSeconds.
-const apiServerProcess = "kube-apiserver"
-
-// processSeconds lists each kind of process's CPU-seconds in floor and in
+// processLine lists each kind of process's CPU-seconds in floor and in
 // join, the real clusters' programs first.
-func processSeconds(floor, join map[string]float64) string {
+func processLine(floor, join map[string]float64) string {
 	order := []string{apiServerProcess, "etcd", "kube-controller-manager", registryProcess, controllersProcess, benchmarkProcess}
 	kinds := slices.Sorted(maps.Keys(join))
 	for k := range floor {
