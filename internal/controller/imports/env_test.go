@@ -72,6 +72,9 @@ type env struct {
 	createHook func(client.Object) error
 	// getHook, when set, may fail the reconciler's reads.
 	getHook func(client.Object) error
+	// updateHook, when set, runs before each of the reconciler's updates
+	// (another writer's write, say) and may fail it.
+	updateHook func(client.Object) error
 }
 
 func newEnv(t *testing.T, objs ...client.Object) *env {
@@ -114,6 +117,11 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			e.record("update", obj)
+			if e.updateHook != nil {
+				if err := e.updateHook(obj); err != nil {
+					return err
+				}
+			}
 			return c.Update(ctx, obj, opts...)
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {

@@ -166,6 +166,9 @@ type scope struct {
 	// existed: it gets the ServiceImport as its owner at the same time as
 	// the status is written.
 	adopt *corev1.Service
+	// svcWritten: svc is as this reconcile's own write of it returned it,
+	// at the version the API server holds unless someone wrote it since.
+	svcWritten bool
 	// statusKnown: the steps got as far as reading the derived Service, so
 	// the status can say how the import stands; a step that failed before
 	// (the hints, the take-over, a retirement) leaves the status as it was.
@@ -415,7 +418,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) (time.Duration, 
 			if s.adopt == nil {
 				return struct{}{}, nil
 			}
-			return struct{}{}, r.adoptService(ctx, s.adopt, ref)
+			return struct{}{}, r.adoptService(ctx, s.adopt, ref, s.svcWritten)
 		},
 		func() (time.Duration, error) { return r.writeStatus(ctx, s.si, &s.cached) })
 	if recheck > 0 {

@@ -1093,7 +1093,7 @@ func TestNewImportWrittenWhole(t *testing.T) {
 	want := append([]string{
 		"create *v1.Service " + derived,
 		"create *v1beta1.ServiceImport web",
-		"patch *v1.Service " + derived,
+		"update *v1.Service " + derived, // at the version its creation returned
 		"patch/status *v1beta1.ServiceImport web",
 	}, sliceNames...)
 	slices.Sort(want)
@@ -1106,6 +1106,39 @@ func TestNewImportWrittenWhole(t *testing.T) {
 		t.Errorf("derived Service owners %+v, want the ServiceImport", svc.OwnerReferences)
 	}
 	wantCondition(t, si, "Ready", metav1.ConditionTrue, "Ready")
+	e.steady("web")
+}
+
+// TestNewServiceWrittenMeanwhileGetsItsOwnerByPatch: a derived Service
+// that someone else writes between its creation and its adoption makes the
+// update at the created version conflict; the owner is then patched, and
+// the other writer's change is kept.
+func TestNewServiceWrittenMeanwhileGetsItsOwnerByPatch(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	derived := DerivedServiceName("web")
+	e.updateHook = func(obj client.Object) error {
+		if _, ok := obj.(*corev1.Service); !ok {
+			return nil
+		}
+		other := e.service(derived)
+		other.Labels = map[string]string{"written-by": "someone-else"}
+		return e.api.Update(e.ctx, other)
+	}
+	twoClusters(e)
+	writes := e.reconcile("web")
+	for _, w := range []string{"update *v1.Service " + derived, "patch *v1.Service " + derived} {
+		if !slices.Contains(writes, w) {
+			t.Errorf("writes %v, want %q", writes, w)
+		}
+	}
+	e.updateHook = nil
+	si, svc := e.serviceImport("web"), e.service(derived)
+	if !metav1.IsControlledBy(svc, si) {
+		t.Errorf("derived Service owners %+v, want the ServiceImport", svc.OwnerReferences)
+	}
+	if svc.Labels["written-by"] != "someone-else" {
+		t.Errorf("derived Service labels %v: the other writer's label is lost", svc.Labels)
+	}
 	e.steady("web")
 }
 
