@@ -178,11 +178,13 @@ var errServiceNotCached = errors.New("derived Service exists but is not in the c
 // returned it) is updated at the version it was written at: no patch to
 // compute, and a little less work for the API server than a patch, which
 // it applies to the object as stored (docs/design.md). A conflict (someone
-// wrote the Service since) falls back to the patch. The patch is a strategic merge patch of the owner references:
-// a Service read from the cache may be behind it, where an update would
-// fail on a stale resource version and the patch merely writes the same
-// owner again; owner references merge by uid, so those others added since
-// the cache's copy are kept.
+// wrote the Service since) falls back to the patch.
+//
+// The patch is a strategic merge patch of the owner references: a Service
+// read from the cache may be behind it, where an update would fail on a
+// stale resource version and the patch merely writes the same owner again;
+// owner references merge by uid, so those others added since the cache's
+// copy are kept.
 func (r *Reconciler) adoptService(ctx context.Context, svc *corev1.Service, ref metav1.OwnerReference, written bool) error {
 	updated := svc.DeepCopy()
 	setControllerRef(updated, ref)
