@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -44,8 +45,9 @@ var notExercised = map[string]string{
 }
 
 // mcsd running as the ServiceAccount that config/default ships, with
-// exactly its RBAC, in two clusters: an export in c1 is imported in c2, then
-// changed and withdrawn. Every request mcsd made is allowed by a shipped
+// exactly its RBAC, in two clusters: an export in c1 is imported in c2 (the
+// derived Service's owner, taken away by hand, given back), then changed
+// and withdrawn. Every request mcsd made is allowed by a shipped
 // rule, and every shipped grant was used (but those in notExercised). With
 // one grant less (EndpointSlices create) in c2, the import gets no
 // EndpointSlices until the grant is back; without list and watch of
@@ -103,6 +105,29 @@ func TestShippedRBAC(t *testing.T) {
 	})
 	// Imported into c2: ServiceImport, derived Service with its IP, EndpointSlices.
 	waitImported(t, c1, c2, ns, "web", 1, 2)
+
+	// A hand edit takes the derived Service's owner away: mcsd gives it
+	// back by a patch, since the copy it reads is its cache's (a Service
+	// it has just created gets its owner by an update).
+	derivedKey := client.ObjectKey{Namespace: ns, Name: imports.DerivedServiceName("web")}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		derived := &corev1.Service{}
+		if err := c2.Get(ctx, derivedKey, derived); err != nil {
+			return err
+		}
+		derived.OwnerReferences = nil
+		return c2.Update(ctx, derived)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, timeout, "derived Service owned by its ServiceImport again in c2", func() (bool, string) {
+		derived := &corev1.Service{}
+		if err := c2.Get(ctx, derivedKey, derived); err != nil {
+			return false, err.Error()
+		}
+		si := fw.GetImport(t, c2, ns, "web")
+		return si != nil && metav1.IsControlledBy(derived, si), fmt.Sprintf("owners %+v", derived.OwnerReferences)
+	})
 
 	// c2 exports the same Service too, then withdraws it: the import in c2
 	// gains and loses a source cluster, which mcsd reports with Events (a
