@@ -1120,7 +1120,11 @@ func TestNewServiceWrittenMeanwhileGetsItsOwnerByPatch(t *testing.T) {
 		if _, ok := obj.(*corev1.Service); !ok {
 			return nil
 		}
-		other := e.service(derived)
+		// Runs in the reconcile's own goroutine: errors, not t.Fatal.
+		other := &corev1.Service{}
+		if err := e.api.Get(e.ctx, client.ObjectKeyFromObject(obj), other); err != nil {
+			return err
+		}
 		other.Labels = map[string]string{"written-by": "someone-else"}
 		return e.api.Update(e.ctx, other)
 	}

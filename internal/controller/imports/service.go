@@ -196,7 +196,7 @@ func (r *Reconciler) adoptService(ctx context.Context, svc *corev1.Service, ref 
 		if !apierrors.IsConflict(err) {
 			return fmt.Errorf("set the derived Service's owner: %w", err)
 		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Derived Service written since its creation; patching its owner", "service", klog.KObj(svc))
+		ctrl.LoggerFrom(ctx).V(1).Info("Derived Service written since this reconcile wrote it; patching its owner", "service", klog.KObj(svc))
 		updated = svc.DeepCopy()
 		setControllerRef(updated, ref)
 	}

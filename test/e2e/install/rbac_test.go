@@ -108,8 +108,19 @@ func TestShippedRBAC(t *testing.T) {
 
 	// A hand edit takes the derived Service's owner away: mcsd gives it
 	// back by a patch, since the copy it reads is its cache's (a Service
-	// it has just created gets its owner by an update).
+	// it has just created gets its owner by an update). The owner is
+	// written after the import is whole: it is waited for first, so that
+	// the edit takes it away rather than comes before it.
 	derivedKey := client.ObjectKey{Namespace: ns, Name: imports.DerivedServiceName("web")}
+	owned := func() (bool, string) {
+		derived := &corev1.Service{}
+		if err := c2.Get(ctx, derivedKey, derived); err != nil {
+			return false, err.Error()
+		}
+		si := fw.GetImport(t, c2, ns, "web")
+		return si != nil && metav1.IsControlledBy(derived, si), fmt.Sprintf("owners %+v", derived.OwnerReferences)
+	}
+	poll.Until(t, timeout, "derived Service owned by its ServiceImport in c2", owned)
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		derived := &corev1.Service{}
 		if err := c2.Get(ctx, derivedKey, derived); err != nil {
@@ -120,14 +131,7 @@ func TestShippedRBAC(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, timeout, "derived Service owned by its ServiceImport again in c2", func() (bool, string) {
-		derived := &corev1.Service{}
-		if err := c2.Get(ctx, derivedKey, derived); err != nil {
-			return false, err.Error()
-		}
-		si := fw.GetImport(t, c2, ns, "web")
-		return si != nil && metav1.IsControlledBy(derived, si), fmt.Sprintf("owners %+v", derived.OwnerReferences)
-	})
+	poll.Until(t, timeout, "derived Service owned by its ServiceImport again in c2", owned)
 
 	// c2 exports the same Service too, then withdraws it: the import in c2
 	// gains and loses a source cluster, which mcsd reports with Events (a
