@@ -186,10 +186,13 @@ var errServiceNotCached = errors.New("derived Service exists but is not in the c
 // owner references merge by uid, so those others added since the cache's
 // copy are kept.
 func (r *Reconciler) adoptService(ctx context.Context, svc *corev1.Service, ref metav1.OwnerReference, written bool) error {
-	updated := svc.DeepCopy()
-	setControllerRef(updated, ref)
+	owned := func() *corev1.Service {
+		o := svc.DeepCopy()
+		setControllerRef(o, ref)
+		return o
+	}
 	if written {
-		err := r.Client.Update(ctx, updated)
+		err := r.Client.Update(ctx, owned())
 		if err == nil {
 			return nil
 		}
@@ -197,10 +200,8 @@ func (r *Reconciler) adoptService(ctx context.Context, svc *corev1.Service, ref 
 			return fmt.Errorf("set the derived Service's owner: %w", err)
 		}
 		ctrl.LoggerFrom(ctx).V(1).Info("Derived Service written since this reconcile wrote it; patching its owner", "service", klog.KObj(svc))
-		updated = svc.DeepCopy()
-		setControllerRef(updated, ref)
 	}
-	if err := r.Client.Patch(ctx, updated, client.StrategicMergeFrom(svc)); err != nil {
+	if err := r.Client.Patch(ctx, owned(), client.StrategicMergeFrom(svc)); err != nil {
 		return fmt.Errorf("set the derived Service's owner: %w", err)
 	}
 	return nil

@@ -142,19 +142,15 @@ func (res results) joinProcessMarkdown() string {
 // join, the real clusters' programs first.
 func processLine(floor, join map[string]float64) string {
 	order := []string{apiServerProcess, "etcd", "kube-controller-manager", registryProcess, controllersProcess, benchmarkProcess}
-	kinds := slices.Sorted(maps.Keys(join))
-	for k := range floor {
-		if !slices.Contains(kinds, k) {
-			kinds = append(kinds, k)
-		}
-	}
 	rank := func(k string) int {
 		if i := slices.Index(order, k); i >= 0 {
 			return i
 		}
 		return len(order)
 	}
-	slices.SortStableFunc(kinds, func(a, b string) int { return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b)) })
+	union := maps.Clone(join)
+	maps.Copy(union, floor)
+	kinds := slices.SortedFunc(maps.Keys(union), func(a, b string) int { return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b)) })
 	var parts []string
 	for _, k := range kinds {
 		if floor[k] < 0.005 && join[k] < 0.005 {
