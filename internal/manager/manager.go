@@ -338,7 +338,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view.View, ClusterID: cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up export controller: %w", err)
 	}
-	if err := (&imports.Reconciler{Client: mgr.GetClient(), View: view.View, ClusterID: cluster, Recorder: recorder, RetireGrace: takeoverGrace}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), View: view.View, ClusterID: cluster, Recorder: recorder, RetireGrace: takeoverGrace}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up import controller: %w", err)
 	}
 	return view, nil

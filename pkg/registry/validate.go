@@ -192,12 +192,35 @@ func ValidateSpec(s ServiceSpec) error {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			return reject(RejectInvalid, "exported annotation %q: %s", k, errs[0])
 		}
+		if reservedAnnotations[k] {
+			return reject(RejectInvalid, "exported annotation %q: a key an importer sets on its ServiceImport itself", k)
+		}
 		size += len(k) + len(v)
 	}
 	if size > maxAnnotationBytes {
 		return reject(RejectInvalid, "exported annotations of %d bytes, more than %d", size, maxAnnotationBytes)
 	}
 	return nil
+}
+
+// reservedAnnotations are the annotations an importer sets on its
+// ServiceImport (and on the objects it makes for it) and reads back: mcsd's
+// marks, its take-over's retirement, and the derived Service's name as mcsd
+// and the AWS Cloud Map MCS controller write it. An export's exported
+// annotations, which an importer copies onto its ServiceImport, may not
+// carry them: a cluster could otherwise have every importer act on its own
+// objects (delete a local Service a retirement names, say). Other keys of
+// mcsd's domain are exported on purpose (traffic-preference).
+var reservedAnnotations = map[string]bool{
+	"multicluster.mcsd.io/managed":               true,
+	"multicluster.mcsd.io/derived-service":       true,
+	"multicluster.mcsd.io/service-import":        true,
+	"multicluster.mcsd.io/ip-families":           true,
+	"multicluster.mcsd.io/slice-inputs":          true,
+	"multicluster.mcsd.io/retiring-services":     true,
+	"multicluster.mcsd.io/retire-after":          true,
+	"multicluster.kubernetes.io/derived-service": true,
+	"multicluster.k8s.aws/derived-service":       true,
 }
 
 // validatePort checks one port; endpoint ports may be 0 (no number).

@@ -27,7 +27,7 @@ func goodExport() registry.Export {
 			InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyLocal),
 			TrafficDistribution:   ptr("PreferClose"),
 			ExportedLabels:        map[string]string{"app.example.com/tier": "front"},
-			ExportedAnnotations:   map[string]string{"example.com/note": "any value, even with spaces"},
+			ExportedAnnotations:   map[string]string{"example.com/note": "any value, even with spaces", "multicluster.mcsd.io/traffic-preference": "PreferSameCluster"},
 		},
 	}
 }
@@ -93,6 +93,15 @@ func TestValidateExport(t *testing.T) {
 		{"invalid label key", func(e *registry.Export) { e.Spec.ExportedLabels = map[string]string{"bad key": "v"} }, registry.RejectInvalid},
 		{"invalid label value", func(e *registry.Export) { e.Spec.ExportedLabels = map[string]string{"k": "has space"} }, registry.RejectInvalid},
 		{"invalid annotation key", func(e *registry.Export) { e.Spec.ExportedAnnotations = map[string]string{"/x": "v"} }, registry.RejectInvalid},
+		{"annotation naming Services to retire", func(e *registry.Export) {
+			e.Spec.ExportedAnnotations = map[string]string{"multicluster.mcsd.io/retiring-services": "payments"}
+		}, registry.RejectInvalid},
+		{"derived-service annotation", func(e *registry.Export) {
+			e.Spec.ExportedAnnotations = map[string]string{"multicluster.kubernetes.io/derived-service": "payments"}
+		}, registry.RejectInvalid},
+		{"the AWS controller's derived-service annotation", func(e *registry.Export) {
+			e.Spec.ExportedAnnotations = map[string]string{"multicluster.k8s.aws/derived-service": "[]"}
+		}, registry.RejectInvalid},
 		{"annotations too large", func(e *registry.Export) {
 			e.Spec.ExportedAnnotations = map[string]string{"big": strings.Repeat("x", 300<<10)}
 		}, registry.RejectInvalid},

@@ -51,6 +51,16 @@ func TestRefusedExport(t *testing.T) {
 			reason: ReasonInvalidRecord,
 			want:   "exported label",
 		},
+		{
+			name: "an exported annotation importers set themselves",
+			objs: func() []client.Object {
+				return []client.Object{newServiceExport(func(se *mcsv1beta1.ServiceExport) {
+					se.Spec.ExportedAnnotations = map[string]string{"multicluster.mcsd.io/retiring-services": "payments"}
+				})}
+			},
+			reason: ReasonInvalidRecord,
+			want:   `exported annotation "multicluster.mcsd.io/retiring-services"`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

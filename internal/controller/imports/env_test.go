@@ -82,6 +82,9 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	scheme := ctrltest.Scheme(t)
 	api := fake.NewClientBuilder().WithScheme(scheme).
 		WithStatusSubresource(&mcsv1beta1.ServiceImport{}).
+		// The API server's own field selector, which mcsd reads a
+		// ServiceImport past the cache with (importToDelete).
+		WithIndex(&mcsv1beta1.ServiceImport{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
 		WithObjects(objs...).Build()
 	store := memory.NewStore()
 	e := &env{
@@ -141,7 +144,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
-	e.r = &Reconciler{Client: counted, View: e.view, ClusterID: "east", Recorder: e.rec}
+	e.r = &Reconciler{Client: counted, APIReader: api, View: e.view, ClusterID: "east", Recorder: e.rec}
 	return e
 }
 

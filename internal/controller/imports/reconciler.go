@@ -56,6 +56,10 @@ type Reconciler struct {
 	// SetupWithManager has it tell the reconciler's echo filter what it
 	// wrote.
 	Client client.Client
+	// APIReader reads past the cache: the ServiceImport of a Service no
+	// longer exported, when the cache does not show it yet (importToDelete).
+	// Nil is Client.
+	APIReader client.Reader
 	// View is the registry's state: every live cluster's exports and
 	// endpoints.
 	View *clusterset.View
@@ -344,6 +348,12 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (bool, error) {
 	case len(s.exports) == 0:
 		if s.foreign != nil {
 			log.V(1).Info("Not deleting a ServiceImport that mcsd did not create")
+		} else if s.si == nil {
+			si, err := r.importToDelete(ctx, s.key)
+			if err != nil {
+				return true, err
+			}
+			s.si = si
 		}
 		return true, r.reconcileDelete(ctx, s.key, s.si)
 	case s.foreign != nil && !isAWSImport(s.foreign):
@@ -356,6 +366,32 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (bool, error) {
 }
 
 var errNotManaged = errors.New("ServiceImport not created by mcsd")
+
+// importToDelete reads, past the cache, the ServiceImport mcsd made for key,
+// a Service no longer exported whose ServiceImport the cache does not show:
+// one this controller has just created, whose event has not come yet (an
+// API server's restart delays them), would otherwise stay, with the IPs of
+// the derived Service deleted, and no event would bring it back (its own
+// write's is dropped, package echo). It returns nil when there is none, or
+// none of mcsd's. The read is a list by name: mcsd may list ServiceImports,
+// not get them.
+func (r *Reconciler) importToDelete(ctx context.Context, key registry.ServiceKey) (*mcsv1beta1.ServiceImport, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	list := &mcsv1beta1.ServiceImportList{}
+	if err := reader.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{"metadata.name": key.Name}); err != nil {
+		return nil, fmt.Errorf("read ServiceImport: %w", err)
+	}
+	for i := range list.Items {
+		if si := &list.Items[i]; si.Name == key.Name && isManaged(si) && si.DeletionTimestamp == nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("ServiceImport not in the cache yet, deleting it as read")
+			return si, nil
+		}
+	}
+	return nil, nil
+}
 
 // compute merges the exports (package merge) and plans the endpoints'
 // topology hints (package topology). While the registry cannot be read it

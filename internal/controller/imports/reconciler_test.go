@@ -1413,3 +1413,73 @@ func (c *unseen) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 	}
 	return c.Client.Get(ctx, key, obj, opts...)
 }
+
+// TestWithdrawnWhileTheCacheMissesTheImport: the last export goes while the
+// cache does not show the ServiceImport this controller created (its watch
+// behind, as after an API server's restart). The ServiceImport is read past
+// the cache and deleted with the rest: once the cache caught up, the event
+// of its creation would be dropped as this controller's own, and nothing
+// would delete it (its IPs those of the deleted derived Service).
+func TestWithdrawnWhileTheCacheMissesTheImport(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	cache := &unseen{Client: e.r.Client}
+	e.r.Client = e.r.echoes.Client(cache)
+	twoClusters(e)
+	e.reconcile("web")
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+
+	cache.hide(&mcsv1beta1.ServiceImport{}, "web")
+	e.unexport("east", "west")
+	e.writes = nil
+	if _, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(e.writes, "delete *v1beta1.ServiceImport web") {
+		t.Errorf("writes %v, want the ServiceImport deleted", e.writes)
+	}
+	err := e.api.Get(e.ctx, client.ObjectKey{Namespace: testNS, Name: "web"}, &mcsv1beta1.ServiceImport{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("ServiceImport of an unexported Service left: %v", err)
+	}
+	if e.service(DerivedServiceName("web")) != nil {
+		t.Error("derived Service left")
+	}
+}
+
+// TestOrphanDerivedServiceComesBack: the derived Service was created, its
+// ServiceImport's create failed (or the process stopped between the two),
+// and the export went while mcsd was down. The registry's first read (and
+// a namespace's) brings back the import of every derived Service mcsd
+// made, whose reconcile deletes it and its slices.
+func TestOrphanDerivedServiceComesBack(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.createHook = func(o client.Object) error {
+		if _, ok := o.(*mcsv1beta1.ServiceImport); ok {
+			return errors.New("the process stopped")
+		}
+		return nil
+	}
+	twoClusters(e)
+	if _, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}); err == nil {
+		t.Fatal("the ServiceImport's create did not fail")
+	}
+	e.createHook = nil
+	if e.service(DerivedServiceName("web")) == nil {
+		t.Fatal("no derived Service to begin with")
+	}
+	e.unexport("east", "west")
+	for _, c := range []clusterset.Change{{Reachability: true}, {Namespace: testNS}} {
+		reqs := e.r.changeToImports(e.ctx, c)
+		if !slices.Contains(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}) {
+			t.Errorf("change %+v brings %v, not the import of the derived Service", c, reqs)
+		}
+	}
+	e.reconcile("web")
+	if e.service(DerivedServiceName("web")) != nil {
+		t.Error("the derived Service of an unexported Service is left")
+	}
+	if n := len(e.slices("web")); n != 0 {
+		t.Errorf("EndpointSlices of %d clusters left", n)
+	}
+}

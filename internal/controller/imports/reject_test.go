@@ -4,13 +4,18 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -45,6 +50,12 @@ func TestHostileRecordsDropOnlyTheirCluster(t *testing.T) {
 		{"unknown type", func(e *registry.Export) { e.Spec.Type = "ExternalName" }, nil, "service type"},
 		{"invalid label key", func(e *registry.Export) { e.Spec.ExportedLabels = map[string]string{"not a key": "x"} }, nil, "exported label"},
 		{"invalid annotation key", func(e *registry.Export) { e.Spec.ExportedAnnotations = map[string]string{"a/b/c": "x"} }, nil, "exported annotation"},
+		{"mcsd's own annotation", func(e *registry.Export) {
+			e.Spec.ExportedAnnotations = map[string]string{wellknown.AnnotationRetiring: "payments"}
+		}, nil, "exported annotation"},
+		{"the derived-service annotation", func(e *registry.Export) {
+			e.Spec.ExportedAnnotations = map[string]string{wellknown.AnnotationDerivedService: "payments"}
+		}, nil, "exported annotation"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,6 +125,54 @@ func TestHostileRecordsDropOnlyTheirCluster(t *testing.T) {
 			}
 			if got := addresses(e.slices("web")["evil"]); len(got) != 1 || got[0] != "10.9.0.1" {
 				t.Errorf("evil's addresses %v", got)
+			}
+		})
+	}
+}
+
+// An export whose exported annotations carry a take-over's retirement is
+// refused: copied onto the ServiceImport, they would have every importer
+// delete the local Service they name (a date past), or send that Service's
+// traffic to the import's endpoints (a date to come).
+func TestExportedRetirementCannotReachALocalService(t *testing.T) {
+	for _, tc := range []struct{ name, after string }{
+		{"past: the Service deleted", "2000-01-01T00:00:00Z"},
+		{"to come: its traffic sent to the import", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			local := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "payments"},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}}}
+			e := newEnv(t, namespace(testNS), local)
+			x := export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+			x.Spec.ExportedAnnotations = map[string]string{
+				wellknown.AnnotationRetiring:    "payments",
+				wellknown.AnnotationRetireAfter: tc.after,
+			}
+			west := e.publisher("west")
+			if err := west.PutExport(e.ctx, webKey, x.Spec); err != nil {
+				t.Fatal(err)
+			}
+			if err := west.PutEndpoints(e.ctx, webKey, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.2.0.1"))}); err != nil {
+				t.Fatal(err)
+			}
+			poll.Until(t, settleTimeout, "the View to refuse west's export", func() (bool, string) {
+				return len(e.view.Rejected(webKey)) > 0, fmt.Sprint(e.view.Exports(webKey))
+			})
+			e.reconcile("web")
+			e.reconcile("web") // a later look
+			if e.service("payments") == nil {
+				t.Error("the local Service payments was deleted")
+			}
+			list := &discoveryv1.EndpointSliceList{}
+			if err := e.api.List(e.ctx, list, client.InNamespace(testNS), client.MatchingLabels{discoveryv1.LabelServiceName: "payments"}); err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) > 0 {
+				t.Errorf("%d EndpointSlices of the import are labelled for the local Service payments", len(list.Items))
+			}
+			si := &mcsv1beta1.ServiceImport{}
+			if err := e.api.Get(e.ctx, client.ObjectKey{Namespace: testNS, Name: "web"}, si); !apierrors.IsNotFound(err) {
+				t.Errorf("imported a refused export: %v, annotations %v", err, si.Annotations)
 			}
 		})
 	}

@@ -181,16 +181,38 @@ func (r *Reconciler) importsOf(ctx context.Context, namespace string) []reconcil
 
 // managedImports returns the requests of the ServiceImports mcsd made, and
 // of those the AWS Cloud Map MCS controller made, which mcsd takes over or
-// retires (takeover.go), as the manager's cache lists them with opts.
+// retires (takeover.go), as the manager's cache lists them with opts; and
+// of the derived Services mcsd made, whose ServiceImport may never have
+// been created (a create that failed, or a process that stopped, between
+// the two): the event that brought such a Service at the start came before
+// the View held the registry, and its import, no longer exported, would not
+// come again.
 func (r *Reconciler) managedImports(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	log := ctrl.LoggerFrom(ctx)
 	list := &mcsv1beta1.ServiceImportList{}
 	if err := r.Client.List(ctx, list, opts...); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ServiceImports to reconcile after the registry changed")
+		log.Error(err, "Cannot list ServiceImports to reconcile after the registry changed")
 	}
 	var reqs []reconcile.Request
+	listed := map[reconcile.Request]bool{}
+	add := func(namespace, name string) {
+		if req := request(namespace, name); !listed[req] {
+			listed[req] = true
+			reqs = append(reqs, req)
+		}
+	}
 	for i := range list.Items {
 		if si := &list.Items[i]; isManaged(si) || isAWSImport(si) {
-			reqs = append(reqs, request(si.Namespace, si.Name))
+			add(si.Namespace, si.Name)
+		}
+	}
+	services := &corev1.ServiceList{}
+	if err := r.Client.List(ctx, services, opts...); err != nil {
+		log.Error(err, "Cannot list Services to reconcile after the registry changed")
+	}
+	for i := range services.Items {
+		if name := services.Items[i].Annotations[wellknown.AnnotationServiceImport]; name != "" && isManaged(&services.Items[i]) {
+			add(services.Items[i].Namespace, name)
 		}
 	}
 	return reqs

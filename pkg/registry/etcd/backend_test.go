@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd/embedded"
@@ -179,6 +180,43 @@ func TestRestartWritesNothing(t *testing.T) {
 	must(t, err)
 	if diff := cmp.Diff([]registry.ServiceKey{web}, got); diff != "" {
 		t.Errorf("Exported() after reopening (-want +got):\n%s", diff)
+	}
+}
+
+// TestRestartInTheTTLsLastSecond reopens a cluster when its lease has less
+// than a second left, which etcd reports as a TTL of 0: the lease still
+// lives, so the backend takes it and its records over and renews it. Taken
+// for expired, the records were left on it, and etcd deleted them a moment
+// later.
+func TestRestartInTheTTLsLastSecond(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
+	ttl := func(o *etcd.Options) { o.TTL = 3 * time.Second }
+	b := open(t, srv.ClientURL(), id, ttl)
+	putWeb(t, b)
+	exportKey := prefix + "/set1/clusters/a/exports/shop/web"
+	lease := leaseOf(t, cli, exportKey)
+	must(t, b.Close()) // the records wait out the TTL
+	poll.Until(t, 10*time.Second, "the lease to have less than a second left", func() (bool, string) {
+		r, err := cli.TimeToLive(t.Context(), lease)
+		if err != nil {
+			return false, err.Error()
+		}
+		return r.TTL == 0, fmt.Sprintf("TTL %d", r.TTL)
+	})
+
+	b = open(t, srv.ClientURL(), id, ttl)
+	got, err := b.Exported(t.Context())
+	must(t, err)
+	if diff := cmp.Diff([]registry.ServiceKey{web}, got); diff != "" {
+		t.Errorf("Exported() after reopening (-want +got):\n%s", diff)
+	}
+	// The export's lease was renewed: it outlives the old deadline.
+	r, err := cli.TimeToLive(t.Context(), leaseOf(t, cli, exportKey))
+	must(t, err)
+	if r.TTL < 2 {
+		t.Errorf("the export's lease has %d s left after the restart, want it renewed (3 s)", r.TTL)
 	}
 }
 

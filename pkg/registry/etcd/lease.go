@@ -42,7 +42,10 @@ func (b *Backend) start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("look up lease %s: %w", leaseString(oldLease), err)
 		}
-		oldLives = ttl.TTL > 0
+		// etcd gives the time left in whole seconds, rounded down: a lease
+		// with less than a second left reads 0, and lives. An expired one
+		// reads -1.
+		oldLives = ttl.TTL >= 0
 		if oldLives && ttl.GrantedTTL == b.opts.ttlSeconds() {
 			b.lease = oldLease
 		}
@@ -226,7 +229,7 @@ func (b *Backend) checkLease(id clientv3.LeaseID) error {
 	if err != nil {
 		return fmt.Errorf("look up lease: %w", err)
 	}
-	if ttl.TTL > 0 {
+	if ttl.TTL >= 0 { // it lives (0: less than a second left)
 		return nil
 	}
 	return b.renewLeaseLocked(ctx)

@@ -136,7 +136,7 @@ func (w *Watcher) Leases(ctx context.Context) ([]registry.Lease, error) {
 		if err != nil {
 			return nil, fmt.Errorf("look up lease of %s: %w", cluster, err)
 		}
-		if ttl.TTL <= 0 {
+		if ttl.TTL < 0 { // expired; 0 is less than a second left
 			continue
 		}
 		granted := time.Duration(ttl.GrantedTTL) * time.Second
