@@ -178,6 +178,48 @@ func TestLeaseChangeKeepsRecords(t *testing.T) {
 	}
 }
 
+// TestReadDuringALeaseMove: a cluster restarted with another TTL has moved
+// its alive record to its new lease, not yet its records. A watch that
+// reads the clusterset then counts them, as one that followed the move
+// does: they are on the cluster's previous lease, which lives. Records of a
+// cluster on two other leases count only on its alive record's.
+func TestReadDuringALeaseMove(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	ctx := t.Context()
+	root := "/test/set1/clusters/"
+	exportValue := mustJSON(t, map[string]any{"spec": spec})
+	endpointsValue := mustJSON(t, map[string]any{"groups": groups})
+	grant := func() clientv3.LeaseID {
+		l, err := cli.Grant(ctx, 60)
+		must(t, err)
+		return l.ID
+	}
+	put := func(key, value string, lease clientv3.LeaseID) {
+		_, err := cli.Put(ctx, root+key, value, clientv3.WithLease(lease))
+		must(t, err)
+	}
+	// c: alive on its new lease, both records on the old one.
+	oldC, newC := grant(), grant()
+	put("c/alive", `{"cluster":"c"}`, newC)
+	put("c/exports/shop/web", exportValue, oldC)
+	put("c/endpoints/shop/web", endpointsValue, oldC)
+	// d: alive on a third lease, its records on two others.
+	d1, d2, d3 := grant(), grant(), grant()
+	put("d/alive", `{"cluster":"d"}`, d3)
+	put("d/exports/shop/web", exportValue, d1)
+	put("d/endpoints/shop/web", endpointsValue, d2)
+
+	v := watchView(t, openWatcher(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1"}))
+	waitView(t, v, web, "c,eps:c", "d/endpoints/notMember,d/export/notMember")
+	// The move ends: they still count, and so does d once its records move.
+	put("c/exports/shop/web", exportValue, newC)
+	put("c/endpoints/shop/web", endpointsValue, newC)
+	put("d/exports/shop/web", exportValue, d3)
+	put("d/endpoints/shop/web", endpointsValue, d3)
+	waitView(t, v, web, "c,d,eps:c,eps:d", "")
+}
+
 // TestOwnRecordsRepaired: records of a cluster deleted or changed by someone
 // else are written again: the alive record by the backend at once, export
 // and endpoints by the next put (which the export controller makes when its

@@ -368,6 +368,7 @@ func (w *watch) syncFull(ctx context.Context) (int64, error) {
 	for _, a := range alive {
 		w.putAlive(&u, a.cluster, a.kv)
 	}
+	w.previousLeases(recs)
 	for _, rec := range recs {
 		w.evaluate(&u, rec, true)
 	}
@@ -930,6 +931,38 @@ func (w *watch) putAlive(u *registry.Update, cluster string, kv *mvccpb.KeyValue
 		c.TTL = time.Duration(v.TTLSeconds) * time.Second
 	}
 	u.Clusters = append(u.Clusters, c)
+}
+
+// previousLeases gives, after a full read, each member whose records (recs,
+// the read's) are on one lease other than its alive record's that lease as
+// its previous one. A controller restarted with another TTL writes its alive
+// record on its new lease first, then moves its records in transactions: a
+// read between finds them on the old lease, which lives (etcd deletes a
+// lease's keys when it expires). A watch that followed the move counts them
+// on that lease (putAlive); a watch that reads the clusterset then must
+// count the same records. Records of one member on two other leases (a
+// second move begun before the first ended) are left to count as their
+// move comes.
+func (w *watch) previousLeases(recs []*record) {
+	other := map[string]clientv3.LeaseID{}
+	for _, rec := range recs {
+		m, ok := w.members[rec.cluster]
+		if !ok || rec.lease == m.lease || rec.lease == clientv3.NoLease {
+			continue
+		}
+		if l, seen := other[rec.cluster]; seen && l != rec.lease {
+			other[rec.cluster] = clientv3.NoLease
+			continue
+		}
+		other[rec.cluster] = rec.lease
+	}
+	for cluster, lease := range other {
+		if lease != clientv3.NoLease {
+			m := w.members[cluster]
+			m.prev = lease
+			w.members[cluster] = m
+		}
+	}
 }
 
 // putRecord stores the last value of an export or endpoints key; of a
