@@ -1483,3 +1483,87 @@ func TestOrphanDerivedServiceComesBack(t *testing.T) {
 		t.Errorf("EndpointSlices of %d clusters left", n)
 	}
 }
+
+// TestSecondaryFamilyChangedInPlace: the oldest export turns dual-stack,
+// then single-stack again. The derived Service gets its secondary family,
+// and loses it, in place: its primary cluster IP, and the import's, stay.
+func TestSecondaryFamilyChangedInPlace(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+	old := e.service(DerivedServiceName("web"))
+
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80))})
+	writes := e.reconcile("web")
+	svc := e.service(DerivedServiceName("web"))
+	if svc == nil || svc.UID != old.UID {
+		t.Fatalf("derived Service recreated for a secondary family: writes %v", writes)
+	}
+	if d := cmp.Diff(dual, svc.Spec.IPFamilies); d != "" || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyRequireDualStack {
+		t.Errorf("families %v policy %v, want IPv4,IPv6 RequireDualStack", svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy)
+	}
+	if d := cmp.Diff([]string{"10.96.0.10"}, svc.Spec.ClusterIPs); d != "" {
+		t.Errorf("cluster IPs as asked for (-want +got):\n%s", d)
+	}
+	e.allocate("web", "10.96.0.10", "fd00::10") // the API server's, for the secondary family
+	e.reconcile("web")
+	si := e.serviceImport("web")
+	if d := cmp.Diff([]string{"10.96.0.10", "fd00::10"}, si.Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	e.steady("web")
+
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	svc = e.service(DerivedServiceName("web"))
+	if svc == nil || svc.UID != old.UID {
+		t.Fatal("derived Service recreated when its secondary family went")
+	}
+	if d := cmp.Diff([]string{"10.96.0.10"}, svc.Spec.ClusterIPs); d != "" || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicySingleStack {
+		t.Errorf("cluster IPs %v policy %v, want 10.96.0.10 SingleStack", svc.Spec.ClusterIPs, svc.Spec.IPFamilyPolicy)
+	}
+	if d := cmp.Diff([]string{"10.96.0.10"}, e.serviceImport("web").Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
+// TestSecondaryFamilyRefusedInPlace: on a single-stack cluster, the oldest
+// export turns dual-stack. The API server refuses the secondary family; the
+// derived Service keeps its family and its IP (recreating it would give it
+// the same family and another IP), Ready says which family this cluster
+// does not support, and it is not asked for again.
+func TestSecondaryFamilyRefusedInPlace(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.createHook, e.updateHook = refuseIPv6, refuseIPv6
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+	old := e.service(DerivedServiceName("web"))
+	e.events()
+
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	svc := e.service(DerivedServiceName("web"))
+	if svc == nil || svc.UID != old.UID {
+		t.Fatal("derived Service recreated")
+	}
+	if d := cmp.Diff(v4, svc.Spec.IPFamilies); d != "" {
+		t.Errorf("families (-want +got):\n%s", d)
+	}
+	si := e.serviceImport("web")
+	if d := cmp.Diff([]string{"10.96.0.10"}, si.Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	c := wantCondition(t, si, "Ready", metav1.ConditionFalse, "IPFamilyNotSupported")
+	if !strings.Contains(c.Message, "IPv6") {
+		t.Errorf("message %q does not name the refused family", c.Message)
+	}
+	if ev := e.events(); !slices.ContainsFunc(ev, func(s string) bool { return strings.Contains(s, eventFamilyRefused) }) {
+		t.Errorf("events = %v, want %s", ev, eventFamilyRefused)
+	}
+	e.steady("web")
+}

@@ -35,12 +35,13 @@ import (
 //
 // The import's IPs must stay stable for its whole life, so the Service is
 // updated in place and never recreated, with one exception: when the
-// import's IP families change (the oldest export changed its families), the
-// Service is deleted and created again, since Kubernetes does not let a
-// Service change its primary family, and the import's IPs change with it.
-// mcsd compares the families it asked for (wellknown.AnnotationIPFamilies), not the
-// ones the Service got, so a Service the cluster gave fewer families is not
-// recreated over and over.
+// import's primary IP family changes (the oldest export changed its
+// families), the Service is deleted and created again, since Kubernetes
+// does not let a Service change its primary family, and the import's IPs
+// change with it. A secondary family added or dropped is changed in place:
+// the primary cluster IP stays. mcsd compares the families it asked for
+// (wellknown.AnnotationIPFamilies), not the ones the Service got, so a
+// Service the cluster gave fewer families is not changed over and over.
 //
 // When the API server refuses a family (a single-stack cluster), mcsd
 // creates the Service with the families it accepts, and Ready says which were
@@ -153,7 +154,14 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 	}
 	updated := s.svc.DeepCopy()
 	applyService(updated, desired)
-	if err := r.Client.Update(ctx, updated); err != nil {
+	if familiesChanged(s.svc, s.res.Spec.IPFamilies) {
+		// Of the same primary family (needsRecreate): changed in place.
+		var err error
+		if updated, err = r.updateFamilies(ctx, s, updated, s.res.Spec.IPFamilies); err != nil {
+			s.svcErr = err
+			return err
+		}
+	} else if err := r.Client.Update(ctx, updated); err != nil {
 		s.svcErr = err
 		return fmt.Errorf("update derived Service: %w", err)
 	}
@@ -326,12 +334,24 @@ func refusedFamilies(err error, families []corev1.IPFamily) []corev1.IPFamily {
 }
 
 // needsRecreate reports whether the derived Service svc must be deleted and
-// created again for an import of the given families: the families changed,
-// or someone made it headless or an ExternalName.
+// created again for an import of the given families: its primary family
+// changed (Kubernetes changes a Service's secondary family in place, with
+// its primary cluster IP kept, but not its primary one), or someone made it
+// headless or an ExternalName.
 func needsRecreate(svc *corev1.Service, families []corev1.IPFamily) bool {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return true
 	}
+	if !familiesChanged(svc, families) {
+		return false
+	}
+	has, _ := importIPs(svc, nil)
+	return len(has) == 0 || has[0] != families[0]
+}
+
+// familiesChanged reports whether an import of the given families asks for
+// other families than the derived Service svc was made for.
+func familiesChanged(svc *corev1.Service, families []corev1.IPFamily) bool {
 	if len(families) == 0 {
 		// The cluster chose; any choice will do.
 		return false
@@ -344,6 +364,42 @@ func needsRecreate(svc *corev1.Service, families []corev1.IPFamily) bool {
 		requested = joinFamilies(svc.Spec.IPFamilies)
 	}
 	return requested != joinFamilies(families)
+}
+
+// updateFamilies updates svc, the derived Service with desired applied
+// (applyService), to families, whose first is svc's primary family: its
+// secondary family added or dropped in place, its primary cluster IP kept
+// (the API server allocates or releases the secondary one). As createService
+// does, it drops the families the API server refuses (a single-stack
+// cluster) and tries again; the Service keeps its primary family, which the
+// cluster gave it. It returns the Service as updated.
+func (r *Reconciler) updateFamilies(ctx context.Context, s *scope, svc *corev1.Service, families []corev1.IPFamily) (*corev1.Service, error) {
+	families = slices.Clone(families)
+	var refused []corev1.IPFamily
+	for {
+		try := svc.DeepCopy()
+		setFamilies(try, families)
+		try.Spec.ClusterIPs = slices.DeleteFunc(slices.Clone(try.Spec.ClusterIPs), func(ip string) bool { return !slices.Contains(families, familyOf(ip)) })
+		if len(try.Spec.ClusterIPs) > 0 {
+			try.Spec.ClusterIP = try.Spec.ClusterIPs[0]
+		}
+		err := r.Client.Update(ctx, try)
+		if err == nil {
+			if len(refused) > 0 {
+				r.importEventf(s, corev1.EventTypeWarning, eventFamilyRefused,
+					"This cluster refused IP families %s: the derived Service %s has %s only", joinFamilies(refused), try.Name, joinFamilies(try.Spec.IPFamilies))
+			}
+			ctrl.LoggerFrom(ctx).Info("Changed the derived Service's IP families in place", "service", klog.KObj(try), "ipFamilies", try.Spec.IPFamilies)
+			return try, nil
+		}
+		bad := refusedFamilies(err, families)
+		if len(bad) == 0 || slices.Contains(bad, families[0]) {
+			return nil, fmt.Errorf("update derived Service's IP families: %w", err)
+		}
+		refused = append(refused, bad...)
+		families = slices.DeleteFunc(families, func(f corev1.IPFamily) bool { return slices.Contains(bad, f) })
+		ctrl.LoggerFrom(ctx).Info("API server refused IP families of the derived Service", "refused", bad, "remaining", families, "reason", err.Error())
+	}
 }
 
 // requestedFamilies returns the families mcsd asked for when it created

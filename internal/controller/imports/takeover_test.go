@@ -264,7 +264,12 @@ func TestNeedsRecreateClusterChosen(t *testing.T) {
 	}{
 		{"cluster chose what the import asks", svc("", corev1.IPv4Protocol), v4, false},
 		{"cluster chose another family", svc("", corev1.IPv4Protocol), v6, true},
-		{"cluster chose one, import asks two", svc("", corev1.IPv4Protocol), dual, true},
+		{"cluster chose one, import asks two of its primary", svc("", corev1.IPv4Protocol), dual, false},
+		{"cluster chose one, import asks two of another primary", svc("", corev1.IPv6Protocol), dual, true},
+		{"asked for one, import asks two of its primary", svc("IPv4", corev1.IPv4Protocol), dual, false},
+		{"asked for two, import asks them in the other order", svc("IPv4,IPv6", corev1.IPv4Protocol, corev1.IPv6Protocol), []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}, true},
+		{"asked for two, import asks the secondary alone", svc("IPv4,IPv6", corev1.IPv4Protocol, corev1.IPv6Protocol), v6, true},
+		{"asked for two, import asks the primary alone", svc("IPv4,IPv6", corev1.IPv4Protocol, corev1.IPv6Protocol), v4, false},
 		{"asked for what the import asks", svc("IPv4", corev1.IPv4Protocol), v4, false},
 		{"asked for another", svc("IPv4", corev1.IPv4Protocol), v6, true},
 		{"import names none", svc("IPv4", corev1.IPv4Protocol), nil, false},

@@ -200,3 +200,58 @@ func TestEmptySlicePerFamily(t *testing.T) {
 		return importGone(t, cl, ns, "web")
 	})
 }
+
+// TestSecondaryFamilyInPlace: the exported Service turns dual-stack, then
+// single-stack again. In every cluster the derived Service gets an IPv6
+// cluster IP, and loses it, in place: the import keeps its IPv4 IP, and its
+// derived Service its UID.
+func TestSecondaryFamilyInPlace(t *testing.T) {
+	ns, c1 := setUpTest(t, "family-in-place")
+	exportFirst(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicySingleStack})
+	type derived struct {
+		ip  string
+		uid string
+	}
+	first := map[string]derived{}
+	inEveryCluster(t, "an IPv4 import", func(id string, cl client.Client) (bool, string) {
+		si, svc := fw.GetImport(t, cl, ns, "web"), derivedService(t, cl, ns, "web")
+		if si == nil || svc == nil || !slices.Equal(si.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol}) || len(si.Spec.IPs) != 1 {
+			return false, fmt.Sprintf("ServiceImport %v", si)
+		}
+		first[id] = derived{ip: si.Spec.IPs[0], uid: string(svc.UID)}
+		return true, ""
+	})
+	same := func(id string, cl client.Client, families ...corev1.IPFamily) (bool, string) {
+		si, svc := fw.GetImport(t, cl, ns, "web"), derivedService(t, cl, ns, "web")
+		if si == nil || svc == nil {
+			return false, "no import or derived Service"
+		}
+		if string(svc.UID) != first[id].uid {
+			return false, "derived Service recreated"
+		}
+		if !slices.Equal(si.Spec.IPFamilies, families) || len(si.Spec.IPs) != len(families) || si.Spec.IPs[0] != first[id].ip {
+			return false, fmt.Sprintf("import families %v IPs %v, want %v with %s first", si.Spec.IPFamilies, si.Spec.IPs, families, first[id].ip)
+		}
+		return true, ""
+	}
+	setFamilies := func(policy corev1.IPFamilyPolicy, families ...corev1.IPFamily) {
+		t.Helper()
+		fw.Patch(t, c1, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}, func(svc *corev1.Service) {
+			svc.Spec.IPFamilyPolicy = &policy
+			svc.Spec.IPFamilies = families
+			svc.Spec.ClusterIPs = svc.Spec.ClusterIPs[:1]
+		})
+	}
+	setFamilies(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)
+	inEveryCluster(t, "the import dual-stack, its IPv4 IP kept", func(id string, cl client.Client) (bool, string) {
+		return same(id, cl, corev1.IPv4Protocol, corev1.IPv6Protocol)
+	})
+	setFamilies(corev1.IPFamilyPolicySingleStack, corev1.IPv4Protocol)
+	inEveryCluster(t, "the import IPv4 alone again, its IP kept", func(id string, cl client.Client) (bool, string) {
+		return same(id, cl, corev1.IPv4Protocol)
+	})
+	fw.Unexport(t, c1, ns, "web")
+	inEveryCluster(t, "import gone", func(id string, cl client.Client) (bool, string) {
+		return importGone(t, cl, ns, "web")
+	})
+}
