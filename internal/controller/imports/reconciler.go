@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,6 +84,12 @@ type Reconciler struct {
 	// written keeps the last status write of each ServiceImport until the
 	// cache shows it: a reconcile starts from that status (patch.Known).
 	written patch.Written
+
+	// unseen holds the imports whose ServiceImport this controller created
+	// (or found existing) and its cache has not shown yet: the one case in
+	// which a Service no longer exported reads its ServiceImport past the
+	// cache (importToDelete).
+	unseen unseenImports
 
 	// metrics counts the ServiceImports by state, and propagation times
 	// EndpointSlices; SetupWithManager sets both.
@@ -290,6 +297,8 @@ func (r *Reconciler) fetch(ctx context.Context, req ctrl.Request) (*scope, bool,
 			return nil, false, fmt.Errorf("get ServiceImport: %w", err)
 		}
 		si = nil
+	} else {
+		r.unseen.remove(req.NamespacedName)
 	}
 	s := &scope{localCluster: r.ClusterID, key: key}
 	if si != nil {
@@ -348,7 +357,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (bool, error) {
 	case len(s.exports) == 0:
 		if s.foreign != nil {
 			log.V(1).Info("Not deleting a ServiceImport that mcsd did not create")
-		} else if s.si == nil {
+		} else if s.si == nil && r.unseen.has(types.NamespacedName{Namespace: s.key.Namespace, Name: s.key.Name}) {
 			si, err := r.importToDelete(ctx, s.key)
 			if err != nil {
 				return true, err
@@ -368,13 +377,13 @@ func (r *Reconciler) finalize(ctx context.Context, s *scope) (bool, error) {
 var errNotManaged = errors.New("ServiceImport not created by mcsd")
 
 // importToDelete reads, past the cache, the ServiceImport mcsd made for key,
-// a Service no longer exported whose ServiceImport the cache does not show:
-// one this controller has just created, whose event has not come yet (an
-// API server's restart delays them), would otherwise stay, with the IPs of
-// the derived Service deleted, and no event would bring it back (its own
-// write's is dropped, package echo). It returns nil when there is none, or
-// none of mcsd's. The read is a list by name: mcsd may list ServiceImports,
-// not get them.
+// a Service no longer exported whose ServiceImport this controller created
+// and the cache does not show yet (unseen): its event has not come (an API
+// server's restart delays them). Left, it would keep the IPs of the derived
+// Service deleted, and no event would bring it back (its own write's is
+// dropped, package echo). It returns nil when there is none, or none of
+// mcsd's. The read is a list by name: mcsd may list ServiceImports, not get
+// them.
 func (r *Reconciler) importToDelete(ctx context.Context, key registry.ServiceKey) (*mcsv1beta1.ServiceImport, error) {
 	reader := r.APIReader
 	if reader == nil {
@@ -572,6 +581,35 @@ func (r *Reconciler) writeStatus(ctx context.Context, si *mcsv1beta1.ServiceImpo
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.metrics.Forget(key)
 	r.behind.Forget(key)
+	r.unseen.remove(key)
+}
+
+// unseenImports is a set of imports whose ServiceImport exists but the
+// cache does not show yet. The zero value is ready to use.
+type unseenImports struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]bool
+}
+
+func (u *unseenImports) add(key types.NamespacedName) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[types.NamespacedName]bool{}
+	}
+	u.m[key] = true
+}
+
+func (u *unseenImports) remove(key types.NamespacedName) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.m, key)
+}
+
+func (u *unseenImports) has(key types.NamespacedName) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.m[key]
 }
 
 func isManaged(o metav1.Object) bool {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1415,7 +1416,7 @@ func (c *unseen) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 }
 
 // TestWithdrawnWhileTheCacheMissesTheImport: the last export goes while the
-// cache does not show the ServiceImport this controller created (its watch
+// cache has not shown the ServiceImport this controller created (its watch
 // behind, as after an API server's restart). The ServiceImport is read past
 // the cache and deleted with the rest: once the cache caught up, the event
 // of its creation would be dropped as this controller's own, and nothing
@@ -1424,12 +1425,13 @@ func TestWithdrawnWhileTheCacheMissesTheImport(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	cache := &unseen{Client: e.r.Client}
 	e.r.Client = e.r.echoes.Client(cache)
+	cache.hide(&mcsv1beta1.ServiceImport{}, "web")
 	twoClusters(e)
 	e.reconcile("web")
-	e.allocate("web", "10.96.0.10")
-	e.reconcile("web")
+	if err := e.api.Get(e.ctx, client.ObjectKey{Namespace: testNS, Name: "web"}, &mcsv1beta1.ServiceImport{}); err != nil {
+		t.Fatalf("no ServiceImport created: %v", err)
+	}
 
-	cache.hide(&mcsv1beta1.ServiceImport{}, "web")
 	e.unexport("east", "west")
 	e.writes = nil
 	if _, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}); err != nil {
@@ -1444,6 +1446,41 @@ func TestWithdrawnWhileTheCacheMissesTheImport(t *testing.T) {
 	}
 	if e.service(DerivedServiceName("web")) != nil {
 		t.Error("derived Service left")
+	}
+}
+
+// listCounter counts the lists read through it.
+type listCounter struct {
+	client.Reader
+	lists atomic.Int32
+}
+
+func (l *listCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	l.lists.Add(1)
+	return l.Reader.List(ctx, list, opts...)
+}
+
+// TestNoReadPastTheCacheWithoutAnImport: a Service whose one export is
+// refused has no import; each change of its records brings a reconcile,
+// which reads nothing past the cache: no ServiceImport of this controller
+// awaits it there.
+func TestNoReadPastTheCacheWithoutAnImport(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	api := &listCounter{Reader: e.api}
+	e.r.APIReader = api
+	x := export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+	x.Spec.ExportedAnnotations = map[string]string{wellknown.AnnotationRetiring: "payments"}
+	if err := e.publisher("west").PutExport(e.ctx, webKey, x.Spec); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, settleTimeout, "the View to refuse west's export", func() (bool, string) {
+		return len(e.view.Rejected(webKey)) > 0, fmt.Sprint(e.view.Exports(webKey))
+	})
+	for range 3 {
+		e.reconcile("web")
+	}
+	if n := api.lists.Load(); n != 0 {
+		t.Errorf("%d reads past the cache for a Service that has no import", n)
 	}
 }
 

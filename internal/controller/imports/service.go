@@ -66,7 +66,7 @@ func (r *Reconciler) readDerivedService(ctx context.Context, s *scope) error {
 	case isAWSDerivedOf(svc, s.si):
 		// Adopted in a take-over that the cache does not show yet (or
 		// whose adoption failed): adopted again, as it was.
-		adopted, err := r.adoptAWSService(ctx, s.si, svc, s.res.Spec.IPFamilies)
+		adopted, err := r.adoptAWSService(ctx, s.si, svc)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/wellknown"
@@ -28,11 +29,13 @@ func (r *Reconciler) reconcileImport(ctx context.Context, s *scope) (*mcsv1beta1
 			// under the controller leaves its watches behind for a while):
 			// looked at again soon, not retried with the errors' backoff.
 			ctrl.LoggerFrom(ctx).V(1).Info("ServiceImport exists but is not in the cache yet")
+			r.unseen.add(client.ObjectKeyFromObject(desired))
 			return nil, errImportBehind
 		}
 		if err != nil {
 			return nil, fmt.Errorf("create ServiceImport: %w", err)
 		}
+		r.unseen.add(client.ObjectKeyFromObject(desired))
 		ctrl.LoggerFrom(ctx).Info("Created ServiceImport", "type", desired.Spec.Type, "clusters", s.res.Clusters)
 		return desired, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -189,6 +190,8 @@ func (r *Reconciler) importsOf(ctx context.Context, namespace string) []reconcil
 // come again.
 func (r *Reconciler) managedImports(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	log := ctrl.LoggerFrom(ctx)
+	// Read, not kept or changed: the cache's own objects, not copies.
+	opts = append(slices.Clone(opts), client.UnsafeDisableDeepCopy)
 	list := &mcsv1beta1.ServiceImportList{}
 	if err := r.Client.List(ctx, list, opts...); err != nil {
 		log.Error(err, "Cannot list ServiceImports to reconcile after the registry changed")

@@ -143,7 +143,7 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport,
 	// a take-over that wrote it; said once.
 	again := adopt != nil && isOurService(adopt, si.Name)
 	if adopt != nil {
-		if adopt, err = r.adoptAWSService(ctx, si, adopt, families); err != nil {
+		if adopt, err = r.adoptAWSService(ctx, si, adopt); err != nil {
 			return nil, retirement{}, err
 		}
 		name = adopt.Name
@@ -161,17 +161,16 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport,
 }
 
 // adoptAWSService makes svc, a derived Service of the AWS controller of the
-// import si, mcsd's: marked as mcsd marks its own (with the import's
-// families as those asked for, or, when it names none, those svc has),
-// the controller's labels removed. Nothing that kube-proxy reads changes. It
+// import si, mcsd's: marked as mcsd marks its own (with the families svc
+// has as those asked for: an import of more, of the same primary family,
+// changes svc in place on the next reconcile, updateFamilies), the
+// controller's labels removed. Nothing that kube-proxy reads changes. It
 // returns svc as written; one already mcsd's is returned as it is.
-func (r *Reconciler) adoptAWSService(ctx context.Context, si *mcsv1beta1.ServiceImport, svc *corev1.Service, families []corev1.IPFamily) (*corev1.Service, error) {
+func (r *Reconciler) adoptAWSService(ctx context.Context, si *mcsv1beta1.ServiceImport, svc *corev1.Service) (*corev1.Service, error) {
 	if isOurService(svc, si.Name) {
 		return svc, nil
 	}
-	if len(families) == 0 {
-		families, _ = importIPs(svc, nil)
-	}
+	families, _ := importIPs(svc, nil)
 	updated := svc.DeepCopy()
 	if updated.Annotations == nil {
 		updated.Annotations = map[string]string{}

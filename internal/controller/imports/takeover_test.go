@@ -315,8 +315,9 @@ func TestTakeOverStaleServiceCache(t *testing.T) {
 
 // TestTakeOverFamilies: the adopted Service keeps its IP when it has the
 // import's primary family (a dual-stack import on its single-stack Service
-// is not recreated); one of another primary family retires with the rest,
-// and mcsd makes its own derived Service.
+// is not recreated: it gets its secondary family in place); one of another
+// primary family retires with the rest, and mcsd makes its own derived
+// Service.
 func TestTakeOverFamilies(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -347,8 +348,21 @@ func TestTakeOverFamilies(t *testing.T) {
 			if got := si.Annotations[wellknown.AnnotationDerivedService]; got != tc.wantKept {
 				t.Errorf("derived-service = %q, want %q", got, tc.wantKept)
 			}
-			if strings.Contains(writes, "delete *v1.Service "+tc.wantKept) || !slices.Equal(si.Spec.IPs, []string{"10.96.0.20"}) {
-				t.Errorf("the adopted Service was recreated (writes %s; ips %v)", writes, si.Spec.IPs)
+			svc := e.service(tc.wantKept)
+			if strings.Contains(writes, "delete *v1.Service "+tc.wantKept) || svc == nil || svc.Spec.ClusterIP != "10.96.0.20" {
+				t.Fatalf("the adopted Service was recreated (writes %s)", writes)
+			}
+			if !slices.Equal(svc.Spec.IPFamilies, tc.families) || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyRequireDualStack {
+				t.Errorf("adopted Service families %v policy %v, want %v RequireDualStack", svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy, tc.families)
+			}
+			// The API server allocates the secondary family's IP.
+			svc.Spec.ClusterIPs = []string{"10.96.0.20", "fd00::20"}
+			if err := e.api.Update(e.ctx, svc); err != nil {
+				t.Fatal(err)
+			}
+			e.reconcile("web")
+			if ips := e.serviceImport("web").Spec.IPs; !slices.Equal(ips, []string{"10.96.0.20", "fd00::20"}) {
+				t.Errorf("ips %v, want the adopted Service's IPv4 IP and its new IPv6 one", ips)
 			}
 		})
 	}
