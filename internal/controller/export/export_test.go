@@ -491,8 +491,11 @@ func TestEndpointsFromSlices(t *testing.T) {
 		})
 	// Same ports in another order: same group. 10.1.0.2 also appears here,
 	// not ready, as it does while the EndpointSlice controller moves it.
+	// 10.1.0.4 terminates, its serving unset: serving, as the API and
+	// kube-proxy read it.
 	v4b := newSlice("web-b", svcName, discoveryv1.AddressTypeIPv4, httpPort(),
-		ep("10.1.0.1", notReady), ep("10.1.0.2", notReady))
+		ep("10.1.0.1", notReady), ep("10.1.0.2", notReady),
+		discoveryv1.Endpoint{Addresses: []string{"10.1.0.4"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Terminating: ptr.To(true)}})
 	// Another port list: another group.
 	v4metrics := newSlice("web-metrics", svcName, discoveryv1.AddressTypeIPv4,
 		[]discoveryv1.EndpointPort{
@@ -515,9 +518,10 @@ func TestEndpointsFromSlices(t *testing.T) {
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports:       http,
 			Endpoints: []registry.Endpoint{
-				{Addresses: []string{"10.1.0.1"}},
+				{Addresses: []string{"10.1.0.1"}, Serving: true},
 				{Addresses: []string{"10.1.0.2"}, Ready: true, Serving: true},
 				{Addresses: []string{"10.1.0.3"}, Serving: true, Terminating: true, Hostname: "web-1", NodeName: "node-b", Zone: "z2"},
+				{Addresses: []string{"10.1.0.4"}, Serving: true, Terminating: true},
 			},
 		},
 		{

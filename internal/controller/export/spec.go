@@ -140,14 +140,11 @@ func groupKey(t discoveryv1.AddressType, ports []registry.EndpointPort) string {
 }
 
 // endpoint converts an EndpointSlice endpoint with the API's defaults for
-// unset conditions: ready unless said otherwise, serving when ready, not
-// terminating.
+// unset conditions, as kube-proxy reads them: ready and serving unless said
+// otherwise, not terminating.
 func endpoint(e discoveryv1.Endpoint) registry.Endpoint {
 	ready := e.Conditions.Ready == nil || *e.Conditions.Ready
-	serving := ready
-	if e.Conditions.Serving != nil {
-		serving = *e.Conditions.Serving
-	}
+	serving := e.Conditions.Serving == nil || *e.Conditions.Serving
 	addrs := slices.Clone(e.Addresses)
 	slices.Sort(addrs)
 	return registry.Endpoint{
