@@ -164,10 +164,13 @@ type ownService struct {
 	st state
 	// stored is every instance of this cluster in the service as Cloud
 	// Map holds it, attributes of others included: its endpoints, and a
-	// service record written where mcsd kept it before (to be deleted).
+	// service record written where mcsd kept it before (to be deleted). An
+	// instance whose registration was sent but not seen to succeed is
+	// held with nil attributes: it may be there.
 	stored map[string]map[string]string
 	// record is the cluster's service record in the records service as
-	// Cloud Map holds it, nil when there is none.
+	// Cloud Map holds it, nil when there is none; empty when one was sent
+	// but not seen to succeed.
 	record map[string]string
 }
 

@@ -165,6 +165,13 @@ func (w *watcher) feedService(ctx context.Context, id string) (*serviceCache, er
 	}
 	b := w.b
 	svc, ok, err := b.resolveService(ctx, id)
+	if isAccessDenied(err) {
+		// Outside what mcsd's policy lets it read, as the sweep and the
+		// reads skip: no service mcsd imports from. Its operation is
+		// handled; an error would stop the feed at it, poll after poll.
+		w.log.V(1).Info("skipping a cloud map service mcsd may not read", "service", id, "reason", err.Error())
+		return nil, nil
+	}
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -2,11 +2,13 @@ package cloudmap
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/smithy-go"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
@@ -299,4 +301,60 @@ func TestHeartbeatsCostNoCallEach(t *testing.T) {
 	if d := time.Since(joined); d > 8*time.Second {
 		t.Errorf("the new cluster's export was seen %s after its backend started, want it within a few polls, before the next periodic read of the heartbeats", d.Round(time.Millisecond))
 	}
+}
+
+// denyingAPI refuses GetService on the services of deny, as an IAM policy
+// that grants mcsd its own namespaces alone does.
+type denyingAPI struct {
+	API
+	mu   sync.Mutex
+	deny map[string]bool
+}
+
+func (d *denyingAPI) GetService(ctx context.Context, in *sd.GetServiceInput, optFns ...func(*sd.Options)) (*sd.GetServiceOutput, error) {
+	d.mu.Lock()
+	denied := d.deny[aws.ToString(in.Id)]
+	d.mu.Unlock()
+	if denied {
+		return nil, &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "not authorized to perform servicediscovery:GetService"}
+	}
+	return d.API.GetService(ctx, in, optFns...)
+}
+
+// TestFeedSkipsServicesItMayNotRead: another tool registers an instance in
+// a service of its own, which mcsd's policy does not let it read. The feed
+// skips that operation, as the sweep skips what it may not list, and goes
+// on: a later change of a member arrives.
+func TestFeedSkipsServicesItMayNotRead(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	cs := randName("feed")
+	key := randWebKey()
+	a := openMember(t, srv, cs, "a", 30*time.Second)
+	putWeb(t, a, key, "10.0.0.1")
+
+	opts := feedOptions(srv, cs, 30*time.Second)
+	client, err := NewClient(ctx, opts)
+	mustDo(t, err)
+	api := &denyingAPI{API: client, deny: map[string]bool{}}
+	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, opts)
+	rec := registrytest.StartWatch(t, w)
+	aID := registry.RecordID{Cluster: "a", Service: key}
+	rec.WaitFor(t, 10*time.Second, "a's endpoint", func(_ registrytest.Event, v *registrytest.View) bool { return hasOneGroupOf(v, aID, 1) })
+
+	nsID, _ := createHTTPNamespace(t, c, randName("payments"))
+	svc, err := c.CreateService(ctx, &sd.CreateServiceInput{Name: aws.String("api"), NamespaceId: aws.String(nsID)})
+	mustDo(t, err)
+	api.mu.Lock()
+	api.deny[aws.ToString(svc.Service.Id)] = true
+	api.mu.Unlock()
+	_, err = c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: svc.Service.Id, InstanceId: aws.String("i-1"),
+		Attributes: map[string]string{"AWS_INSTANCE_IPV4": "10.9.9.9"}})
+	mustDo(t, err)
+
+	mustDo(t, a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")))
+	rec.WaitFor(t, 10*time.Second, "a's second endpoint, past the operation it may not read", func(_ registrytest.Event, v *registrytest.View) bool {
+		return hasOneGroupOf(v, aID, 2)
+	})
 }

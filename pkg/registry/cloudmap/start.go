@@ -46,6 +46,15 @@ func (b *Backend) start(ctx context.Context) error {
 	if !alive || since <= 0 {
 		b.since = b.now().UnixMilli()
 	}
+	if alive {
+		// The records live: said at once. The scan below reads every
+		// namespace and service of the account; a heartbeat written only
+		// after it could come past the TTL, and every watcher would
+		// withdraw the cluster's records until it came.
+		if err := b.beat(ctx); err != nil {
+			return fmt.Errorf("write heartbeat: %w", err)
+		}
+	}
 
 	found, inherited, err := b.scanOwn(ctx, query)
 	if err != nil {

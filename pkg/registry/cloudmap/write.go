@@ -2,10 +2,12 @@ package cloudmap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"slices"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
@@ -264,13 +266,27 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 	}
 	if recPut != nil && recFirst {
 		if err := b.writeRecord(ctx, *recPut); err != nil {
+			o.recordUnconfirmed(err)
 			return err
 		}
 		o.record = recPut.Attrs
 	}
+	var unconfirmedMu sync.Mutex
+	var unconfirmed []string
 	err := b.parallel(ctx, len(puts), func(ctx context.Context, i int) error {
-		return b.register(ctx, o.svc, puts[i])
+		err := b.register(ctx, o.svc, puts[i])
+		if errors.Is(err, errUnconfirmed) {
+			unconfirmedMu.Lock()
+			unconfirmed = append(unconfirmed, puts[i].ID)
+			unconfirmedMu.Unlock()
+		}
+		return err
 	}, func(i int) { o.stored[puts[i].ID] = puts[i].Attrs })
+	for _, id := range unconfirmed {
+		// Maybe registered: held without attributes, it is registered
+		// again if still wanted, deregistered if not.
+		o.stored[id] = nil
+	}
 	if err != nil {
 		return err
 	}
@@ -298,11 +314,22 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 	}
 	if recPut != nil && !recFirst {
 		if err := b.writeRecord(ctx, *recPut); err != nil {
+			o.recordUnconfirmed(err)
 			return err
 		}
 		o.record = recPut.Attrs
 	}
 	return nil
+}
+
+// recordUnconfirmed takes in err, the failure of a write of the service
+// record: when the write may have taken effect (errUnconfirmed) and no record
+// was held, the record is held without attributes, so that a later put
+// registers it again and a withdrawal deregisters it.
+func (o *ownService) recordUnconfirmed(err error) {
+	if errors.Is(err, errUnconfirmed) && o.record == nil {
+		o.record = map[string]string{}
+	}
 }
 
 // keepForeign returns next with the attributes others added to old, if
@@ -365,6 +392,11 @@ func boolRank(v bool) int {
 	return 0
 }
 
+// errUnconfirmed: a write was sent, but its operation was not seen to
+// succeed (its wait failed or timed out): the instance may be in Cloud Map
+// or not.
+var errUnconfirmed = errors.New("the write was sent, its outcome is unknown")
+
 // register writes one instance and waits until Cloud Map has stored it.
 func (b *Backend) register(ctx context.Context, svc service, in instance) error {
 	out, err := b.api.RegisterInstance(ctx, &sd.RegisterInstanceInput{
@@ -377,7 +409,7 @@ func (b *Backend) register(ctx context.Context, svc service, in instance) error 
 	}
 	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: in.ID})
 	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
-		return fmt.Errorf("register instance %s: %w", in.ID, err)
+		return fmt.Errorf("register instance %s: %w: %w", in.ID, errUnconfirmed, err)
 	}
 	return nil
 }

@@ -1,0 +1,123 @@
+package cloudmap
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// waitFailingAPI registers instances as Cloud Map does, but fails the wait
+// for the operations of those in fail: the registration is made, and its
+// outcome never seen (a throttled or timed-out GetOperation).
+type waitFailingAPI struct {
+	API
+	mu   sync.Mutex
+	fail map[string]bool // instance ids
+	ops  map[string]bool // their registrations' operations
+}
+
+func (w *waitFailingAPI) failWait(instance string, fail bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fail[instance] = fail
+	if !fail {
+		clear(w.ops)
+	}
+}
+
+func (w *waitFailingAPI) RegisterInstance(ctx context.Context, in *sd.RegisterInstanceInput, optFns ...func(*sd.Options)) (*sd.RegisterInstanceOutput, error) {
+	out, err := w.API.RegisterInstance(ctx, in, optFns...)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err == nil && w.fail[aws.ToString(in.InstanceId)] {
+		w.ops[aws.ToString(out.OperationId)] = true
+	}
+	return out, err
+}
+
+func (w *waitFailingAPI) GetOperation(ctx context.Context, in *sd.GetOperationInput, optFns ...func(*sd.Options)) (*sd.GetOperationOutput, error) {
+	w.mu.Lock()
+	failed := w.ops[aws.ToString(in.OperationId)]
+	w.mu.Unlock()
+	if failed {
+		return nil, errors.New("connection reset by peer")
+	}
+	return w.API.GetOperation(ctx, in, optFns...)
+}
+
+func waitFailingBackend(t *testing.T, id registry.Identity) (*Backend, *waitFailingAPI) {
+	t.Helper()
+	opts := motoOptions(moto(t), id, 30*time.Second)
+	client, err := NewClient(t.Context(), opts)
+	mustDo(t, err)
+	api := &waitFailingAPI{API: client, fail: map[string]bool{}, ops: map[string]bool{}}
+	newFn := func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }
+	return openClosed(t, newFn, opts), api
+}
+
+// TestUnconfirmedEndpointWithdrawn: an endpoint's registration was made,
+// but its wait failed, so the put failed. When the endpoint goes, its
+// instance is deregistered, and so on the export's withdrawal: it was
+// held as maybe registered, not forgotten.
+func TestUnconfirmedEndpointWithdrawn(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	id := registry.Identity{ClusterSet: randName("unconfirmed"), Cluster: "east"}
+	b, api := waitFailingBackend(t, id)
+	key := randWebKey()
+	putWeb(t, b, key, "10.0.0.1")
+
+	gone := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0])
+	api.failWait(gone, true)
+	if err := b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")); err == nil {
+		t.Fatal("the put whose wait failed succeeded")
+	}
+	api.failWait(gone, false)
+	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; !ok {
+		t.Fatal("the registration whose wait failed was not made")
+	}
+	mustDo(t, b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1")))
+	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; ok {
+		t.Errorf("instance %s of an endpoint gone is still registered", gone)
+	}
+
+	api.failWait(gone, true)
+	if err := b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")); err == nil {
+		t.Fatal("the put whose wait failed succeeded")
+	}
+	api.failWait(gone, false)
+	mustDo(t, b.DeleteExport(t.Context(), key))
+	if left := rawInstances(t, c, key.Namespace, key.Name); len(left) != 0 {
+		t.Errorf("after the export's withdrawal, instances left: %v", left)
+	}
+}
+
+// TestUnconfirmedRecordWithdrawn: a new export's service record was
+// registered, but its wait failed. The export's withdrawal deregisters it.
+func TestUnconfirmedRecordWithdrawn(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	id := registry.Identity{ClusterSet: randName("unconfirmed"), Cluster: "east"}
+	b, api := waitFailingBackend(t, id)
+	key := randWebKey()
+	rec := recordID(ownerPrefix(id), key)
+	api.failWait(rec, true)
+	if err := b.PutExport(t.Context(), key, webSpec); err == nil {
+		t.Fatal("the put whose wait failed succeeded")
+	}
+	api.failWait(rec, false)
+	if _, ok := rawInstances(t, c, b.opts.SystemNamespace, recordsService)[rec]; !ok {
+		t.Fatal("the registration whose wait failed was not made")
+	}
+	mustDo(t, b.DeleteExport(t.Context(), key))
+	if _, ok := rawInstances(t, c, b.opts.SystemNamespace, recordsService)[rec]; ok {
+		t.Errorf("service record %s still registered after the export's withdrawal", rec)
+	}
+}
