@@ -27,7 +27,7 @@ type scanWatchingAPI struct {
 
 func (s *scanWatchingAPI) DiscoverInstances(ctx context.Context, in *sd.DiscoverInstancesInput, optFns ...func(*sd.Options)) (*sd.DiscoverInstancesOutput, error) {
 	s.once.Do(func() {
-		out, err := s.API.GetService(ctx, &sd.GetServiceInput{Id: aws.String(s.beat)})
+		out, err := s.GetService(ctx, &sd.GetServiceInput{Id: aws.String(s.beat)})
 		if err != nil {
 			s.err = err
 			return
