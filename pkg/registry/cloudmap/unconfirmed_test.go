@@ -21,6 +21,15 @@ type waitFailingAPI struct {
 	mu   sync.Mutex
 	fail map[string]bool // instance ids
 	ops  map[string]bool // their registrations' operations
+	// lose: instance ids whose registrations are made and their responses
+	// lost (a connection reset after the request went through).
+	lose map[string]bool
+}
+
+func (w *waitFailingAPI) loseResponse(instance string, lose bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lose[instance] = lose
 }
 
 func (w *waitFailingAPI) failWait(instance string, fail bool) {
@@ -36,6 +45,9 @@ func (w *waitFailingAPI) RegisterInstance(ctx context.Context, in *sd.RegisterIn
 	out, err := w.API.RegisterInstance(ctx, in, optFns...)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if err == nil && w.lose[aws.ToString(in.InstanceId)] {
+		return nil, errors.New("read: connection reset by peer")
+	}
 	if err == nil && w.fail[aws.ToString(in.InstanceId)] {
 		w.ops[aws.ToString(out.OperationId)] = true
 	}
@@ -57,7 +69,7 @@ func waitFailingBackend(t *testing.T, id registry.Identity) (*Backend, *waitFail
 	opts := motoOptions(moto(t), id, 30*time.Second)
 	client, err := NewClient(t.Context(), opts)
 	mustDo(t, err)
-	api := &waitFailingAPI{API: client, fail: map[string]bool{}, ops: map[string]bool{}}
+	api := &waitFailingAPI{API: client, fail: map[string]bool{}, ops: map[string]bool{}, lose: map[string]bool{}}
 	newFn := func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }
 	return openClosed(t, newFn, opts), api
 }
@@ -119,5 +131,65 @@ func TestUnconfirmedRecordWithdrawn(t *testing.T) {
 	mustDo(t, b.DeleteExport(t.Context(), key))
 	if _, ok := rawInstances(t, c, b.opts.SystemNamespace, recordsService)[rec]; ok {
 		t.Errorf("service record %s still registered after the export's withdrawal", rec)
+	}
+}
+
+// TestLostResponseEndpointWithdrawn: an endpoint's registration was made,
+// but its response was lost, so the put failed. When the endpoint goes,
+// its instance is deregistered.
+func TestLostResponseEndpointWithdrawn(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	id := registry.Identity{ClusterSet: randName("unconfirmed"), Cluster: "east"}
+	b, api := waitFailingBackend(t, id)
+	key := randWebKey()
+	putWeb(t, b, key, "10.0.0.1")
+
+	gone := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0])
+	api.loseResponse(gone, true)
+	if err := b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")); err == nil {
+		t.Fatal("the put whose response was lost succeeded")
+	}
+	api.loseResponse(gone, false)
+	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; !ok {
+		t.Fatal("the registration whose response was lost was not made")
+	}
+	mustDo(t, b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1")))
+	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; ok {
+		t.Errorf("instance %s of an endpoint gone is still registered", gone)
+	}
+}
+
+// TestUnconfirmedRewriteKeepsOthersAttributes: another tool added an
+// attribute of its own to an instance of mcsd's; a rewrite of that instance
+// whose wait failed is written again by the next put, with the other
+// tool's attribute kept.
+func TestUnconfirmedRewriteKeepsOthersAttributes(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	id := registry.Identity{ClusterSet: randName("unconfirmed"), Cluster: "east"}
+	b, api := waitFailingBackend(t, id)
+	key := randWebKey()
+	putWeb(t, b, key, "10.0.0.1")
+	svcID := b.own[key].svc.ID
+	groups := webGroups("10.0.0.1")
+	inst := endpointInstanceID(ownerPrefix(id), "10.0.0.1", &groups[0].Ports[0])
+	at := rawInstances(t, c, key.Namespace, key.Name)[inst]
+	at["TEAM_TAG"] = "blue"
+	_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(inst), Attributes: at})
+	mustDo(t, err)
+	mustDo(t, b.Close())
+
+	b, api = waitFailingBackend(t, id) // restarted: it reads the attribute back
+	groups[0].Endpoints[0].Ready = false
+	api.failWait(inst, true)
+	if err := b.PutEndpoints(ctx, key, groups); err == nil {
+		t.Fatal("the put whose wait failed succeeded")
+	}
+	api.failWait(inst, false)
+	mustDo(t, b.PutEndpoints(ctx, key, groups))
+	if got := rawInstances(t, c, key.Namespace, key.Name)[inst]; got["TEAM_TAG"] != "blue" || got[attrReady] != "false" {
+		t.Errorf("instance after the retry: %v, want READY=false and TEAM_TAG kept", got)
 	}
 }

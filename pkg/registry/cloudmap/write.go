@@ -283,9 +283,13 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 		return err
 	}, func(i int) { o.stored[puts[i].ID] = puts[i].Attrs })
 	for _, id := range unconfirmed {
-		// Maybe registered: held without attributes, it is registered
-		// again if still wanted, deregistered if not.
-		o.stored[id] = nil
+		// Maybe registered. One not held is held without attributes: it is
+		// registered again if still wanted, deregistered if not. One held
+		// keeps what was held (other tools' attributes included): its
+		// owned attributes differ from those wanted, so it is written again.
+		if _, held := o.stored[id]; !held {
+			o.stored[id] = nil
+		}
 	}
 	if err != nil {
 		return err
@@ -392,9 +396,9 @@ func boolRank(v bool) int {
 	return 0
 }
 
-// errUnconfirmed: a write was sent, but its operation was not seen to
-// succeed (its wait failed or timed out): the instance may be in Cloud Map
-// or not.
+// errUnconfirmed: a write was sent, but neither Cloud Map's answer nor its
+// operation's success was seen (a response lost, a wait that failed or
+// timed out): the instance may be in Cloud Map or not.
 var errUnconfirmed = errors.New("the write was sent, its outcome is unknown")
 
 // register writes one instance and waits until Cloud Map has stored it.
@@ -405,6 +409,11 @@ func (b *Backend) register(ctx context.Context, svc service, in instance) error 
 		Attributes: in.Attrs,
 	})
 	if err != nil {
+		if errorCode(err) == "" {
+			// No answer of Cloud Map's (a response lost, a timeout): the
+			// registration may have been made.
+			return fmt.Errorf("register instance %s: %w: %w", in.ID, errUnconfirmed, err)
+		}
 		return fmt.Errorf("register instance %s: %w", in.ID, err)
 	}
 	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: in.ID})
