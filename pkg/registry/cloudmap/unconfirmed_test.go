@@ -169,7 +169,7 @@ func TestUnconfirmedRewriteKeepsOthersAttributes(t *testing.T) {
 	c := rawClient(t, srv)
 	ctx := t.Context()
 	id := registry.Identity{ClusterSet: randName("unconfirmed"), Cluster: "east"}
-	b, api := waitFailingBackend(t, id)
+	b, _ := waitFailingBackend(t, id)
 	key := randWebKey()
 	putWeb(t, b, key, "10.0.0.1")
 	svcID := b.own[key].svc.ID
@@ -181,7 +181,7 @@ func TestUnconfirmedRewriteKeepsOthersAttributes(t *testing.T) {
 	mustDo(t, err)
 	mustDo(t, b.Close())
 
-	b, api = waitFailingBackend(t, id) // restarted: it reads the attribute back
+	b, api := waitFailingBackend(t, id) // restarted: it reads the attribute back
 	groups[0].Endpoints[0].Ready = false
 	api.failWait(inst, true)
 	if err := b.PutEndpoints(ctx, key, groups); err == nil {
