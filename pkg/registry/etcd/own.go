@@ -26,37 +26,47 @@ type ownRecord struct {
 	// rev is the revision of the last write; 0 while a write is under way
 	// or unknown.
 	rev int64
-	// lost: etcd holds no longer what this backend wrote.
+	// lost: etcd holds no longer what this backend wrote, or may not (a
+	// write whose outcome is unknown); the next put writes it again.
 	lost bool
+	// lostAt is the revision at which the watch found it lost: a write
+	// that returns later, at an earlier revision, does not undo that.
+	lostAt int64
 }
 
 // writing records that value is being written to key: the watch may see
 // it before the write returns.
-func (o *ownRecords) writing(key, value string) (ownRecord, bool) {
+func (o *ownRecords) writing(key, value string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	r, had := o.recs[key]
+	r := o.recs[key]
 	if r.value != value {
-		o.recs[key] = ownRecord{value: value, lost: r.lost}
+		o.recs[key] = ownRecord{value: value, lost: r.lost, lostAt: r.lostAt}
 	}
-	return r, had
 }
 
-// restore puts back what writing replaced, after a failed write.
-func (o *ownRecords) restore(key string, prev ownRecord, had bool) {
+// failed records a write of key that failed: it may have landed or not,
+// and others may have written meanwhile. The record counts as lost, so
+// that the next put writes it whatever its value, and the watch, which
+// compares with nothing certain, leaves it alone.
+func (o *ownRecords) failed(key string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if had {
-		o.recs[key] = prev
-	} else {
-		delete(o.recs, key)
-	}
+	r := o.recs[key]
+	o.recs[key] = ownRecord{value: r.value, lost: true}
 }
 
-// written records a write of value to key at revision rev.
+// written records a write of value to key at revision rev. A change the
+// watch saw after rev (it may come before the write returns) keeps the
+// record lost.
 func (o *ownRecords) written(key, value string, rev int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	r := o.recs[key]
+	if r.lost && r.lostAt > rev {
+		o.recs[key] = ownRecord{value: value, rev: rev, lost: true, lostAt: r.lostAt}
+		return
+	}
 	o.recs[key] = ownRecord{value: value, rev: rev}
 }
 
@@ -99,7 +109,7 @@ func (o *ownRecords) check(key string, kv *mvccpb.KeyValue, rev int64) bool {
 		// A write is under way, and will tell.
 		return false
 	}
-	r.lost = true
+	r.lost, r.lostAt = true, rev
 	o.recs[key] = r
 	return true
 }

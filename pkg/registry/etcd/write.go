@@ -178,11 +178,10 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	defer b.unlock()
 	exportKey := b.keys.export(b.opts.Identity.Cluster, key)
 	endpointsKey := b.keys.endpoints(b.opts.Identity.Cluster, key)
-	_, hasExport := b.stored[exportKey]
-	_, hasEndpoints := b.stored[endpointsKey]
-	if !hasExport && !hasEndpoints {
-		return nil
-	}
+	// Deleted whether or not this backend holds them as written: a put
+	// whose reply was lost may have landed, and another controller of the
+	// cluster (two overlap in a rollout) may have written them. Callers
+	// withdraw what a reader shows, so this costs a write per withdrawal.
 	err := b.eachMember(ctx, func(ctx context.Context) error {
 		_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
 		return err
@@ -224,13 +223,8 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	type previous struct {
-		rec ownRecord
-		had bool
-	}
-	prevs := make([]previous, len(recs))
-	for i, r := range recs {
-		prevs[i].rec, prevs[i].had = b.own.writing(r.key, r.value)
+	for _, r := range recs {
+		b.own.writing(r.key, r.value)
 	}
 	var rev int64
 	write := func(ctx context.Context) error {
@@ -251,25 +245,25 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 		}
 		return err
 	}
-	// On failure, what the watch compares with stays what was last written
-	// (a deletion of it is still noticed); had the put landed after all,
-	// the watch sees a change, and the next put writes it again.
-	restore := func() {
-		for i, r := range recs {
-			b.own.restore(r.key, prevs[i].rec, prevs[i].had)
+	// On failure the outcome is unknown (a reply lost, a timeout: the put
+	// may have landed), and others may have written meanwhile: each record
+	// counts as lost, and the next put writes it whatever its value.
+	failed := func() {
+		for _, r := range recs {
+			b.own.failed(r.key)
 		}
 	}
 	err := b.eachMember(ctx, write)
 	if isLeaseNotFound(err) {
 		// The lease expired under us: repair it, then write.
 		if err := b.renewLeaseLocked(ctx); err != nil {
-			restore()
+			failed()
 			return err
 		}
 		err = b.eachMember(ctx, write)
 	}
 	if err != nil {
-		restore()
+		failed()
 		return b.permissionHint(err)
 	}
 	for _, r := range recs {
