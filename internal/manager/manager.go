@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -233,10 +234,28 @@ func runWithLeadership(ctx context.Context, opts Options, api apiClients, id reg
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var runErr error
-	leaderelection.RunOrDie(runCtx, leaderelection.LeaderElectionConfig{
+	// The elector runs until the controllers have stopped, not until ctx
+	// ends: it releases the lease when it stops (ReleaseOnCancel), and a
+	// standby must not lead while this replica still writes. client-go
+	// does not wait for OnStartedLeading.
+	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	var (
+		leading atomic.Bool
+		stopped = make(chan struct{})
+		runErr  error // written before stopped is closed
+	)
+	go func() {
+		// Stopped before it leads: nothing to wait for.
+		select {
+		case <-ctx.Done():
+			if !leading.Load() {
+				stopElector()
+			}
+		case <-electorCtx.Done():
+		}
+	}()
+	leaderelection.RunOrDie(electorCtx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   15 * time.Second,
 		RenewDeadline:   10 * time.Second,
@@ -244,13 +263,30 @@ func runWithLeadership(ctx context.Context, opts Options, api apiClients, id reg
 		ReleaseOnCancel: true,
 		Name:            opts.LeaderElectionID,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				runErr = runControllers(ctx, opts, api, id, h)
-				cancel()
+			OnStartedLeading: func(leadCtx context.Context) {
+				leading.Store(true)
+				defer close(stopped)
+				defer stopElector()
+				if leadCtx.Err() != nil {
+					return // stopped as it began to lead
+				}
+				// The controllers stop when ctx ends or leadership is lost.
+				runCtx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				defer context.AfterFunc(leadCtx, cancel)()
+				runErr = runControllers(runCtx, opts, api, id, h)
 			},
-			OnStoppedLeading: func() { log.Info("leadership lost") },
+			OnStoppedLeading: func() {
+				if ctx.Err() == nil {
+					log.Info("leadership lost")
+				}
+			},
 		},
 	})
+	if !leading.Load() {
+		return nil // stopped (ctx ended) before it led
+	}
+	<-stopped
 	if runErr == nil && ctx.Err() == nil {
 		return errors.New("leadership lost")
 	}

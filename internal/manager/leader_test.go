@@ -1,0 +1,146 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// leaseServer is a minimal API server holding one Lease.
+type leaseServer struct {
+	mu    sync.Mutex
+	lease *coordinationv1.Lease
+	rv    int
+}
+
+func (s *leaseServer) holder() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease == nil || s.lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *s.lease.Spec.HolderIdentity
+}
+
+func (s *leaseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if !strings.HasPrefix(r.URL.Path, "/apis/coordination.k8s.io/v1/namespaces/") {
+		w.WriteHeader(404)
+		return
+	}
+	writeErr := func(st *apierrors.StatusError) {
+		w.WriteHeader(int(st.ErrStatus.Code))
+		st.ErrStatus.APIVersion, st.ErrStatus.Kind = "v1", "Status"
+		_ = json.NewEncoder(w).Encode(st.ErrStatus)
+	}
+	gr := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	switch r.Method {
+	case http.MethodGet:
+		if s.lease == nil {
+			writeErr(apierrors.NewNotFound(gr, "mcsd-leader"))
+			return
+		}
+	case http.MethodPost, http.MethodPut:
+		l := &coordinationv1.Lease{}
+		if err := json.NewDecoder(r.Body).Decode(l); err != nil {
+			w.WriteHeader(400)
+			return
+		}
+		if r.Method == http.MethodPost && s.lease != nil {
+			writeErr(apierrors.NewAlreadyExists(gr, l.Name))
+			return
+		}
+		if r.Method == http.MethodPut && l.ResourceVersion != s.lease.ResourceVersion {
+			writeErr(apierrors.NewConflict(gr, l.Name, errors.New("rv")))
+			return
+		}
+		s.rv++
+		l.ResourceVersion = strconv.Itoa(s.rv)
+		s.lease = l
+	}
+	l := s.lease.DeepCopy()
+	l.APIVersion, l.Kind = "coordination.k8s.io/v1", "Lease"
+	_ = json.NewEncoder(w).Encode(l)
+}
+
+// TestLeaseHeldUntilTheControllersStop: with leader election, a stop (a
+// SIGTERM ends ctx) keeps the lease, and runWithLeadership waits, until the
+// controllers have stopped; then the lease is released, and the
+// controllers' error returned. A standby must not lead while this replica
+// still writes.
+func TestLeaseHeldUntilTheControllersStop(t *testing.T) {
+	ls := &leaseServer{}
+	srv := httptest.NewServer(ls)
+	defer srv.Close()
+
+	errStop := errors.New("the controllers' stop error")
+	leading := make(chan struct{})
+	var returned, releasedEarly, returnedEarly atomic.Bool
+	opts := Options{
+		RESTConfig:     &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}},
+		LeaderElection: true,
+		// runControllers' first step stands for the controllers, which
+		// take a while to stop (reconciles and registry writes under way):
+		// for a second, the lease stays held and nothing returns.
+		OpenRegistry: func(ctx context.Context, _ registry.Identity) (registry.Registry, error) {
+			close(leading)
+			<-ctx.Done()
+			for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if ls.holder() == "" {
+					releasedEarly.Store(true)
+				}
+				if returned.Load() {
+					returnedEarly.Store(true)
+				}
+			}
+			return nil, errStop
+		},
+	}
+	if err := opts.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, &health{})
+		returned.Store(true)
+		done <- err
+	}()
+	select {
+	case <-leading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never led")
+	}
+	cancel() // SIGTERM
+	err := <-done
+	if releasedEarly.Load() {
+		t.Error("the lease was released while the controllers were stopping")
+	}
+	if returnedEarly.Load() {
+		t.Error("runWithLeadership returned while the controllers were stopping")
+	}
+	if !errors.Is(err, errStop) {
+		t.Errorf("runWithLeadership = %v, want the controllers' error", err)
+	}
+	if h := ls.holder(); h != "" {
+		t.Errorf("lease still held by %q after the stop", h)
+	}
+}
