@@ -98,17 +98,21 @@ func (o *ownRecords) check(key string, kv *mvccpb.KeyValue, rev int64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.recs[key]
-	if !ok || r.lost || rev < r.rev {
-		// Not written by this backend, known lost, or older than its write.
+	if !ok || rev < r.rev || (r.lost && rev <= r.lostAt) {
+		// Not written by this backend, older than its write, or a loss
+		// already known at this revision or later.
 		return false
 	}
 	if kv != nil && string(kv.Value) == r.value && clientv3.LeaseID(kv.Lease) == o.lease {
 		return false
 	}
-	if kv == nil && r.rev == 0 {
+	if kv == nil && r.rev == 0 && !r.lost {
 		// A write is under way, and will tell.
 		return false
 	}
+	// Lost, or lost again at a later revision: a write under way that
+	// returns at an earlier one does not undo it (written), and the alive
+	// record is repaired again (lost).
 	r.lost, r.lostAt = true, rev
 	o.recs[key] = r
 	return true

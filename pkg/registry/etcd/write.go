@@ -186,13 +186,16 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 		_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("delete export %s: %w", key, b.permissionHint(err))
-	}
+	// Forgotten even when the delete failed (it may have landed): a lease
+	// repair must not write them back, and the next DeleteExport deletes
+	// them whatever this backend holds.
 	delete(b.stored, exportKey)
 	delete(b.stored, endpointsKey)
 	delete(b.contents, endpointsKey)
 	b.own.forget(exportKey, endpointsKey)
+	if err != nil {
+		return fmt.Errorf("delete export %s: %w", key, b.permissionHint(err))
+	}
 	return nil
 }
 
@@ -247,9 +250,13 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 	}
 	// On failure the outcome is unknown (a reply lost, a timeout: the put
 	// may have landed), and others may have written meanwhile: each record
-	// counts as lost, and the next put writes it whatever its value.
+	// counts as lost, and the next put writes it whatever its value. What
+	// is stored is the value wanted, not the one before: a lease repair
+	// (renewLeaseLocked) writes it, not an older one back.
 	failed := func() {
 		for _, r := range recs {
+			b.stored[r.key] = r.value
+			delete(b.contents, r.key)
 			b.own.failed(r.key)
 		}
 	}

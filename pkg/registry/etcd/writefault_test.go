@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -17,7 +18,8 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 )
 
-// fault runs hook, once, around the next KV write (Put or Txn) of the client.
+// fault runs hook, once, around the next KV write (a Put, or a Txn that puts
+// or deletes) of the client.
 type fault struct {
 	mu   sync.Mutex
 	hook func(invoke func() error) error
@@ -50,7 +52,7 @@ func isWrite(req any) bool {
 		return true
 	case *etcdserverpb.TxnRequest:
 		for _, op := range r.Success {
-			if op.GetRequestPut() != nil {
+			if op.GetRequestPut() != nil || op.GetRequestDeleteRange() != nil {
 				return true
 			}
 		}
@@ -189,5 +191,130 @@ func TestChangeSeenBeforeTheWriteReturnsRepaired(t *testing.T) {
 	must(t, a.PutExport(t.Context(), web, spec2))
 	if got := string(getKey(t, cli, exportKey).Value); got != mustJSON(t, map[string]any{"spec": spec2}) {
 		t.Errorf("after PutExport(spec2) returned nil, etcd holds %s", got)
+	}
+}
+
+// A failed write marks the record lost; the retry lands, then someone else
+// changes it and the watch sees that before the retry returns: the next put
+// of the same value writes it again.
+func TestChangeDuringTheRetryOfAFailedWriteRepaired(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	a, f := openFaulty(t, srv.ClientURL())
+	v := watchView(t, a)
+	exportKey := "/test/set1/clusters/a/exports/shop/web"
+	must(t, a.Publish(t.Context(), web, spec, groups))
+	waitView(t, v, web, "a,eps:a", "")
+	lease := leaseOf(t, cli, exportKey)
+
+	f.arm(lostAnswer)
+	if err := a.PutExport(t.Context(), web, spec2); err == nil {
+		t.Fatal("want injected error")
+	}
+	f.arm(func(invoke func() error) error {
+		if err := invoke(); err != nil {
+			return err
+		}
+		_, err := cli.Put(t.Context(), exportKey, "garbage", clientv3.WithLease(lease))
+		must(t, err)
+		poll.Until(t, waitFor, "the watch to see the change", func() (bool, string) {
+			return refused(v, web) != "", ""
+		})
+		return nil
+	})
+	must(t, a.PutExport(t.Context(), web, spec2))
+	must(t, a.PutExport(t.Context(), web, spec2))
+	if got := string(getKey(t, cli, exportKey).Value); got != mustJSON(t, map[string]any{"spec": spec2}) {
+		t.Errorf("after PutExport(spec2) returned nil, etcd holds %s", got)
+	}
+}
+
+// The alive record is deleted; while its repair write is under way (after
+// it landed) it is deleted again, and the watch sees that before the write
+// returns: it is repaired again.
+func TestAliveDeletedDuringItsRepairRepairedAgain(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	a, f := openFaulty(t, srv.ClientURL())
+	v := watchView(t, a)
+	aliveKey := "/test/set1/clusters/a/alive"
+	must(t, a.Publish(t.Context(), web, spec, groups))
+	waitView(t, v, web, "a,eps:a", "")
+
+	var second atomic.Bool
+	f.arm(func(invoke func() error) error {
+		if err := invoke(); err != nil {
+			return err
+		}
+		waitView(t, v, web, "a,eps:a", "") // the repair seen
+		_, err := cli.Delete(t.Context(), aliveKey)
+		must(t, err)
+		second.Store(true)
+		poll.Until(t, waitFor, "the watch to see the second deletion", func() (bool, string) {
+			return counted(v, web) == "", ""
+		})
+		return nil
+	})
+	_, err := cli.Delete(t.Context(), aliveKey)
+	must(t, err)
+	poll.Until(t, waitFor, "the second deletion", func() (bool, string) { return second.Load(), "" })
+	poll.Until(t, waitFor, "the alive record repaired again", func() (bool, string) {
+		return present(t, cli, aliveKey), "View counts " + counted(v, web)
+	})
+}
+
+// A put whose reply is lost lands (spec2); the controller, whose View shows
+// spec2, writes nothing more. The lease is then lost: its repair writes
+// spec2, the value wanted, not spec back over it.
+func TestLeaseRepairWritesTheValueWanted(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	a, f := openFaulty(t, srv.ClientURL())
+	v := watchView(t, a)
+	exportKey := "/test/set1/clusters/a/exports/shop/web"
+	must(t, a.Publish(t.Context(), web, spec, groups))
+	waitView(t, v, web, "a,eps:a", "")
+	f.arm(lostAnswer)
+	if err := a.PutExport(t.Context(), web, spec2); err == nil {
+		t.Fatal("want injected error")
+	}
+	lease := leaseOf(t, cli, exportKey)
+	_, err := cli.Revoke(t.Context(), lease)
+	must(t, err)
+	poll.Until(t, waitFor, "the records back on a new lease", func() (bool, string) {
+		kv, err := cli.Get(t.Context(), exportKey)
+		return err == nil && len(kv.Kvs) == 1 && clientv3.LeaseID(kv.Kvs[0].Lease) != lease, ""
+	})
+	if got := string(getKey(t, cli, exportKey).Value); got != mustJSON(t, map[string]any{"spec": spec2}) {
+		t.Errorf("after the lease repair etcd holds %s, the value before the landed write", got)
+	}
+}
+
+// A withdrawal whose reply is lost (it landed), then a lost lease: its
+// repair writes what the backend holds, which no longer has the withdrawn
+// records.
+func TestWithdrawalWhoseReplyWasLostStaysWithdrawn(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	a, f := openFaulty(t, srv.ClientURL())
+	v := watchView(t, a)
+	exportKey := "/test/set1/clusters/a/exports/shop/web"
+	aliveKey := "/test/set1/clusters/a/alive"
+	must(t, a.Publish(t.Context(), web, spec, groups))
+	waitView(t, v, web, "a,eps:a", "")
+
+	f.arm(lostAnswer)
+	if err := a.DeleteExport(t.Context(), web); err == nil {
+		t.Fatal("DeleteExport succeeded, want the injected error")
+	}
+	lease := leaseOf(t, cli, aliveKey)
+	_, err := cli.Revoke(t.Context(), lease)
+	must(t, err)
+	poll.Until(t, waitFor, "the alive record back on a new lease", func() (bool, string) {
+		resp, err := cli.Get(t.Context(), aliveKey)
+		return err == nil && len(resp.Kvs) == 1 && clientv3.LeaseID(resp.Kvs[0].Lease) != lease, ""
+	})
+	if present(t, cli, exportKey) {
+		t.Error("the lease repair wrote a withdrawn export back")
 	}
 }
