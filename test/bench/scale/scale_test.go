@@ -63,7 +63,11 @@ func TestSmallRun(t *testing.T) {
 			checkReal(t, x)
 		}
 	}
-	if idle[0] == 0 || idle[1] > idle[0]*1.25 {
+	// The same within where the window fell: one health check more or less
+	// in 15 s moves a member's count by up to a third (58 against 75
+	// requests per member per minute in one run of the same code). A cost
+	// that grew with the members would triple it from N = 2 to N = 6.
+	if idle[0] == 0 || idle[1] > idle[0]*1.5 {
 		t.Errorf("idle requests per member per minute: %v at N=2 and N=6; want the same", idle)
 	}
 }

@@ -52,10 +52,13 @@ func rejectedTotal(t *testing.T, cluster string) float64 {
 }
 
 // A writer that is no member (records of cluster "evil", with no alive
-// record and no lease) and a member's hostile record (c3's endpoints with a
-// loopback address, on c3's lease) beside c1's good export of the same
+// record and no lease) and a member's hostile record (the endpoints of
+// "rogue", a member with an alive record on a lease of its own and no
+// controller, with a loopback address) beside c1's good export of the same
 // Service: every cluster keeps importing c1's endpoints, names the refused
-// clusters in RecordsAccepted and an Event, and counts the refusals.
+// clusters in RecordsAccepted and an Event, and counts the refusals. The
+// same records written under c3, on c3's lease, are withdrawn by c3's
+// controller, which does not export the Service.
 func TestHostileRecordsRefused(t *testing.T) {
 	restoreOnCleanup(t)
 	const ns, name = "fault-hostile", "web"
@@ -72,9 +75,20 @@ func TestHostileRecordsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	loopback := `{"groups":[{"addressType":"IPv4","ports":[{"name":"http","protocol":"TCP","port":8080}],"endpoints":[{"addresses":["127.0.0.1"],"ready":true}]}]}`
-	evil, c3 := clusterPrefix("evil"), clusterPrefix("c3")
-	c3Lease := registryRecords(t, "c3")["alive"].Lease
+	evil, rogue, c3 := clusterPrefix("evil"), clusterPrefix("rogue"), clusterPrefix("c3")
+	c3Lease := clientv3.LeaseID(registryRecords(t, "c3")["alive"].Lease)
+	grant, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogueLease := grant.ID
+	keepCtx, stopKeeping := context.WithCancel(ctx)
+	if _, err := cli.KeepAlive(keepCtx, rogueLease); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
+		stopKeeping()
+		_, _ = cli.Revoke(ctx, rogueLease)
 		_, _ = cli.Delete(ctx, evil, clientv3.WithPrefix())
 		_, _ = cli.Delete(ctx, c3+"exports/"+ns+"/"+name)
 		_, _ = cli.Delete(ctx, c3+"endpoints/"+ns+"/"+name)
@@ -82,24 +96,33 @@ func TestHostileRecordsRefused(t *testing.T) {
 	if _, err := cli.Txn(ctx).Then(
 		clientv3.OpPut(evil+"exports/"+ns+"/"+name, string(spec)),
 		clientv3.OpPut(evil+"endpoints/"+ns+"/"+name, loopback),
-		clientv3.OpPut(c3+"exports/"+ns+"/"+name, string(spec), clientv3.WithLease(clientv3.LeaseID(c3Lease))),
-		clientv3.OpPut(c3+"endpoints/"+ns+"/"+name, loopback, clientv3.WithLease(clientv3.LeaseID(c3Lease))),
+		clientv3.OpPut(rogue+"alive", `{"cluster":"rogue","ttlSeconds":30}`, clientv3.WithLease(rogueLease)),
+		clientv3.OpPut(rogue+"exports/"+ns+"/"+name, string(spec), clientv3.WithLease(rogueLease)),
+		clientv3.OpPut(rogue+"endpoints/"+ns+"/"+name, loopback, clientv3.WithLease(rogueLease)),
+		clientv3.OpPut(c3+"exports/"+ns+"/"+name, string(spec), clientv3.WithLease(c3Lease)),
+		clientv3.OpPut(c3+"endpoints/"+ns+"/"+name, loopback, clientv3.WithLease(c3Lease)),
 	).Commit(); err != nil {
 		t.Fatal(err)
 	}
 	written := time.Now()
+	poll.Until(t, timeout, "c3's controller to withdraw the records written under c3", func() (bool, string) {
+		recs := registryRecords(t, "c3")
+		_, export := recs["exports/"+ns+"/"+name]
+		_, endpoints := recs["endpoints/"+ns+"/"+name]
+		return !export && !endpoints, fmt.Sprint(recs)
+	})
 
 	for _, id := range env.ClusterIDs() {
 		cl := clientOf(t, id)
-		poll.Until(t, timeout, id+": RecordsAccepted=False naming evil and c3", func() (bool, string) {
+		poll.Until(t, timeout, id+": RecordsAccepted=False naming evil and rogue", func() (bool, string) {
 			si := fw.GetImport(t, cl, ns, name)
 			c := conditionOf(si, conditions.RecordsAccepted)
 			if c == nil {
 				return false, "no RecordsAccepted condition"
 			}
 			ok := c.Status == metav1.ConditionFalse && strings.Contains(c.Message, "cluster evil") &&
-				strings.Contains(c.Message, "notMember") && strings.Contains(c.Message, "cluster c3") &&
-				strings.Contains(c.Message, "loopback")
+				strings.Contains(c.Message, "notMember") && strings.Contains(c.Message, "cluster rogue") &&
+				strings.Contains(c.Message, "loopback") && !strings.Contains(c.Message, "cluster c3")
 			return ok, c.Message
 		})
 		waitImport(t, id, ns, name, want, timeout)
@@ -117,7 +140,7 @@ func TestHostileRecordsRefused(t *testing.T) {
 		})
 	}
 	t.Logf("hostile records refused everywhere %s after they were written", time.Since(written).Round(time.Millisecond))
-	poll.Until(t, timeout, "mcsd_registry_records_rejected_total of c2 3 more (evil's two records, c3's endpoints)", func() (bool, string) {
+	poll.Until(t, timeout, "mcsd_registry_records_rejected_total of c2 3 more (evil's two records, rogue's endpoints)", func() (bool, string) {
 		after := rejectedTotal(t, "c2")
 		return after >= before+3, fmt.Sprintf("from %v to %v", before, after)
 	})
@@ -130,7 +153,7 @@ func TestHostileRecordsRefused(t *testing.T) {
 	if _, err := cli.Delete(ctx, evil, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Txn(ctx).Then(clientv3.OpDelete(c3+"exports/"+ns+"/"+name), clientv3.OpDelete(c3+"endpoints/"+ns+"/"+name)).Commit(); err != nil {
+	if _, err := cli.Delete(ctx, rogue, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range env.ClusterIDs() {
