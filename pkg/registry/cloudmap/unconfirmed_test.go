@@ -74,37 +74,41 @@ func waitFailingBackend(t *testing.T, id registry.Identity) (*Backend, *waitFail
 	return openClosed(t, newFn, opts), api
 }
 
+// unconfirmedEndpoint puts the endpoints 10.0.0.1 and 10.0.0.3 of a new
+// export with fault on (failWait or loseResponse) for the instance of
+// 10.0.0.3, made but not confirmed, so the put fails. It returns the
+// backend, the export's key and that instance's id.
+func unconfirmedEndpoint(t *testing.T, c *sd.Client, fault func(api *waitFailingAPI, instance string, on bool)) (*Backend, registry.ServiceKey, string) {
+	t.Helper()
+	id := registry.Identity{ClusterSet: randName("unconfirmed"), Cluster: "east"}
+	b, api := waitFailingBackend(t, id)
+	key := randWebKey()
+	putWeb(t, b, key, "10.0.0.1")
+	gone := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0])
+	fault(api, gone, true)
+	if err := b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")); err == nil {
+		t.Fatal("the put whose outcome was not seen succeeded")
+	}
+	fault(api, gone, false)
+	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; !ok {
+		t.Fatal("the registration whose outcome was not seen was not made")
+	}
+	return b, key, gone
+}
+
 // TestUnconfirmedEndpointWithdrawn: an endpoint's registration was made,
 // but its wait failed, so the put failed. When the endpoint goes, its
 // instance is deregistered, and so on the export's withdrawal: it was
 // held as maybe registered, not forgotten.
 func TestUnconfirmedEndpointWithdrawn(t *testing.T) {
-	srv := moto(t)
-	c := rawClient(t, srv)
-	id := registry.Identity{ClusterSet: randName("unconfirmed"), Cluster: "east"}
-	b, api := waitFailingBackend(t, id)
-	key := randWebKey()
-	putWeb(t, b, key, "10.0.0.1")
-
-	gone := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0])
-	api.failWait(gone, true)
-	if err := b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")); err == nil {
-		t.Fatal("the put whose wait failed succeeded")
-	}
-	api.failWait(gone, false)
-	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; !ok {
-		t.Fatal("the registration whose wait failed was not made")
-	}
+	c := rawClient(t, moto(t))
+	b, key, gone := unconfirmedEndpoint(t, c, (*waitFailingAPI).failWait)
 	mustDo(t, b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1")))
 	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; ok {
 		t.Errorf("instance %s of an endpoint gone is still registered", gone)
 	}
 
-	api.failWait(gone, true)
-	if err := b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")); err == nil {
-		t.Fatal("the put whose wait failed succeeded")
-	}
-	api.failWait(gone, false)
+	b, key, _ = unconfirmedEndpoint(t, c, (*waitFailingAPI).failWait)
 	mustDo(t, b.DeleteExport(t.Context(), key))
 	if left := rawInstances(t, c, key.Namespace, key.Name); len(left) != 0 {
 		t.Errorf("after the export's withdrawal, instances left: %v", left)
@@ -138,22 +142,8 @@ func TestUnconfirmedRecordWithdrawn(t *testing.T) {
 // but its response was lost, so the put failed. When the endpoint goes,
 // its instance is deregistered.
 func TestLostResponseEndpointWithdrawn(t *testing.T) {
-	srv := moto(t)
-	c := rawClient(t, srv)
-	id := registry.Identity{ClusterSet: randName("unconfirmed"), Cluster: "east"}
-	b, api := waitFailingBackend(t, id)
-	key := randWebKey()
-	putWeb(t, b, key, "10.0.0.1")
-
-	gone := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0])
-	api.loseResponse(gone, true)
-	if err := b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")); err == nil {
-		t.Fatal("the put whose response was lost succeeded")
-	}
-	api.loseResponse(gone, false)
-	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; !ok {
-		t.Fatal("the registration whose response was lost was not made")
-	}
+	c := rawClient(t, moto(t))
+	b, key, gone := unconfirmedEndpoint(t, c, (*waitFailingAPI).loseResponse)
 	mustDo(t, b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1")))
 	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; ok {
 		t.Errorf("instance %s of an endpoint gone is still registered", gone)

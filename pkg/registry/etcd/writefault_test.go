@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
@@ -82,14 +84,79 @@ func present(t *testing.T, cli *clientv3.Client, key string) bool {
 	return len(resp.Kvs) == 1
 }
 
+// faultyExport is a backend of cluster a whose writes can be faulted, with
+// a View of the clusterset through it, and a plain client of the etcd.
+type faultyExport struct {
+	cli *clientv3.Client
+	a   *etcd.Backend
+	f   *fault
+	v   *clusterset.View
+}
+
+const (
+	faultExportKey = "/test/set1/clusters/a/exports/shop/web"
+	faultAliveKey  = "/test/set1/clusters/a/alive"
+)
+
+// startFaulty starts an etcd and a faulty backend of cluster a; published,
+// with web exported and seen.
+func startFaulty(t *testing.T, published bool) faultyExport {
+	t.Helper()
+	srv, cli := startWithClient(t)
+	a, f := openFaulty(t, srv.ClientURL())
+	x := faultyExport{cli: cli, a: a, f: f, v: watchView(t, a)}
+	if published {
+		must(t, a.Publish(t.Context(), web, spec, groups))
+		waitView(t, x.v, web, "a,eps:a", "")
+	}
+	return x
+}
+
+// changeAfterLanding is a fault: the write lands, then someone else writes
+// garbage over the export, and the watch sees it, before the reply comes.
+func (x faultyExport) changeAfterLanding(t *testing.T) func(invoke func() error) error {
+	lease := leaseOf(t, x.cli, faultExportKey)
+	return func(invoke func() error) error {
+		if err := invoke(); err != nil {
+			return err
+		}
+		_, err := x.cli.Put(t.Context(), faultExportKey, "garbage", clientv3.WithLease(lease))
+		must(t, err)
+		poll.Until(t, waitFor, "the watch to see the change", func() (bool, string) {
+			return refused(x.v, web) != "", ""
+		})
+		return nil
+	}
+}
+
+// loseLease revokes the backend's lease and waits for its repair: the alive
+// record back on a new lease.
+func (x faultyExport) loseLease(t *testing.T) {
+	t.Helper()
+	lease := leaseOf(t, x.cli, faultAliveKey)
+	_, err := x.cli.Revoke(t.Context(), lease)
+	must(t, err)
+	poll.Until(t, waitFor, "the alive record back on a new lease", func() (bool, string) {
+		resp, err := x.cli.Get(t.Context(), faultAliveKey)
+		return err == nil && len(resp.Kvs) == 1 && clientv3.LeaseID(resp.Kvs[0].Lease) != lease, ""
+	})
+}
+
+// wantExport fails unless etcd holds want as the export's spec.
+func (x faultyExport) wantExport(t *testing.T, want registry.ServiceSpec, after string) {
+	t.Helper()
+	if got := string(getKey(t, x.cli, faultExportKey).Value); got != mustJSON(t, map[string]any{"spec": want}) {
+		t.Errorf("%s, etcd holds %s", after, got)
+	}
+}
+
 // A Publish whose reply is lost (it landed), then a withdrawal: DeleteExport
 // deletes what landed.
 func TestWithdrawAfterAPublishWhoseReplyWasLost(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	a, f := openFaulty(t, srv.ClientURL())
-	v := watchView(t, a)
-	exportKey := "/test/set1/clusters/a/exports/shop/web"
+	x := startFaulty(t, false)
+	cli, a, f, v := x.cli, x.a, x.f, x.v
+	exportKey := faultExportKey
 
 	f.arm(lostAnswer)
 	if err := a.Publish(t.Context(), web, spec, groups); err == nil {
@@ -106,12 +173,9 @@ func TestWithdrawAfterAPublishWhoseReplyWasLost(t *testing.T) {
 // back; the value then goes back to what it was: it is written.
 func TestValueBackAfterAWriteWhoseReplyWasLost(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	a, f := openFaulty(t, srv.ClientURL())
-	v := watchView(t, a)
-	exportKey := "/test/set1/clusters/a/exports/shop/web"
-	must(t, a.Publish(t.Context(), web, spec, groups))
-	waitView(t, v, web, "a,eps:a", "")
+	x := startFaulty(t, true)
+	cli, a, f, v := x.cli, x.a, x.f, x.v
+	exportKey := faultExportKey
 
 	f.arm(func(invoke func() error) error {
 		if err := invoke(); err != nil {
@@ -139,12 +203,9 @@ func TestValueBackAfterAWriteWhoseReplyWasLost(t *testing.T) {
 // under way, and that write fails: the next put writes the record again.
 func TestDeletionDuringAFailedWriteRepaired(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	a, f := openFaulty(t, srv.ClientURL())
-	v := watchView(t, a)
-	exportKey := "/test/set1/clusters/a/exports/shop/web"
-	must(t, a.Publish(t.Context(), web, spec, groups))
-	waitView(t, v, web, "a,eps:a", "")
+	x := startFaulty(t, true)
+	cli, a, f, v := x.cli, x.a, x.f, x.v
+	exportKey := faultExportKey
 
 	f.arm(func(invoke func() error) error {
 		_, err := cli.Delete(t.Context(), exportKey)
@@ -163,69 +224,27 @@ func TestDeletionDuringAFailedWriteRepaired(t *testing.T) {
 	}
 }
 
-// Someone else changes the record right after this backend's write landed,
-// and the watch sees it before the write returns: the next put of the same
-// value writes it again.
+// Someone else changes the record right after this backend's write landed
+// (a first write, or the retry of a write whose reply was lost), and the
+// watch sees it before the write returns: the next put of the same value
+// writes it again.
 func TestChangeSeenBeforeTheWriteReturnsRepaired(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	a, f := openFaulty(t, srv.ClientURL())
-	v := watchView(t, a)
-	exportKey := "/test/set1/clusters/a/exports/shop/web"
-	must(t, a.Publish(t.Context(), web, spec, groups))
-	waitView(t, v, web, "a,eps:a", "")
-	lease := leaseOf(t, cli, exportKey)
-
-	f.arm(func(invoke func() error) error {
-		if err := invoke(); err != nil {
-			return err
-		}
-		_, err := cli.Put(t.Context(), exportKey, "garbage", clientv3.WithLease(lease))
-		must(t, err)
-		poll.Until(t, waitFor, "the watch to see the change", func() (bool, string) {
-			return refused(v, web) != "", ""
+	for _, retry := range []bool{false, true} {
+		t.Run(fmt.Sprintf("retry=%t", retry), func(t *testing.T) {
+			t.Parallel()
+			x := startFaulty(t, true)
+			if retry {
+				x.f.arm(lostAnswer)
+				if err := x.a.PutExport(t.Context(), web, spec2); err == nil {
+					t.Fatal("PutExport succeeded, want the injected error")
+				}
+			}
+			x.f.arm(x.changeAfterLanding(t))
+			must(t, x.a.PutExport(t.Context(), web, spec2))
+			must(t, x.a.PutExport(t.Context(), web, spec2))
+			x.wantExport(t, spec2, "after PutExport(spec2) returned nil")
 		})
-		return nil
-	})
-	must(t, a.PutExport(t.Context(), web, spec2))
-	must(t, a.PutExport(t.Context(), web, spec2))
-	if got := string(getKey(t, cli, exportKey).Value); got != mustJSON(t, map[string]any{"spec": spec2}) {
-		t.Errorf("after PutExport(spec2) returned nil, etcd holds %s", got)
-	}
-}
-
-// A failed write marks the record lost; the retry lands, then someone else
-// changes it and the watch sees that before the retry returns: the next put
-// of the same value writes it again.
-func TestChangeDuringTheRetryOfAFailedWriteRepaired(t *testing.T) {
-	t.Parallel()
-	srv, cli := startWithClient(t)
-	a, f := openFaulty(t, srv.ClientURL())
-	v := watchView(t, a)
-	exportKey := "/test/set1/clusters/a/exports/shop/web"
-	must(t, a.Publish(t.Context(), web, spec, groups))
-	waitView(t, v, web, "a,eps:a", "")
-	lease := leaseOf(t, cli, exportKey)
-
-	f.arm(lostAnswer)
-	if err := a.PutExport(t.Context(), web, spec2); err == nil {
-		t.Fatal("want injected error")
-	}
-	f.arm(func(invoke func() error) error {
-		if err := invoke(); err != nil {
-			return err
-		}
-		_, err := cli.Put(t.Context(), exportKey, "garbage", clientv3.WithLease(lease))
-		must(t, err)
-		poll.Until(t, waitFor, "the watch to see the change", func() (bool, string) {
-			return refused(v, web) != "", ""
-		})
-		return nil
-	})
-	must(t, a.PutExport(t.Context(), web, spec2))
-	must(t, a.PutExport(t.Context(), web, spec2))
-	if got := string(getKey(t, cli, exportKey).Value); got != mustJSON(t, map[string]any{"spec": spec2}) {
-		t.Errorf("after PutExport(spec2) returned nil, etcd holds %s", got)
 	}
 }
 
@@ -234,12 +253,9 @@ func TestChangeDuringTheRetryOfAFailedWriteRepaired(t *testing.T) {
 // returns: it is repaired again.
 func TestAliveDeletedDuringItsRepairRepairedAgain(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	a, f := openFaulty(t, srv.ClientURL())
-	v := watchView(t, a)
-	aliveKey := "/test/set1/clusters/a/alive"
-	must(t, a.Publish(t.Context(), web, spec, groups))
-	waitView(t, v, web, "a,eps:a", "")
+	x := startFaulty(t, true)
+	cli, f, v := x.cli, x.f, x.v
+	aliveKey := faultAliveKey
 
 	var second atomic.Bool
 	f.arm(func(invoke func() error) error {
@@ -268,26 +284,13 @@ func TestAliveDeletedDuringItsRepairRepairedAgain(t *testing.T) {
 // spec2, the value wanted, not spec back over it.
 func TestLeaseRepairWritesTheValueWanted(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	a, f := openFaulty(t, srv.ClientURL())
-	v := watchView(t, a)
-	exportKey := "/test/set1/clusters/a/exports/shop/web"
-	must(t, a.Publish(t.Context(), web, spec, groups))
-	waitView(t, v, web, "a,eps:a", "")
-	f.arm(lostAnswer)
-	if err := a.PutExport(t.Context(), web, spec2); err == nil {
-		t.Fatal("want injected error")
+	x := startFaulty(t, true)
+	x.f.arm(lostAnswer)
+	if err := x.a.PutExport(t.Context(), web, spec2); err == nil {
+		t.Fatal("PutExport succeeded, want the injected error")
 	}
-	lease := leaseOf(t, cli, exportKey)
-	_, err := cli.Revoke(t.Context(), lease)
-	must(t, err)
-	poll.Until(t, waitFor, "the records back on a new lease", func() (bool, string) {
-		kv, err := cli.Get(t.Context(), exportKey)
-		return err == nil && len(kv.Kvs) == 1 && clientv3.LeaseID(kv.Kvs[0].Lease) != lease, ""
-	})
-	if got := string(getKey(t, cli, exportKey).Value); got != mustJSON(t, map[string]any{"spec": spec2}) {
-		t.Errorf("after the lease repair etcd holds %s, the value before the landed write", got)
-	}
+	x.loseLease(t)
+	x.wantExport(t, spec2, "after the lease's repair")
 }
 
 // A withdrawal whose reply is lost (it landed), then a lost lease: its
@@ -295,26 +298,13 @@ func TestLeaseRepairWritesTheValueWanted(t *testing.T) {
 // records.
 func TestWithdrawalWhoseReplyWasLostStaysWithdrawn(t *testing.T) {
 	t.Parallel()
-	srv, cli := startWithClient(t)
-	a, f := openFaulty(t, srv.ClientURL())
-	v := watchView(t, a)
-	exportKey := "/test/set1/clusters/a/exports/shop/web"
-	aliveKey := "/test/set1/clusters/a/alive"
-	must(t, a.Publish(t.Context(), web, spec, groups))
-	waitView(t, v, web, "a,eps:a", "")
-
-	f.arm(lostAnswer)
-	if err := a.DeleteExport(t.Context(), web); err == nil {
+	x := startFaulty(t, true)
+	x.f.arm(lostAnswer)
+	if err := x.a.DeleteExport(t.Context(), web); err == nil {
 		t.Fatal("DeleteExport succeeded, want the injected error")
 	}
-	lease := leaseOf(t, cli, aliveKey)
-	_, err := cli.Revoke(t.Context(), lease)
-	must(t, err)
-	poll.Until(t, waitFor, "the alive record back on a new lease", func() (bool, string) {
-		resp, err := cli.Get(t.Context(), aliveKey)
-		return err == nil && len(resp.Kvs) == 1 && clientv3.LeaseID(resp.Kvs[0].Lease) != lease, ""
-	})
-	if present(t, cli, exportKey) {
+	x.loseLease(t)
+	if present(t, x.cli, faultExportKey) {
 		t.Error("the lease repair wrote a withdrawn export back")
 	}
 }
