@@ -32,6 +32,9 @@ type ownRecord struct {
 	// lostAt is the revision at which the watch found it lost: a write
 	// that returns later, at an earlier revision, does not undo that.
 	lostAt int64
+	// absent: the watch last found the key absent. A resync that finds it
+	// still absent, at a later revision, is no news.
+	absent bool
 }
 
 // writing records that value is being written to key: the watch may see
@@ -41,7 +44,7 @@ func (o *ownRecords) writing(key, value string) {
 	defer o.mu.Unlock()
 	r := o.recs[key]
 	if r.value != value {
-		o.recs[key] = ownRecord{value: value, lost: r.lost, lostAt: r.lostAt}
+		o.recs[key] = ownRecord{value: value, lost: r.lost, lostAt: r.lostAt, absent: r.absent}
 	}
 }
 
@@ -53,7 +56,7 @@ func (o *ownRecords) failed(key string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r := o.recs[key]
-	o.recs[key] = ownRecord{value: r.value, lost: true}
+	o.recs[key] = ownRecord{value: r.value, lost: true, absent: r.absent}
 }
 
 // written records a write of value to key at revision rev. A change the
@@ -64,7 +67,7 @@ func (o *ownRecords) written(key, value string, rev int64) {
 	defer o.mu.Unlock()
 	r := o.recs[key]
 	if r.lost && r.lostAt > rev {
-		o.recs[key] = ownRecord{value: value, rev: rev, lost: true, lostAt: r.lostAt}
+		o.recs[key] = ownRecord{value: value, rev: rev, lost: true, lostAt: r.lostAt, absent: r.absent}
 		return
 	}
 	o.recs[key] = ownRecord{value: value, rev: rev}
@@ -104,16 +107,24 @@ func (o *ownRecords) check(key string, kv *mvccpb.KeyValue, rev int64) bool {
 		return false
 	}
 	if kv != nil && string(kv.Value) == r.value && clientv3.LeaseID(kv.Lease) == o.lease {
+		if r.absent {
+			r.absent = false
+			o.recs[key] = r
+		}
 		return false
 	}
 	if kv == nil && r.rev == 0 && !r.lost {
 		// A write is under way, and will tell.
 		return false
 	}
+	if kv == nil && r.lost && r.absent {
+		// Still absent, as last found.
+		return false
+	}
 	// Lost, or lost again at a later revision: a write under way that
 	// returns at an earlier one does not undo it (written), and the alive
 	// record is repaired again (lost).
-	r.lost, r.lostAt = true, rev
+	r.lost, r.lostAt, r.absent = true, rev, kv == nil
 	o.recs[key] = r
 	return true
 }

@@ -250,13 +250,18 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 	}
 	// On failure the outcome is unknown (a reply lost, a timeout: the put
 	// may have landed), and others may have written meanwhile: each record
-	// counts as lost, and the next put writes it whatever its value. What
-	// is stored is the value wanted, not the one before: a lease repair
-	// (renewLeaseLocked) writes it, not an older one back.
+	// counts as lost, and the next put writes it whatever its value. A
+	// record held is held with the value wanted, not the one before: a
+	// lease repair (renewLeaseLocked) writes that one, not an older one
+	// back. A new one is not held: it may never have landed, and a lease
+	// repair must not write what was withdrawn meanwhile (a withdrawal
+	// writes nothing for what no reader shows).
 	failed := func() {
 		for _, r := range recs {
-			b.stored[r.key] = r.value
-			delete(b.contents, r.key)
+			if _, held := b.stored[r.key]; held {
+				b.stored[r.key] = r.value
+				delete(b.contents, r.key)
+			}
 			b.own.failed(r.key)
 		}
 	}

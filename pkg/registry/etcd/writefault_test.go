@@ -308,3 +308,47 @@ func TestWithdrawalWhoseReplyWasLostStaysWithdrawn(t *testing.T) {
 		t.Error("the lease repair wrote a withdrawn export back")
 	}
 }
+
+// A Publish of a new export fails and did not land; the export controller
+// then withdraws it without a DeleteExport (no reader shows it). A lease
+// repair does not write it.
+func TestFailedNewPublishNotWrittenByALeaseRepair(t *testing.T) {
+	t.Parallel()
+	x := startFaulty(t, false)
+	x.f.arm(func(func() error) error { return status.Error(codes.Unavailable, "injected: not sent") })
+	if err := x.a.Publish(t.Context(), web, spec, groups); err == nil {
+		t.Fatal("Publish succeeded, want the injected error")
+	}
+	if present(t, x.cli, faultExportKey) {
+		t.Fatal("the Publish landed")
+	}
+	x.loseLease(t)
+	if present(t, x.cli, faultExportKey) {
+		t.Error("the lease repair wrote an export whose Publish never landed")
+	}
+}
+
+// A failed write, then its retry lands and the record is deleted before the
+// retry returns: the next put writes it again.
+func TestDeletionDuringTheRetryOfAFailedWriteRepaired(t *testing.T) {
+	t.Parallel()
+	x := startFaulty(t, true)
+	x.f.arm(lostAnswer)
+	if err := x.a.PutExport(t.Context(), web, spec2); err == nil {
+		t.Fatal("PutExport succeeded, want the injected error")
+	}
+	x.f.arm(func(invoke func() error) error {
+		if err := invoke(); err != nil {
+			return err
+		}
+		_, err := x.cli.Delete(t.Context(), faultExportKey)
+		must(t, err)
+		poll.Until(t, waitFor, "the watch to see the deletion", func() (bool, string) {
+			return len(x.v.Exports(web)) == 0, ""
+		})
+		return nil
+	})
+	must(t, x.a.PutExport(t.Context(), web, spec2))
+	must(t, x.a.PutExport(t.Context(), web, spec2))
+	x.wantExport(t, spec2, "after PutExport(spec2) returned nil")
+}
