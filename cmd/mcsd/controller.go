@@ -142,18 +142,24 @@ func (r *registryFlags) bind(cmd *cobra.Command) {
 	fl.StringVar(&r.password, "registry-password", "", "etcd password (etcd auth; prefer the MCSD_REGISTRY_PASSWORD environment variable)")
 }
 
+// fromEnv takes the user name and password not given as flags from the
+// environment (MCSD_REGISTRY_USERNAME, MCSD_REGISTRY_PASSWORD).
+func (r *registryFlags) fromEnv() {
+	if r.username == "" {
+		r.username = os.Getenv("MCSD_REGISTRY_USERNAME")
+	}
+	if r.password == "" {
+		r.password = os.Getenv("MCSD_REGISTRY_PASSWORD")
+	}
+}
+
 // openRegistryURL checks the registry flags and returns the backend of the
 // URL.
 func openRegistryURL(f *registryFlags) (backends.Backend, error) {
 	if f.url == "" {
 		return backends.Backend{}, fmt.Errorf("--registry is required, e.g. --registry etcd://127.0.0.1:2379 (start one with: mcsd registry --data-dir DIR)")
 	}
-	if f.username == "" {
-		f.username = os.Getenv("MCSD_REGISTRY_USERNAME")
-	}
-	if f.password == "" {
-		f.password = os.Getenv("MCSD_REGISTRY_PASSWORD")
-	}
+	f.fromEnv()
 	b, err := backends.Open(f.url, backends.Settings{
 		CAFile:   f.caFile,
 		CertFile: f.certFile,

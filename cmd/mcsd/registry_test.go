@@ -189,15 +189,19 @@ func TestSetupAuth(t *testing.T) {
 		t.Errorf("east's user opens west: %v, want permission denied", err)
 	}
 
-	// Again, as root, with another cluster: the users are kept.
+	// Again, as root (named in the environment), with another cluster: the
+	// users are kept.
+	t.Setenv("MCSD_REGISTRY_USERNAME", "root")
 	t.Setenv("MCSD_REGISTRY_PASSWORD", "secret")
-	out, err = execute(t, "registry", "setup-auth", "--registry", url, "--registry-username", "root",
+	out, err = execute(t, "registry", "setup-auth", "--registry", url,
 		"--clusterset", "prod", "--cluster", "east", "--cluster", "west", "--passwords")
 	if err != nil || !strings.Contains(out, "user mcsd:prod:east (kept)") || !strings.Contains(out, "user mcsd:prod:west (created)") ||
 		strings.Contains(out, "enabled") {
 		t.Errorf("setup-auth again: %v\n%s", err, out)
 	}
 	// Without root's credentials once auth is on: refused.
+	t.Setenv("MCSD_REGISTRY_USERNAME", "")
+	t.Setenv("MCSD_REGISTRY_PASSWORD", "")
 	if out, err := execute(t, "registry", "setup-auth", "--registry", url, "--clusterset", "prod", "--cluster", "x"); err == nil {
 		t.Errorf("setup-auth without credentials succeeded:\n%s", out)
 	}

@@ -82,9 +82,7 @@ func runSetupAuth(ctx context.Context, out io.Writer, f *setupAuthFlags) error {
 	if err != nil {
 		return fmt.Errorf("--registry: %w", err)
 	}
-	if f.registry.password == "" {
-		f.registry.password = os.Getenv("MCSD_REGISTRY_PASSWORD")
-	}
+	f.registry.fromEnv()
 	opts.CAFile, opts.CertFile, opts.KeyFile = f.registry.caFile, f.registry.certFile, f.registry.keyFile
 	opts.Username, opts.Password = f.registry.username, f.registry.password
 	f.opts.Prefix = opts.Prefix
