@@ -18,3 +18,26 @@ func TestControllerRuntimeLogsThroughTheControllersLogger(t *testing.T) {
 		t.Errorf("controller-runtime's package logger wrote %q to the controller's log, want the probe", out.String())
 	}
 }
+
+// TestRegistrySettingsCheckedAtStart: a registry setting the backend would
+// refuse when it opens is said at once, before the controller reads its
+// cluster's identity (which may not be set yet) or connects anywhere.
+func TestRegistrySettingsCheckedAtStart(t *testing.T) {
+	const unreachable = "etcd://127.0.0.1:1"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a certificate without its key", []string{"--registry", unreachable, "--registry-cert", "client.crt"}, "certificate and key"},
+		{"a lease TTL too short", []string{"--registry", unreachable, "--lease-ttl", "1s"}, "shorter than 2s"},
+		{"a Cloud Map heartbeat TTL too short", []string{"--registry", "cloudmap://?region=us-east-1", "--lease-ttl", "500ms"}, "shorter than 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := execute(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("mcsd %s: %v, want an error saying %q\n%s", strings.Join(tc.args, " "), err, tc.want, out)
+			}
+		})
+	}
+}

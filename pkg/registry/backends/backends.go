@@ -74,6 +74,9 @@ func etcdBackend(u *url.URL, s Settings) (Backend, error) {
 	opts.Username, opts.Password = s.Username, s.Password
 	opts.TTL = s.TTL
 	withID := func(o etcd.Options, id registry.Identity) etcd.Options { o.Identity = id; return o }
+	if err := settingsValid(opts, withID, (*etcd.Options).Default, (*etcd.Options).Validate); err != nil {
+		return Backend{}, err
+	}
 	return newBackend(etcd.Name, opts, withID, etcd.New, etcd.NewWatcher), nil
 }
 
@@ -84,7 +87,24 @@ func cloudMapBackend(u *url.URL, s Settings) (Backend, error) {
 	}
 	opts.TTL = s.TTL
 	withID := func(o cloudmap.Options, id registry.Identity) cloudmap.Options { o.Identity = id; return o }
+	if err := settingsValid(opts, withID, (*cloudmap.Options).Default, (*cloudmap.Options).Validate); err != nil {
+		return Backend{}, err
+	}
 	return newBackend(cloudmap.Name, opts, withID, cloudmap.New, cloudmap.NewWatcher), nil
+}
+
+// settingsValid checks opts as the backend will when it opens, under an
+// identity of its own (the cluster's is read later, from the cluster): a
+// setting that is wrong (a certificate without its key, a TTL too short)
+// is said at start, not once the cluster's identity is set and the
+// controller leads.
+func settingsValid[O any](opts O, withID func(O, registry.Identity) O, defaults func(*O), validate func(*O) error) error {
+	o := withID(opts, registry.Identity{ClusterSet: "settings", Cluster: "settings"})
+	defaults(&o)
+	if err := validate(&o); err != nil {
+		return fmt.Errorf("registry settings: %w", err)
+	}
+	return nil
 }
 
 // newBackend is the Backend of a backend's constructors over opts, which
