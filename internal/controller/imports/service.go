@@ -140,10 +140,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 				"This cluster supports none of the import's IP families (%s): no derived Service, no cluster IP", joinFamilies(refused))
 			return nil
 		}
-		if len(refused) > 0 {
-			r.importEventf(s, corev1.EventTypeWarning, eventFamilyRefused,
-				"This cluster refused IP families %s: the derived Service %s has %s only", joinFamilies(refused), svc.Name, joinFamilies(svc.Spec.IPFamilies))
-		}
+		r.familiesRefused(s, svc, refused)
 		log.Info("Created derived Service", "service", klog.KObj(svc), "ipFamilies", svc.Spec.IPFamilies)
 		s.svc, s.svcWritten = svc, true
 		return nil
@@ -156,11 +153,15 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 	applyService(updated, desired)
 	if familiesChanged(s.svc, s.res.Spec.IPFamilies) {
 		// Of the same primary family (needsRecreate): changed in place.
-		var err error
-		if updated, err = r.updateFamilies(ctx, s, updated, s.res.Spec.IPFamilies); err != nil {
+		var (
+			refused []corev1.IPFamily
+			err     error
+		)
+		if updated, refused, err = r.updateFamilies(ctx, updated, s.res.Spec.IPFamilies); err != nil {
 			s.svcErr = err
 			return err
 		}
+		r.familiesRefused(s, updated, refused)
 	} else if err := r.Client.Update(ctx, updated); err != nil {
 		s.svcErr = err
 		return fmt.Errorf("update derived Service: %w", err)
@@ -276,24 +277,45 @@ func setFamilies(svc *corev1.Service, families []corev1.IPFamily) {
 // refuses and trying again. It returns the Service created and the families
 // dropped; no Service (and no error) when every family was refused.
 func (r *Reconciler) createService(ctx context.Context, desired *corev1.Service) (*corev1.Service, []corev1.IPFamily, error) {
-	families := slices.Clone(desired.Spec.IPFamilies)
-	var refused []corev1.IPFamily
-	for {
+	var created *corev1.Service
+	refused, err := writeFamilies(ctx, desired.Spec.IPFamilies, false, func(families []corev1.IPFamily) error {
 		svc := desired.DeepCopy()
 		setFamilies(svc, families)
-		err := r.Client.Create(ctx, svc)
+		if err := r.Client.Create(ctx, svc); err != nil {
+			return err
+		}
+		created = svc
+		return nil
+	})
+	if err != nil {
+		return nil, refused, fmt.Errorf("create derived Service: %w", err)
+	}
+	return created, refused, nil
+}
+
+// writeFamilies calls write with families, then, while the API server
+// refuses some of them (refusedFamilies), again without those. It returns
+// the families dropped, and write's last error when it failed for another
+// reason. Unless keepFirst, it stops with no error once every family was
+// refused; with keepFirst (an update, whose primary family the Service has
+// already), a refusal of the first is write's error.
+func writeFamilies(ctx context.Context, families []corev1.IPFamily, keepFirst bool, write func([]corev1.IPFamily) error) ([]corev1.IPFamily, error) {
+	families = slices.Clone(families)
+	var refused []corev1.IPFamily
+	for {
+		err := write(families)
 		if err == nil {
-			return svc, refused, nil
+			return refused, nil
 		}
 		bad := refusedFamilies(err, families)
-		if len(bad) == 0 {
-			return nil, refused, fmt.Errorf("create derived Service: %w", err)
+		if len(bad) == 0 || (keepFirst && slices.Contains(bad, families[0])) {
+			return refused, err
 		}
 		refused = append(refused, bad...)
 		families = slices.DeleteFunc(families, func(f corev1.IPFamily) bool { return slices.Contains(bad, f) })
 		ctrl.LoggerFrom(ctx).Info("API server refused IP families of the derived Service", "refused", bad, "remaining", families, "reason", err.Error())
 		if len(families) == 0 {
-			return nil, refused, nil
+			return refused, nil
 		}
 	}
 }
@@ -372,33 +394,36 @@ func familiesChanged(svc *corev1.Service, families []corev1.IPFamily) bool {
 // (the API server allocates or releases the secondary one). As createService
 // does, it drops the families the API server refuses (a single-stack
 // cluster) and tries again; the Service keeps its primary family, which the
-// cluster gave it. It returns the Service as updated.
-func (r *Reconciler) updateFamilies(ctx context.Context, s *scope, svc *corev1.Service, families []corev1.IPFamily) (*corev1.Service, error) {
-	families = slices.Clone(families)
-	var refused []corev1.IPFamily
-	for {
+// cluster gave it. It returns the Service as updated and the families
+// dropped.
+func (r *Reconciler) updateFamilies(ctx context.Context, svc *corev1.Service, families []corev1.IPFamily) (*corev1.Service, []corev1.IPFamily, error) {
+	var updated *corev1.Service
+	refused, err := writeFamilies(ctx, families, true, func(families []corev1.IPFamily) error {
 		try := svc.DeepCopy()
 		setFamilies(try, families)
 		try.Spec.ClusterIPs = slices.DeleteFunc(slices.Clone(try.Spec.ClusterIPs), func(ip string) bool { return !slices.Contains(families, familyOf(ip)) })
 		if len(try.Spec.ClusterIPs) > 0 {
 			try.Spec.ClusterIP = try.Spec.ClusterIPs[0]
 		}
-		err := r.Client.Update(ctx, try)
-		if err == nil {
-			if len(refused) > 0 {
-				r.importEventf(s, corev1.EventTypeWarning, eventFamilyRefused,
-					"This cluster refused IP families %s: the derived Service %s has %s only", joinFamilies(refused), try.Name, joinFamilies(try.Spec.IPFamilies))
-			}
-			ctrl.LoggerFrom(ctx).Info("Changed the derived Service's IP families in place", "service", klog.KObj(try), "ipFamilies", try.Spec.IPFamilies)
-			return try, nil
+		if err := r.Client.Update(ctx, try); err != nil {
+			return err
 		}
-		bad := refusedFamilies(err, families)
-		if len(bad) == 0 || slices.Contains(bad, families[0]) {
-			return nil, fmt.Errorf("update derived Service's IP families: %w", err)
-		}
-		refused = append(refused, bad...)
-		families = slices.DeleteFunc(families, func(f corev1.IPFamily) bool { return slices.Contains(bad, f) })
-		ctrl.LoggerFrom(ctx).Info("API server refused IP families of the derived Service", "refused", bad, "remaining", families, "reason", err.Error())
+		updated = try
+		return nil
+	})
+	if err != nil {
+		return nil, refused, fmt.Errorf("update derived Service's IP families: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Changed the derived Service's IP families in place", "service", klog.KObj(updated), "ipFamilies", updated.Spec.IPFamilies)
+	return updated, refused, nil
+}
+
+// familiesRefused tells, by an event on the import, that this cluster
+// refused the IP families refused of the derived Service svc, when any.
+func (r *Reconciler) familiesRefused(s *scope, svc *corev1.Service, refused []corev1.IPFamily) {
+	if len(refused) > 0 {
+		r.importEventf(s, corev1.EventTypeWarning, eventFamilyRefused,
+			"This cluster refused IP families %s: the derived Service %s has %s only", joinFamilies(refused), svc.Name, joinFamilies(svc.Spec.IPFamilies))
 	}
 }
 
