@@ -81,7 +81,10 @@ func checkReal(t *testing.T, x *realResult) {
 	if x.Imports == 0 || x.Join == 0 {
 		t.Errorf("real cluster: %d imports, joined in %s; want imports, whole", x.Imports, x.Join)
 	}
-	if x.JoinFloorMachine <= 0 || x.JoinMachine <= 0 {
+	// The busy CPUs once ready are measured over what the join took after
+	// it: a small run's imports may all be whole within a tick of the
+	// machine's CPU times (10 ms) after ready, or before ready was seen.
+	if x.JoinFloorMachine <= 0 || (x.JoinMachine <= 0 && x.Join-x.JoinReady > 100*time.Millisecond) {
 		t.Errorf("real cluster: the machine's busy CPUs during the join's floor %.2f and its join %.2f; want both measured", x.JoinFloorMachine, x.JoinMachine)
 	}
 	if x.JoinMachineSeconds <= 0 || x.JoinControllerSeconds <= 0 || x.JoinFloorHarnessSeconds <= 0 {
