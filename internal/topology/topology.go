@@ -70,8 +70,32 @@ type Input struct {
 	// LocalZones are the zones of this cluster's nodes; needed only with
 	// PreferSameCluster.
 	LocalZones []string
+	// NodesWithoutZone is set when some of this cluster's nodes have no
+	// zone label; needed only with PreferSameCluster.
+	NodesWithoutZone bool
 	// Endpoints are the endpoints the import's slices hold, by cluster.
 	Endpoints map[string][]registry.Endpoint
+	// LocalGroups are this cluster's endpoints (Endpoints[LocalCluster])
+	// with the ports their slices carry them under; needed only with
+	// PreferSameCluster and zone hints, where a zone spills per Port.
+	LocalGroups []Group
+}
+
+// Port is how kube-proxy groups an import's endpoints: for each IP family
+// (the slices' address type) and each port of the import, it picks among
+// the endpoints of the slices that carry that port, by their hints alone.
+type Port struct {
+	AddressType discoveryv1.AddressType
+	Name        string
+	Protocol    corev1.Protocol
+}
+
+func (p Port) String() string { return string(p.AddressType) + "/" + p.Name + "/" + string(p.Protocol) }
+
+// Group is endpoints that the same slices carry, with those slices' ports.
+type Group struct {
+	Ports     []Port
+	Endpoints []registry.Endpoint
 }
 
 // NeedsLocalZones reports whether Plan needs Input.LocalZones: reading the
@@ -84,10 +108,11 @@ type Hints struct {
 	zone, node, sameCluster bool
 	local                   string
 	localZones              []string
-	// spill are this cluster's zones without a ready local endpoint: with
-	// zone and same-cluster hints, every ready local endpoint also serves
-	// them, so that a client there stays in its cluster.
-	spill []string
+	// spill are, for each Port, this cluster's zones without a ready local
+	// endpoint of that Port: with zone and same-cluster hints, every ready
+	// local endpoint of the Port also serves them, so that a client there
+	// stays in its cluster.
+	spill map[Port][]string
 	// Condition is the ConditionHints condition to set; nil to remove it.
 	Condition *metav1.Condition
 }
@@ -167,17 +192,13 @@ func Plan(in Input) Hints {
 	}
 	h := Hints{zone: zone, node: node, sameCluster: same, local: in.LocalCluster, localZones: zones}
 	if same && zone {
-		readyZones := map[string]bool{}
-		for _, e := range in.Endpoints[in.LocalCluster] {
-			if e.Ready {
-				readyZones[e.Zone] = true
-			}
-		}
-		for _, z := range zones {
-			if !readyZones[z] {
-				h.spill = append(h.spill, z)
-			}
-		}
+		h.spill = spillZones(in.LocalGroups, zones)
+	}
+	if same && in.NodesWithoutZone {
+		// kube-proxy on a node without a zone ignores hints: its clients
+		// get every cluster's endpoints. The hints still serve the others.
+		problem(ReasonNodesWithoutZone, fmt.Sprintf("Some of this cluster's nodes have no zone label (%s): kube-proxy there ignores hints, so clients on them are served by every cluster's endpoints; hints are written for the other nodes.",
+			corev1.LabelTopologyZone))
 	}
 	if reason != "" {
 		h.Condition = cond(metav1.ConditionFalse, reason, "%s", strings.Join(problems, " "))
@@ -198,6 +219,33 @@ func Plan(in Input) Hints {
 	return h
 }
 
+// spillZones returns, for each Port of the local groups, the zones without
+// a ready endpoint of that Port.
+func spillZones(groups []Group, zones []string) map[Port][]string {
+	ready := map[Port]map[string]bool{}
+	for _, g := range groups {
+		for _, p := range g.Ports {
+			if ready[p] == nil {
+				ready[p] = map[string]bool{}
+			}
+			for _, e := range g.Endpoints {
+				if e.Ready {
+					ready[p][e.Zone] = true
+				}
+			}
+		}
+	}
+	out := map[Port][]string{}
+	for p, in := range ready {
+		for _, z := range zones {
+			if !in[z] {
+				out[p] = append(out[p], z)
+			}
+		}
+	}
+	return out
+}
+
 // KeyFor is a key of how For hints cluster's endpoints: two Hints with the
 // same KeyFor(cluster) give every endpoint of cluster the same hints.
 func (h Hints) KeyFor(cluster string) string {
@@ -207,13 +255,36 @@ func (h Hints) KeyFor(cluster string) string {
 	local := cluster == h.local
 	k := fmt.Sprintf("zone=%t sameCluster=%t node=%t local=%t", h.zone, h.sameCluster, h.node, local)
 	if local && h.sameCluster {
-		k += " spill=" + strings.Join(h.spill, ",") + " localZones=" + strings.Join(h.localZones, ",")
+		var spill []string
+		for _, p := range slices.SortedFunc(maps.Keys(h.spill), func(a, b Port) int { return strings.Compare(a.String(), b.String()) }) {
+			spill = append(spill, p.String()+":"+strings.Join(h.spill[p], ","))
+		}
+		k += " spill=" + strings.Join(spill, ";") + " localZones=" + strings.Join(h.localZones, ",")
 	}
 	return k
 }
 
-// For returns the hints of endpoint e of cluster, nil for none.
-func (h Hints) For(cluster string, e registry.Endpoint) *discoveryv1.EndpointHints {
+// PerPort reports whether the endpoints of cluster that slices carry under
+// ports need slices of one port each: their hints differ by port (with
+// the same-cluster and same-zone preferences, a zone without a ready local
+// endpoint of one port, and with one of another). Hints are per endpoint,
+// so one slice of both ports would send a client that has a ready endpoint
+// in its zone to the endpoints of other zones too.
+func (h Hints) PerPort(cluster string, ports []Port) bool {
+	if cluster != h.local || !h.sameCluster || !h.zone {
+		return false
+	}
+	for _, p := range ports {
+		if !slices.Equal(h.spill[p], h.spill[ports[0]]) {
+			return true
+		}
+	}
+	return false
+}
+
+// For returns the hints of endpoint e of cluster, nil for none; ports are
+// the Ports of the slices that carry it (see PerPort).
+func (h Hints) For(cluster string, ports []Port, e registry.Endpoint) *discoveryv1.EndpointHints {
 	if !h.zone && !h.sameCluster {
 		return nil
 	}
@@ -225,8 +296,13 @@ func (h Hints) For(cluster string, e registry.Endpoint) *discoveryv1.EndpointHin
 	case h.sameCluster && h.zone:
 		zones = []string{e.Zone}
 		if e.Ready {
-			// Its own zone always; as many spilled zones as fit beside it.
-			spill := slices.DeleteFunc(slices.Clone(h.spill), func(z string) bool { return z == e.Zone })
+			// Its own zone always; as many spilled zones as fit beside it
+			// (its Ports spill the same zones, unless PerPort).
+			var spill []string
+			for _, p := range ports {
+				spill = append(spill, h.spill[p]...)
+			}
+			spill = slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(spill))), func(z string) bool { return z == e.Zone })
 			zones = append(zones, spill[:min(len(spill), MaxHints-1)]...)
 		}
 	case h.sameCluster:

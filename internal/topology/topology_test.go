@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -15,27 +17,65 @@ func ep(addr, zone, node string, ready bool) registry.Endpoint {
 	return registry.Endpoint{Addresses: []string{addr}, Zone: zone, NodeName: node, Ready: ready, Serving: ready}
 }
 
+var (
+	v4http = Port{AddressType: discoveryv1.AddressTypeIPv4, Name: "http", Protocol: corev1.ProtocolTCP}
+	v6http = Port{AddressType: discoveryv1.AddressTypeIPv6, Name: "http", Protocol: corev1.ProtocolTCP}
+	v4adm  = Port{AddressType: discoveryv1.AddressTypeIPv4, Name: "admin", Protocol: corev1.ProtocolTCP}
+)
+
+// withGroups is in with its local cluster's endpoints as one group of the
+// IPv4 port http, unless it has groups of its own.
+func withGroups(in Input) Input {
+	if in.LocalGroups == nil && in.LocalCluster != "" {
+		in.LocalGroups = []Group{{Ports: []Port{v4http}, Endpoints: in.Endpoints[in.LocalCluster]}}
+	}
+	return in
+}
+
+// portsOf returns the Ports of the local group that holds e.
+func portsOf(in Input, e registry.Endpoint) []Port {
+	for _, g := range in.LocalGroups {
+		if slices.ContainsFunc(g.Endpoints, func(x registry.Endpoint) bool { return x.Addresses[0] == e.Addresses[0] }) {
+			return g.Ports
+		}
+	}
+	return nil
+}
+
 // hintsOf renders the hints of every endpoint as "zones|nodes", by address.
-func hintsOf(h Hints, eps map[string][]registry.Endpoint) map[string]string {
+func hintsOf(h Hints, in Input) map[string]string {
 	out := map[string]string{}
-	for c, list := range eps {
+	for c, list := range in.Endpoints {
 		for _, e := range list {
-			hh := h.For(c, e)
-			if hh == nil {
-				out[e.Addresses[0]] = "-"
+			var ports []Port
+			if c == in.LocalCluster {
+				ports = portsOf(in, e)
+			}
+			if !h.PerPort(c, ports) {
+				out[e.Addresses[0]] = render(h.For(c, ports, e))
 				continue
 			}
-			var z, n []string
-			for _, f := range hh.ForZones {
-				z = append(z, f.Name)
+			for _, p := range ports {
+				out[e.Addresses[0]+" "+p.Name] = render(h.For(c, []Port{p}, e))
 			}
-			for _, f := range hh.ForNodes {
-				n = append(n, f.Name)
-			}
-			out[e.Addresses[0]] = strings.Join(z, ",") + "|" + strings.Join(n, ",")
 		}
 	}
 	return out
+}
+
+// render renders hints as "zones|nodes", "-" for none.
+func render(hh *discoveryv1.EndpointHints) string {
+	if hh == nil {
+		return "-"
+	}
+	var z, n []string
+	for _, f := range hh.ForZones {
+		z = append(z, f.Name)
+	}
+	for _, f := range hh.ForNodes {
+		n = append(n, f.Name)
+	}
+	return strings.Join(z, ",") + "|" + strings.Join(n, ",")
 }
 
 func TestPlan(t *testing.T) {
@@ -48,6 +88,10 @@ func TestPlan(t *testing.T) {
 	c2aDown := map[string][]registry.Endpoint{
 		"c1": eps["c1"],
 		"c2": {ep("10.2.0.1", "a", "c2-n0", false), ep("10.2.0.2", "b", "c2-n1", true)},
+	}
+	dual := map[string][]registry.Endpoint{
+		"c1": {ep("10.1.0.1", "a", "n1", true)},
+		"c2": {ep("10.2.0.1", "a", "c2-n0", true), ep("10.2.0.2", "b", "c2-n1", true), ep("fd00::2:1", "a", "c2-n0", false), ep("fd00::2:2", "b", "c2-n1", true)},
 	}
 	noZone := map[string][]registry.Endpoint{
 		"c1": {ep("10.1.0.1", "", "n1", true), ep("10.1.0.2", "", "n1", false)},
@@ -104,6 +148,35 @@ func TestPlan(t *testing.T) {
 		want:       map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a|", "10.2.0.2": "a,b,c|"},
 		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "to this cluster's endpoints while any is ready, then to endpoints in the client's zone",
 	}, {
+		// kube-proxy picks per IP family: zone a has a ready IPv4
+		// endpoint here but no IPv6 one, so for IPv6 it spills to b's.
+		name: "same cluster and zone: a zone spills per IP family",
+		in: Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"},
+			Endpoints: dual, LocalGroups: []Group{
+				{Ports: []Port{v4http}, Endpoints: dual["c2"][:2]},
+				{Ports: []Port{v6http}, Endpoints: dual["c2"][2:]},
+			}},
+		want:       map[string]string{"10.1.0.1": el + "|", "10.2.0.1": "a|", "10.2.0.2": "b|", "fd00::2:1": "a|", "fd00::2:2": "a,b|"},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue,
+	}, {
+		// and per port: a rollout adds admin, which only b's endpoint
+		// serves so far; it serves zone a for admin alone, in slices of
+		// their own (PerPort).
+		name: "same cluster and zone: a zone spills per port",
+		in: Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"},
+			Endpoints: eps, LocalGroups: []Group{
+				{Ports: []Port{v4http}, Endpoints: eps["c2"][:1]},
+				{Ports: []Port{v4http, v4adm}, Endpoints: eps["c2"][1:]},
+			}},
+		want: map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a|", "10.2.0.2 http": "b|", "10.2.0.2 admin": "a,b|",
+			"10.3.0.1": el + "|", "10.3.0.2": el + "|"},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue,
+	}, {
+		name:       "PreferSameCluster with some nodes without a zone: hints written, and said",
+		in:         Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, NodesWithoutZone: true, Endpoints: eps},
+		want:       map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a,b|", "10.2.0.2": "a,b|", "10.3.0.1": el + "|", "10.3.0.2": el + "|"},
+		wantReason: ReasonNodesWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "clients on them are served by every cluster's endpoints",
+	}, {
 		name:       "PreferSameCluster on nodes without zones: no hints",
 		in:         Input{Preference: PreferSameCluster, LocalCluster: "c2", Endpoints: eps},
 		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
@@ -127,8 +200,9 @@ func TestPlan(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := Plan(tt.in)
-			if d := cmp.Diff(tt.want, hintsOf(h, tt.in.Endpoints)); d != "" {
+			in := withGroups(tt.in)
+			h := Plan(in)
+			if d := cmp.Diff(tt.want, hintsOf(h, in)); d != "" {
 				t.Errorf("hints (-want +got):\n%s", d)
 			}
 			c := h.Condition
@@ -163,11 +237,16 @@ func TestEveryReadyEndpointHinted(t *testing.T) {
 			{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a"}, Endpoints: eps},
 			{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, Endpoints: eps},
 		} {
+			in = withGroups(in)
 			h := Plan(in)
 			hinted, unhinted := 0, 0
 			for c, list := range eps {
 				for _, e := range list {
-					if hh := h.For(c, e); hh != nil {
+					var ports []Port
+					if c == in.LocalCluster {
+						ports = portsOf(in, e)
+					}
+					if hh := h.For(c, ports, e); hh != nil {
 						for _, z := range hh.ForZones {
 							if z.Name == "" {
 								t.Errorf("%+v: an empty zone hint for %v", in, e)
@@ -182,7 +261,7 @@ func TestEveryReadyEndpointHinted(t *testing.T) {
 					if !e.Ready {
 						continue
 					}
-					if hh := h.For(c, e); hh != nil && len(hh.ForZones) > 0 && hh.ForZones[0].Name != "" {
+					if hh := h.For(c, ports, e); hh != nil && len(hh.ForZones) > 0 && hh.ForZones[0].Name != "" {
 						hinted++
 					} else {
 						unhinted++
@@ -200,9 +279,9 @@ func TestEveryReadyEndpointHinted(t *testing.T) {
 func TestOwnZoneKept(t *testing.T) {
 	zones := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	eps := map[string][]registry.Endpoint{"c2": {ep("10.2.0.1", "z", "n", true)}}
-	h := Plan(Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2",
-		LocalZones: zones, Endpoints: eps}) // its zone is no node's: all eight spill to it
-	got := h.For("c2", eps["c2"][0])
+	h := Plan(withGroups(Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2",
+		LocalZones: zones, Endpoints: eps})) // its zone is no node's: all eight spill to it
+	got := h.For("c2", []Port{v4http}, eps["c2"][0])
 	var names []string
 	for _, z := range got.ForZones {
 		names = append(names, z.Name)

@@ -22,6 +22,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/controller/parallel"
+	"github.com/mcsd-io/mcsd/internal/topology"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -186,7 +187,8 @@ func setSliceOwners(s *scope, replacing bool) {
 // For each IP family of the import that the cluster has no endpoints of (or
 // no endpoints record yet), it gets one empty slice of that address type,
 // without ports, as Kubernetes' EndpointSlice controller keeps a
-// placeholder.
+// placeholder. Endpoints whose hints differ by port (topology.Hints.PerPort)
+// get a set of slices for each port.
 func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints) []*discoveryv1.EndpointSlice {
 	importPorts := s.res.Spec.Ports
 	headless := s.res.Spec.Type == mcsv1beta1.Headless
@@ -211,16 +213,26 @@ func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints) []*di
 			continue
 		}
 		has[g.AddressType] = has[g.AddressType] || len(g.Endpoints) > 0
-		id := string(g.AddressType) + "|" + portsID(ports)
-		st := sets[id]
-		if st == nil {
-			st = &set{addressType: g.AddressType, ports: ports}
-			sets[id] = st
+		parts := [][]discoveryv1.EndpointPort{ports}
+		if s.hints.PerPort(cluster, hintPorts(g.AddressType, ports)) {
+			parts = parts[:0]
+			for _, p := range ports {
+				parts = append(parts, []discoveryv1.EndpointPort{p})
+			}
 		}
-		for _, e := range g.Endpoints {
-			ep := sliceEndpoint(e, cluster == s.localCluster)
-			ep.Hints = s.hints.For(cluster, e)
-			st.endpoints = append(st.endpoints, ep)
+		for _, ports := range parts {
+			id := string(g.AddressType) + "|" + portsID(ports)
+			st := sets[id]
+			if st == nil {
+				st = &set{addressType: g.AddressType, ports: ports}
+				sets[id] = st
+			}
+			hinted := hintPorts(g.AddressType, ports)
+			for _, e := range g.Endpoints {
+				ep := sliceEndpoint(e, cluster == s.localCluster)
+				ep.Hints = s.hints.For(cluster, hinted, e)
+				st.endpoints = append(st.endpoints, ep)
+			}
 		}
 	}
 	var out []*discoveryv1.EndpointSlice
@@ -310,6 +322,16 @@ func slicePorts(groupPorts []registry.EndpointPort, served []string, importPorts
 			Port:        ptr.To(gp.Port),
 			AppProtocol: cloneString(gp.AppProtocol),
 		})
+	}
+	return out
+}
+
+// hintPorts are the topology.Ports under which kube-proxy finds the
+// endpoints of a slice of address type at with ports.
+func hintPorts(at discoveryv1.AddressType, ports []discoveryv1.EndpointPort) []topology.Port {
+	out := make([]topology.Port, len(ports))
+	for i, p := range ports {
+		out[i] = topology.Port{AddressType: at, Name: ptr.Deref(p.Name, ""), Protocol: ptr.Deref(p.Protocol, corev1.ProtocolTCP)}
 	}
 	return out
 }

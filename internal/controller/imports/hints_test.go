@@ -1,6 +1,8 @@
 package imports
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -37,6 +39,31 @@ func zoneHints(byCluster map[string][]discoveryv1.EndpointSlice) map[string][]st
 					}
 				}
 				out[ep.Addresses[0]] = zones
+			}
+		}
+	}
+	return out
+}
+
+// portZoneHints renders the zone hints of every endpoint of the import's
+// slices, by address and the slice's port names.
+func portZoneHints(byCluster map[string][]discoveryv1.EndpointSlice) map[string][]string {
+	out := map[string][]string{}
+	for _, ss := range byCluster {
+		for _, s := range ss {
+			var names []string
+			for _, p := range s.Ports {
+				names = append(names, ptr.Deref(p.Name, ""))
+			}
+			slices.Sort(names)
+			for _, ep := range s.Endpoints {
+				var zones []string
+				if ep.Hints != nil {
+					for _, z := range ep.Hints.ForZones {
+						zones = append(zones, z.Name)
+					}
+				}
+				out[ep.Addresses[0]+" "+strings.Join(names, ",")] = zones
 			}
 		}
 	}
@@ -122,13 +149,68 @@ func TestZoneBook(t *testing.T) {
 		{"n3", "b", false, true},
 		{"n1", "", true, false}, // n2 still in a
 		{"n2", "", true, true},
+		{"n4", "", false, true},  // a node without a zone
+		{"n5", "", false, false}, // another
+		{"n4", "", true, false},  // n5 still has none
+		{"n5", "b", false, true}, // labelled: every node has a zone again
 	} {
 		if got := b.set(step.node, step.zone, step.deleted); got != step.changed {
 			t.Errorf("%+v: changed %v", step, got)
 		}
 	}
-	if zones, ok := b.zones(); !ok || len(zones) != 1 || zones[0] != "b" {
-		t.Errorf("zones %v %v, want [b]", zones, ok)
+	if zones, ok := b.zones(); !ok || !zones.equal(nodeZones{zones: []string{"b"}}) {
+		t.Errorf("zones %+v %v, want [b], every node labelled", zones, ok)
+	}
+}
+
+// TestSpillPerPort: with the same-cluster and same-zone preferences, a zone
+// spills per port of the import, as kube-proxy picks per port: during a
+// rollout that adds a port, this cluster's zone-a endpoint does not serve
+// it yet, so its zone-b endpoint also serves zone a for that port, and
+// only for it (a slice for each port), so that a client in zone a stays in
+// this cluster for the new port and in its zone for the old one. A node
+// without a zone is said in the condition.
+func TestSpillPerPort(t *testing.T) {
+	e := newEnv(t, namespace(testNS), node("n1", "a"), node("n2", "b"))
+	eps := []registry.Endpoints{
+		endpoints("east",
+			group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, zoned("10.1.0.1", "a", "n1")),
+			group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080), epPort("admin", 9090)}, zoned("10.1.0.2", "b", "n2"))),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080), epPort("admin", 9090)},
+			zoned("10.2.0.1", "a", "w1"), zoned("10.2.0.2", "b", "w2"))),
+	}
+	var exports []registry.Export
+	for _, c := range []string{"east", "west"} {
+		x := export(c, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("admin", corev1.ProtocolTCP, 81))
+		x.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+		x.Spec.ExportedAnnotations = map[string]string{topology.AnnotationPreference: topology.PreferSameCluster}
+		exports = append(exports, x)
+	}
+	e.publish(exports, eps...)
+	e.reconcile("web")
+	want := map[string][]string{
+		"10.1.0.1 http":       {"a"},
+		"10.1.0.2 http":       {"b"},      // zone a has a ready endpoint of http
+		"10.1.0.2 admin":      {"a", "b"}, // but none of admin
+		"10.2.0.1 admin,http": {topology.Elsewhere}, "10.2.0.2 admin,http": {topology.Elsewhere},
+	}
+	if d := cmp.Diff(want, portZoneHints(e.slices("web"))); d != "" {
+		t.Errorf("hints (-want +got):\n%s", d)
+	}
+	wantCondition(t, e.serviceImport("web"), topology.ConditionHints, metav1.ConditionTrue, topology.ReasonHinted)
+	e.steady("web")
+
+	// A node without a zone: its clients are served by every cluster.
+	if err := e.api.Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile("web")
+	c := wantCondition(t, e.serviceImport("web"), topology.ConditionHints, metav1.ConditionFalse, topology.ReasonNodesWithoutZone)
+	if c != nil && !strings.Contains(c.Message, "hints are written for the other nodes") {
+		t.Errorf("condition message %q", c.Message)
+	}
+	if d := cmp.Diff(want, portZoneHints(e.slices("web"))); d != "" {
+		t.Errorf("hints with a node without a zone (-want +got):\n%s", d)
 	}
 }
 

@@ -242,6 +242,27 @@ func TestLocality(t *testing.T) {
 		}
 		switchTo(t, "same cluster and zone: c2's zone-a pod", ns, pod, url, 20, func(k string) bool { return k == "c2/zone-a" })
 	})
+
+	// kube-proxy picks per port: while a port rolls out, a zone whose pods
+	// do not serve it yet is served by this cluster's pods that do.
+	t.Run("a port rolling out: c2's pod that serves it, from any zone", func(t *testing.T) {
+		for _, id := range localityClusters {
+			setService(t, id, ns, func(s *corev1.Service) {
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "admin", Port: 81, TargetPort: intstr.FromString("admin")})
+			})
+			// Only zone-b's pods name the port.
+			fw.Patch(t, env.Client(t, id), &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-" + env.TB.Cluster(id).Zone(1)}},
+				func(d *appsv1.Deployment) {
+					c := &d.Spec.Template.Spec.Containers[0]
+					c.Ports = append(c.Ports, corev1.ContainerPort{Name: "admin", ContainerPort: 8080})
+				})
+		}
+		admin := "http://web." + ns + ".svc.clusterset.local:81/hostname"
+		switchTo(t, "admin: c2's zone-b pod, the one of c2 that serves it", ns, pod, admin, 20, func(k string) bool { return k == "c2/zone-b" })
+		if got := tally(t, ns, pod, url, 20); !only(got, func(k string) bool { return k == "c2/zone-a" }) {
+			t.Errorf("replies on port 80 %v: want c2's zone-a pod alone", got)
+		}
+	})
 }
 
 func setService(t *testing.T, id, ns string, change func(*corev1.Service)) {
