@@ -721,6 +721,34 @@ func TestDeletingServiceWithdraws(t *testing.T) {
 	}
 }
 
+// TestConflictKeptUntilWithdrawn: while the registry refuses the
+// withdrawal, this cluster's record is still there, in conflict, and the
+// condition says so; it goes with the record.
+func TestConflictKeptUntilWithdrawn(t *testing.T) {
+	svc := newService()
+	e := newEnv(t, newServiceExport(), svc)
+	e.mustReconcile()
+	e.syncView(registry.Export{Cluster: otherID, Service: webKey, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}, Order: otherOrd})
+	e.mustReconcile()
+	before := conditions.Get(e.serviceExport().Status.Conditions, confType)
+	if before == nil || before.Status != metav1.ConditionTrue {
+		t.Fatalf("Conflict %+v, want True", before)
+	}
+	if err := e.c.Delete(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	e.reg.setErr(errors.New("registry down"))
+	if err := e.reconcile(); err == nil {
+		t.Fatal("Reconcile succeeded with a failing registry")
+	}
+	assertCondition(t, e.serviceExport(), confType, metav1.ConditionTrue, before.Reason)
+	e.reg.setErr(nil)
+	e.mustReconcile()
+	if c := conditions.Get(e.serviceExport().Status.Conditions, confType); c != nil {
+		t.Errorf("Conflict kept after withdrawal: %+v", c)
+	}
+}
+
 func TestRegistryFailure(t *testing.T) {
 	e := newEnv(t, newServiceExport(), newService())
 	e.reg.setErr(errors.New("etcd unavailable"))

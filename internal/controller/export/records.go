@@ -17,20 +17,25 @@ import (
 
 // withdraw removes this cluster's records of a Service that cannot be
 // exported. The Ready condition validate set stands unless the registry
-// fails; Conflict no longer applies and is removed.
+// fails; once the records are gone, Conflict no longer applies and is
+// removed (while they stay, the other clusters still see the conflict).
 func (r *Reconciler) withdraw(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
+	if !r.withdrawn(key) {
+		if err := r.Registry.DeleteExport(ctx, key); err != nil {
+			return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
+		}
+		ctrl.LoggerFrom(ctx).Info("Withdrew export")
+	}
+	r.removeConflict(se)
+	r.registrySucceeded(se)
+	return nil
+}
+
+// removeConflict removes the Conflict condition of an export whose records
+// are withdrawn.
+func (r *Reconciler) removeConflict(se *mcsv1beta1.ServiceExport) {
 	conditions.Remove(&se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
 	r.actConflict(se, "")
-	if r.withdrawn(key) {
-		r.registrySucceeded(se)
-		return nil
-	}
-	if err := r.Registry.DeleteExport(ctx, key); err != nil {
-		return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
-	}
-	r.registrySucceeded(se)
-	ctrl.LoggerFrom(ctx).Info("Withdrew export")
-	return nil
 }
 
 // publish writes this cluster's export and endpoints of the Service, as
@@ -102,20 +107,18 @@ func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, k
 	msg := fmt.Sprintf("not exported: every cluster would refuse this cluster's records (%v); limits: %d endpoints, %d bytes per record",
 		err, registry.MaxEndpoints, registry.MaxRecordBytes)
 	ctrl.LoggerFrom(ctx).Info("Export refused, withdrawing it", "reason", reason, "detail", err.Error())
-	conditions.Remove(&se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
-	r.actConflict(se, "")
 	if r.actFailure(se, msg) {
 		r.warn(se, EventReasonRefused, msg)
 	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, reason, msg)
-	if r.withdrawn(key) {
-		return errRefused
+	if !r.withdrawn(key) {
+		if err := r.Registry.DeleteExport(ctx, key); err != nil {
+			err = fmt.Errorf("withdraw refused export: %w", err)
+			ctrl.LoggerFrom(ctx).Error(err, "Withdrawing a refused export failed")
+			return err
+		}
 	}
-	if err := r.Registry.DeleteExport(ctx, key); err != nil {
-		err = fmt.Errorf("withdraw refused export: %w", err)
-		ctrl.LoggerFrom(ctx).Error(err, "Withdrawing a refused export failed")
-		return err
-	}
+	r.removeConflict(se)
 	return errRefused
 }
 
