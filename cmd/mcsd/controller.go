@@ -67,12 +67,12 @@ Try it out with an embedded single-node etcd: mcsd registry --data-dir /tmp/mcsd
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of this cluster (default: in-cluster config, then $KUBECONFIG and ~/.kube/config)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of this cluster (default: $KUBECONFIG, then ~/.kube/config, then the in-cluster config)")
 	fl.StringVar(&f.kubeContext, "context", "", "kubeconfig context to use")
 	fl.Float32Var(&f.qps, "kube-api-qps", 50, "queries per second to this cluster's API server")
 	fl.IntVar(&f.burst, "kube-api-burst", 100, "burst of queries to this cluster's API server")
 	f.registry.bind(cmd)
-	fl.DurationVar(&f.registry.ttl, "lease-ttl", 30*time.Second, "how long this cluster's records outlive it in the registry if it stops")
+	fl.DurationVar(&f.registry.ttl, "lease-ttl", 0, "how long this cluster's records outlive it in the registry if it stops (0: the backend's default, etcd 30s, Cloud Map 60s)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader so that only one replica runs (for Deployments with several replicas)")
 	fl.StringVar(&f.leaderNS, "leader-election-namespace", "", "namespace of the leader lease (default: $POD_NAMESPACE or mcsd-system)")
 	fl.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables)")

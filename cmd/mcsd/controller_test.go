@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 )
 
 // What controller-runtime logs through its package logger reaches the
@@ -39,5 +44,19 @@ func TestRegistrySettingsCheckedAtStart(t *testing.T) {
 				t.Errorf("mcsd %s: %v, want an error saying %q\n%s", strings.Join(tc.args, " "), err, tc.want, out)
 			}
 		})
+	}
+}
+
+// Without --lease-ttl each backend keeps its own TTL (etcd 30s, Cloud Map
+// 60s, whose heartbeat every TTL/3 its idle cost counts on): the flag's
+// default is zero, which backends.Settings reads as the backend's default.
+func TestLeaseTTLDefaultIsTheBackends(t *testing.T) {
+	fl := newControllerCommand().Flags().Lookup("lease-ttl")
+	if fl == nil || fl.DefValue != "0s" {
+		t.Fatalf("--lease-ttl default %v, want 0s (the backend's)", fl)
+	}
+	secs := func(d time.Duration) string { return fmt.Sprintf("%gs", d.Seconds()) }
+	if !strings.Contains(fl.Usage, "etcd "+secs(etcd.DefaultTTL)) || !strings.Contains(fl.Usage, "Cloud Map "+secs(cloudmap.DefaultTTL)) {
+		t.Errorf("--lease-ttl help %q does not give the backends' defaults %s and %s", fl.Usage, etcd.DefaultTTL, cloudmap.DefaultTTL)
 	}
 }

@@ -225,6 +225,24 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
+// The chart passes --lease-ttl only when registry.leaseTTL is set: mcsd's
+// backends then keep their own defaults (etcd 30s, Cloud Map 60s).
+func TestHelmLeaseTTL(t *testing.T) {
+	for _, c := range []struct {
+		values []string
+		want   []string
+	}{
+		{helmCloudMap, nil},
+		{append(slices.Clone(helmEtcd), "--set", "registry.leaseTTL=45s"), []string{"--lease-ttl=45s"}},
+	} {
+		args := only[appsv1.Deployment](t, helmTemplate(t, c.values...)).Spec.Template.Spec.Containers[0].Args
+		got := slices.DeleteFunc(slices.Clone(args), func(a string) bool { return !strings.HasPrefix(a, "--lease-ttl") })
+		if !slices.Equal(got, c.want) {
+			t.Errorf("values %v: lease TTL args %v, want %v", c.values, got, c.want)
+		}
+	}
+}
+
 // The chart installs what the kustomize overlays install: the same CRDs,
 // RBAC rules, registry settings and Deployment.
 func TestHelmChartMatchesKustomize(t *testing.T) {
@@ -297,8 +315,6 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 			kd := only[appsv1.Deployment](t, k)
 			kp, hp := kd.Spec.Template.Spec, hd.Spec.Template.Spec
 			kc, hc := kp.Containers[0], hp.Containers[0]
-			// The chart also passes --lease-ttl, at mcsd's default.
-			hc.Args = slices.DeleteFunc(hc.Args, func(a string) bool { return a == "--lease-ttl=30s" })
 			for what, pair := range map[string][2]any{
 				"args":                  {kc.Args, hc.Args},
 				"env":                   {kc.Env, hc.Env},
