@@ -390,12 +390,12 @@ func clearRejection(m map[registry.ServiceKey]map[string]rejections, kind regist
 func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registry.Rejection) {
 	changed := map[registry.ServiceKey]bool{}
 	for _, id := range u.DeletedExports {
-		if remove(v.exports, id) || clearRejection(v.rejected, registry.KindExport, id) {
+		if deleteRecord(v, v.exports, registry.KindExport, id) {
 			changed[id.Service] = true
 		}
 	}
 	for _, id := range u.DeletedEndpoints {
-		if remove(v.endpoints, id) || clearRejection(v.rejected, registry.KindEndpoints, id) {
+		if deleteRecord(v, v.endpoints, registry.KindEndpoints, id) {
 			changed[id.Service] = true
 		}
 	}
@@ -427,14 +427,32 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registr
 
 // accept takes in rec, the record id of kind, kept in m: it ends any
 // rejection of the record and puts rec into m unless m holds an equal
-// record. It reports whether either changed the View. v.mu is held.
+// record. It reports whether either changed what the View shows: a record
+// of a cluster whose other record of the Service is refused is kept, not
+// shown (hidden), until that refusal ends. v.mu is held.
 func accept[T any](v *View, m map[registry.ServiceKey]map[string]T, kind registry.RecordKind, id registry.RecordID, rec T, equal func(a, b T) bool) bool {
-	changed := clearRejection(v.rejected, kind, id)
+	cleared := clearRejection(v.rejected, kind, id)
 	if old, ok := m[id.Service][id.Cluster]; !ok || !equal(old, rec) {
 		put(m, id.Service, id.Cluster, rec)
-		changed = true
+		return cleared || !v.hidden(id)
 	}
-	return changed
+	return cleared
+}
+
+// deleteRecord removes the record id of kind, kept in m, and ends its
+// rejection. It reports whether that changed what the View shows. v.mu is
+// held.
+func deleteRecord[T any](v *View, m map[registry.ServiceKey]map[string]T, kind registry.RecordKind, id registry.RecordID) bool {
+	hidden := v.hidden(id)
+	removed := remove(m, id)
+	return clearRejection(v.rejected, kind, id) || (removed && !hidden)
+}
+
+// hidden reports whether the records of id's cluster and Service are kept
+// but not shown: one of them is refused. v.mu is held.
+func (v *View) hidden(id registry.RecordID) bool {
+	_, refused := v.rejected[id.Service][id.Cluster]
+	return refused
 }
 
 // notify tells every subscriber of c.

@@ -120,6 +120,41 @@ func TestFirstReadNotified(t *testing.T) {
 	}
 }
 
+// TestHiddenChangesNotAnnounced: while a cluster's export of a Service is
+// refused, its other records of it are kept but not shown, so their
+// changes are not announced (each would cost every controller a reconcile
+// that finds nothing new); the refusal's end is, and shows the latest.
+func TestHiddenChangesNotAnnounced(t *testing.T) {
+	key := registry.ServiceKey{Namespace: "shop", Name: "web"}
+	eps := func(addr string) registry.Endpoints {
+		return registry.Endpoints{Cluster: "evil", Service: key, Groups: []registry.EndpointGroup{{
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []registry.Endpoint{{Addresses: []string{addr}, Ready: true}},
+		}}}
+	}
+	v := NewView()
+	var changed int
+	v.Subscribe(func(c Change) {
+		if !c.Reachability {
+			changed++
+		}
+	})
+	v.OnUpdate(registry.Update{Full: true, Endpoints: []registry.Endpoints{eps("10.0.0.1")}, Rejected: []registry.Rejection{{
+		Kind: registry.KindExport, Record: registry.RecordID{Cluster: "evil", Service: key}, Reason: registry.RejectUnreadable, Message: "bad json",
+	}}})
+	changed = 0
+	v.OnUpdate(registry.Update{Endpoints: []registry.Endpoints{eps("10.0.0.2")}})
+	v.OnUpdate(registry.Update{DeletedEndpoints: []registry.RecordID{{Cluster: "evil", Service: key}}})
+	v.OnUpdate(registry.Update{Endpoints: []registry.Endpoints{eps("10.0.0.3")}})
+	if changed != 0 || len(v.Endpoints(key)) != 0 {
+		t.Errorf("hidden records changed: %d changes announced (want 0), endpoints shown %v", changed, v.Endpoints(key))
+	}
+	v.OnUpdate(registry.Update{Exports: []registry.Export{{Cluster: "evil", Service: key, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}}})
+	if got := v.Endpoints(key)["evil"]; changed != 1 || len(got.Groups) != 1 || got.Groups[0].Endpoints[0].Addresses[0] != "10.0.0.3" {
+		t.Errorf("refusal ended: %d changes (want 1), endpoints %+v (want 10.0.0.3)", changed, got)
+	}
+}
+
 // TestRejected: a cluster with a refused record of a Service (refused by the
 // backend, or by the View's own checks) counts for nothing in that Service,
 // while the other clusters' records of it keep counting; the refusal is
