@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -142,5 +144,46 @@ func TestLeaseHeldUntilTheControllersStop(t *testing.T) {
 	}
 	if h := ls.holder(); h != "" {
 		t.Errorf("lease still held by %q after the stop", h)
+	}
+}
+
+// TestIdentityChangeIsNoLossOfLeadership: controllers that stop by
+// themselves (the cluster's identity changed) release the lease without
+// saying that leadership was lost.
+func TestIdentityChangeIsNoLossOfLeadership(t *testing.T) {
+	ls := &leaseServer{}
+	srv := httptest.NewServer(ls)
+	defer srv.Close()
+	opts := Options{
+		RESTConfig:     &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}},
+		LeaderElection: true,
+		OpenRegistry: func(context.Context, registry.Identity) (registry.Registry, error) {
+			return nil, errIdentityChanged
+		},
+	}
+	if err := opts.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var logged []string
+	log := funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, args)
+	}, funcr.Options{})
+	ctx := logr.NewContext(t.Context(), log)
+	err := runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, &health{})
+	if !errors.Is(err, errIdentityChanged) {
+		t.Errorf("runWithLeadership = %v, want errIdentityChanged", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range logged {
+		if strings.Contains(l, "leadership lost") {
+			t.Errorf("logged %s on an identity change", l)
+		}
+	}
+	if h := ls.holder(); h != "" {
+		t.Errorf("lease still held by %q", h)
 	}
 }

@@ -242,6 +242,10 @@ func runWithLeadership(ctx context.Context, opts Options, api apiClients, id reg
 	defer stopElector()
 	var (
 		leading atomic.Bool
+		// ended: the controllers returned by themselves (an identity
+		// change, an error) while leading; the elector then stops, and
+		// that is no loss of leadership.
+		ended   atomic.Bool
 		stopped = make(chan struct{})
 		runErr  error // written before stopped is closed
 	)
@@ -275,9 +279,10 @@ func runWithLeadership(ctx context.Context, opts Options, api apiClients, id reg
 				defer cancel()
 				defer context.AfterFunc(leadCtx, cancel)()
 				runErr = runControllers(runCtx, opts, api, id, h)
+				ended.Store(leadCtx.Err() == nil)
 			},
 			OnStoppedLeading: func() {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !ended.Load() {
 					log.Info("leadership lost")
 				}
 			},
