@@ -59,8 +59,6 @@ type App struct {
 	Containers []corev1.Container
 	// IPFamilyPolicy of the Service; default the API server's (SingleStack).
 	IPFamilyPolicy corev1.IPFamilyPolicy
-	// IPFamilies of the Service; default the API server's.
-	IPFamilies []corev1.IPFamily
 }
 
 // Deploy creates the app's workload and Service in a cluster.
@@ -111,7 +109,6 @@ func Deploy(t testing.TB, cl client.Client, app App) {
 	if app.IPFamilyPolicy != "" {
 		svc.Spec.IPFamilyPolicy = &app.IPFamilyPolicy
 	}
-	svc.Spec.IPFamilies = app.IPFamilies
 	if app.Headless {
 		svc.Spec.ClusterIP = corev1.ClusterIPNone
 	}

@@ -812,47 +812,6 @@ func TestFamilyChangeRecreatesService(t *testing.T) {
 	e.steady("web")
 }
 
-// TestFamilyChangeKeepsIPsUntilReplaced: while the derived Service is
-// replaced for another primary family, the ServiceImport keeps the old
-// one's IPs (which still route) until the new one has its own, so that DNS
-// never answers with none.
-func TestFamilyChangeKeepsIPsUntilReplaced(t *testing.T) {
-	e := built(t)
-	var written [][]string
-	e.createHook = func(o client.Object) error {
-		if svc, ok := o.(*corev1.Service); ok { // allocated at once, as the API server does
-			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "fd00::10", []string{"fd00::10"}
-		}
-		return nil
-	}
-	e.updateHook = func(o client.Object) error {
-		if si, ok := o.(*mcsv1beta1.ServiceImport); ok {
-			written = append(written, si.Spec.IPs)
-		}
-		return nil
-	}
-	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80)),
-		export("west", registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80))})
-	e.reconcile("web")
-	e.reconcile("web")
-	if len(written) == 0 {
-		t.Fatal("the ServiceImport was not updated")
-	}
-	for i, ips := range written {
-		if len(ips) == 0 {
-			t.Errorf("update %d of the ServiceImport had no IPs (all: %v)", i, written)
-		}
-	}
-	si := e.serviceImport("web")
-	if d := cmp.Diff([]string{"fd00::10"}, si.Spec.IPs); d != "" {
-		t.Errorf("ips (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff(v6, si.Spec.IPFamilies); d != "" {
-		t.Errorf("families (-want +got):\n%s", d)
-	}
-	e.steady("web")
-}
-
 func TestRepairsHandEdits(t *testing.T) {
 	e := built(t)
 	before := e.slices("web")

@@ -102,15 +102,8 @@ func desiredImport(s *scope) *mcsv1beta1.ServiceImport {
 	s.retiring.annotate(annotations)
 	if spec.Type == mcsv1beta1.ClusterSetIP {
 		annotations[wellknown.AnnotationDerivedService] = s.derivedName
-		if s.svc != nil {
-			if !needsRecreate(s.svc, spec.IPFamilies) {
-				spec.IPFamilies, spec.IPs = importIPs(s.svc, spec.IPFamilies)
-			} else if families, ips := importIPs(s.svc, nil); len(ips) > 0 {
-				// Replaced for another primary family: until the new
-				// Service has its IPs, the old one's still route, and DNS
-				// keeps answering with them rather than with none.
-				spec.IPFamilies, spec.IPs = families, ips
-			}
+		if s.svc != nil && !needsRecreate(s.svc, spec.IPFamilies) {
+			spec.IPFamilies, spec.IPs = importIPs(s.svc, spec.IPFamilies)
 		}
 	}
 	return &mcsv1beta1.ServiceImport{

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -37,7 +36,7 @@ func TestGatewayResolvesServiceImport(t *testing.T) {
 	want := append(waitPods(t, c1, ns, "web", 2), waitPods(t, c2, ns, "web", 1)...)
 	slices.Sort(want)
 	// Watched from before the export: the import appears whole.
-	first := map[string]*importVersions{}
+	first := map[string]*firstImport{}
 	for _, id := range env.ClusterIDs() {
 		first[id] = watchFirstImport(t, id, ns, "web")
 	}
@@ -85,41 +84,22 @@ func TestGatewayResolvesServiceImport(t *testing.T) {
 	}
 }
 
-// importVersions are the versions of a ServiceImport that a watch saw.
-type importVersions struct {
-	mu  sync.Mutex
-	all []*mcsv1beta1.ServiceImport
+// firstImport is the first version of a ServiceImport that a watch saw.
+type firstImport struct {
+	mu sync.Mutex
+	si *mcsv1beta1.ServiceImport
 }
 
-// get returns the first version, nil before any.
-func (f *importVersions) get() *mcsv1beta1.ServiceImport {
+func (f *firstImport) get() *mcsv1beta1.ServiceImport {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.all) == 0 {
-		return nil
-	}
-	return f.all[0]
-}
-
-// versions returns every version seen so far.
-func (f *importVersions) versions() []*mcsv1beta1.ServiceImport {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.all)
+	return f.si
 }
 
 // watchFirstImport watches ServiceImport ns/name in cluster id until the
-// test ends; its first version is the first one it sees. The ServiceImport
-// must not exist yet.
-func watchFirstImport(t *testing.T, id, ns, name string) *importVersions {
-	t.Helper()
-	return watchImport(t, id, ns, name)
-}
-
-// watchImport watches ServiceImport ns/name in cluster id until the test
-// ends, and keeps every version it sees (the current one first, when it
-// exists).
-func watchImport(t *testing.T, id, ns, name string) *importVersions {
+// test ends and keeps the first version it sees. The ServiceImport must not
+// exist yet.
+func watchFirstImport(t *testing.T, id, ns, name string) *firstImport {
 	t.Helper()
 	cl, err := client.NewWithWatch(env.TB.Cluster(id).Config, client.Options{Scheme: manager.Scheme})
 	if err != nil {
@@ -132,7 +112,7 @@ func watchImport(t *testing.T, id, ns, name string) *importVersions {
 		cancel()
 		t.Fatalf("watch ServiceImports in %s: %v", id, err)
 	}
-	f := &importVersions{}
+	f := &firstImport{}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -142,7 +122,9 @@ func watchImport(t *testing.T, id, ns, name string) *importVersions {
 				continue
 			}
 			f.mu.Lock()
-			f.all = append(f.all, si)
+			if f.si == nil {
+				f.si = si
+			}
 			f.mu.Unlock()
 		}
 	}()
@@ -217,55 +199,6 @@ func TestEmptySlicePerFamily(t *testing.T) {
 	inEveryCluster(t, "import and its slices, empty ones included, deleted", func(id string, cl client.Client) (bool, string) {
 		return importGone(t, cl, ns, "web")
 	})
-}
-
-// TestPrimaryFamilyReplaced: the import's primary IP family changes (the
-// oldest export, IPv4, goes; the one left is IPv6), so every cluster
-// replaces its derived Service. The ServiceImport, watched throughout in
-// every cluster, never loses its IPs: it has the old Service's until the
-// new one's, so DNS never answers with none.
-func TestPrimaryFamilyReplaced(t *testing.T) {
-	ns, c1 := setUpTest(t, "family-replaced")
-	single := corev1.IPFamilyPolicySingleStack
-	exportFirst(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: single})
-	deployExported(t, env.Client(t, "c2"), fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: single,
-		IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol}})
-	import1 := func(family corev1.IPFamily, clusters int) func(string, client.Client) (bool, string) {
-		return func(_ string, cl client.Client) (bool, string) {
-			si := fw.GetImport(t, cl, ns, "web")
-			if si == nil || !slices.Equal(si.Spec.IPFamilies, []corev1.IPFamily{family}) || len(si.Spec.IPs) != 1 ||
-				familyOfIP(si.Spec.IPs[0]) != family || len(si.Status.Clusters) != clusters {
-				return false, fmt.Sprintf("ServiceImport %v", si)
-			}
-			return true, ""
-		}
-	}
-	inEveryCluster(t, "an IPv4 import of c1 and c2", import1(corev1.IPv4Protocol, 2))
-	watched := map[string]*importVersions{}
-	for _, id := range env.ClusterIDs() {
-		watched[id] = watchImport(t, id, ns, "web")
-	}
-	fw.Unexport(t, c1, ns, "web")
-	inEveryCluster(t, "an IPv6 import of c2", import1(corev1.IPv6Protocol, 1))
-	for id, w := range watched {
-		for _, si := range w.versions() {
-			if len(si.Spec.IPs) == 0 {
-				t.Errorf("%s: a version of the ServiceImport had no IPs (families %v)", id, si.Spec.IPFamilies)
-			}
-		}
-	}
-	fw.Unexport(t, env.Client(t, "c2"), ns, "web")
-	inEveryCluster(t, "import gone", func(id string, cl client.Client) (bool, string) {
-		return importGone(t, cl, ns, "web")
-	})
-}
-
-// familyOfIP is the IP family of ip.
-func familyOfIP(ip string) corev1.IPFamily {
-	if strings.Contains(ip, ":") {
-		return corev1.IPv6Protocol
-	}
-	return corev1.IPv4Protocol
 }
 
 // TestSecondaryFamilyInPlace: the exported Service turns dual-stack, then
