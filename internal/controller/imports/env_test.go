@@ -72,6 +72,9 @@ type env struct {
 	createHook func(client.Object) error
 	// getHook, when set, may fail the reconciler's reads.
 	getHook func(client.Object) error
+	// stale, when set, answers the reconciler's reads of an object of its
+	// name with a copy of it, as a cache that has not caught up would.
+	stale client.Object
 	// updateHook, when set, runs before each of the reconciler's updates
 	// (another writer's write, say) and may fail it.
 	updateHook func(client.Object) error
@@ -100,6 +103,10 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 				if err := e.getHook(obj); err != nil {
 					return err
 				}
+			}
+			if e.stale != nil && reflect.TypeOf(e.stale) == reflect.TypeOf(obj) && client.ObjectKeyFromObject(e.stale) == key {
+				reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(e.stale.DeepCopyObject()).Elem())
+				return nil
 			}
 			return c.Get(ctx, key, obj, opts...)
 		},

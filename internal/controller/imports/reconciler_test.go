@@ -812,6 +812,28 @@ func TestFamilyChangeRecreatesService(t *testing.T) {
 	e.steady("web")
 }
 
+// TestStaleCacheDeletesNoNewService: a reconcile that still reads the
+// derived Service replaced for another family (its cache has not caught
+// up) must not delete the new one, of the same name: the delete is of the
+// Service as read, and refused.
+func TestStaleCacheDeletesNoNewService(t *testing.T) {
+	e := built(t)
+	old := e.service(DerivedServiceName("web"))
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80)),
+		export("west", registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	replaced := e.service(DerivedServiceName("web"))
+	if replaced == nil || replaced.UID == old.UID {
+		t.Fatalf("derived Service not replaced: %+v", replaced)
+	}
+	e.stale = old
+	_, _ = e.r.Reconcile(e.ctx, request(testNS, "web"))
+	e.stale = nil
+	if now := e.service(DerivedServiceName("web")); now == nil || now.UID != replaced.UID {
+		t.Fatalf("the new derived Service was deleted by a reconcile that read the old one: now %+v", now)
+	}
+}
+
 func TestRepairsHandEdits(t *testing.T) {
 	e := built(t)
 	before := e.slices("web")

@@ -77,6 +77,21 @@ func (r *Reconciler) readDerivedService(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// unchanged is the precondition of a delete of obj as the cache shows it:
+// a cache that has not seen the Service replaced yet must not have the new
+// one, of the same name, deleted. A delete refused (a conflict) is tried
+// again once the cache has caught up.
+func unchanged(obj client.Object) client.Preconditions {
+	var p client.Preconditions
+	if uid := obj.GetUID(); uid != "" {
+		p.UID = &uid
+	}
+	if rv := obj.GetResourceVersion(); rv != "" {
+		p.ResourceVersion = &rv
+	}
+	return p
+}
+
 // isOurService reports whether svc is the Service mcsd derived for the
 // import called name.
 func isOurService(svc *corev1.Service, name string) bool {
@@ -93,7 +108,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 			return nil
 		}
 		log.Info("Deleting derived Service: the import is headless", "service", klog.KObj(s.svc))
-		if err := r.Client.Delete(ctx, s.svc); client.IgnoreNotFound(err) != nil {
+		if err := r.Client.Delete(ctx, s.svc, unchanged(s.svc)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete derived Service: %w", err)
 		}
 		s.svc = nil
@@ -117,7 +132,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 		r.importEventf(s, corev1.EventTypeNormal, eventServiceRecreated,
 			"IP families changed from [%s] to [%s]: recreating the derived Service %s, the import's IPs change",
 			requestedFamilies(s.svc), desired.Annotations[wellknown.AnnotationIPFamilies], s.derivedName)
-		if err := r.Client.Delete(ctx, s.svc); client.IgnoreNotFound(err) != nil {
+		if err := r.Client.Delete(ctx, s.svc, unchanged(s.svc)); client.IgnoreNotFound(err) != nil {
 			s.svcErr = err
 			return fmt.Errorf("delete derived Service for recreation: %w", err)
 		}
