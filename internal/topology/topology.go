@@ -70,9 +70,6 @@ type Input struct {
 	// LocalZones are the zones of this cluster's nodes; needed only with
 	// PreferSameCluster.
 	LocalZones []string
-	// NodesWithoutZone is set when some of this cluster's nodes have no
-	// zone label; needed only with PreferSameCluster.
-	NodesWithoutZone bool
 	// Endpoints are the endpoints the import's slices hold, by cluster.
 	Endpoints map[string][]registry.Endpoint
 	// LocalGroups are this cluster's endpoints (Endpoints[LocalCluster])
@@ -193,12 +190,6 @@ func Plan(in Input) Hints {
 	h := Hints{zone: zone, node: node, sameCluster: same, local: in.LocalCluster, localZones: zones}
 	if same && zone {
 		h.spill = spillZones(in.LocalGroups, zones)
-	}
-	if same && in.NodesWithoutZone {
-		// kube-proxy on a node without a zone ignores hints: its clients
-		// get every cluster's endpoints. The hints still serve the others.
-		problem(ReasonNodesWithoutZone, fmt.Sprintf("Some of this cluster's nodes have no zone label (%s): kube-proxy there ignores hints, so clients on them are served by every cluster's endpoints; hints are written for the other nodes.",
-			corev1.LabelTopologyZone))
 	}
 	if reason != "" {
 		h.Condition = cond(metav1.ConditionFalse, reason, "%s", strings.Join(problems, " "))

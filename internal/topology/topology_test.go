@@ -172,11 +172,6 @@ func TestPlan(t *testing.T) {
 			"10.3.0.1": el + "|", "10.3.0.2": el + "|"},
 		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue,
 	}, {
-		name:       "PreferSameCluster with some nodes without a zone: hints written, and said",
-		in:         Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, NodesWithoutZone: true, Endpoints: eps},
-		want:       map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a,b|", "10.2.0.2": "a,b|", "10.3.0.1": el + "|", "10.3.0.2": el + "|"},
-		wantReason: ReasonNodesWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "clients on them are served by every cluster's endpoints",
-	}, {
 		name:       "PreferSameCluster on nodes without zones: no hints",
 		in:         Input{Preference: PreferSameCluster, LocalCluster: "c2", Endpoints: eps},
 		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},

@@ -3,7 +3,6 @@ package imports
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 
@@ -43,12 +42,12 @@ func (r *Reconciler) planHints(ctx context.Context, s *scope) error {
 			in.Endpoints[c] = append(in.Endpoints[c], g.Endpoints...)
 		}
 	}
-	if topology.NeedsLocalZones(in.Preference) {
+	if !in.Headless && topology.NeedsLocalZones(in.Preference) {
 		zones, err := r.nodeZones(ctx)
 		if err != nil {
 			return err
 		}
-		in.LocalZones, in.NodesWithoutZone = zones.zones, zones.unlabelled
+		in.LocalZones = zones
 		served := s.res.Served[s.localCluster]
 		for _, g := range s.endpoints[s.localCluster].Groups {
 			ports := hintPorts(g.AddressType, slicePorts(g.Ports, served, s.res.Spec.Ports))
@@ -61,42 +60,16 @@ func (r *Reconciler) planHints(ctx context.Context, s *scope) error {
 
 // zoneBook keeps the zone of every node of this cluster, from the Node
 // watch, so that a reconcile reads the cluster's zones without listing the
-// nodes, and only a change of the set of zones (or of whether some node
-// has none) brings the imports that name them back.
+// nodes, and only a change of the set of zones brings the imports that
+// name them back.
 type zoneBook struct {
 	mu     sync.Mutex
 	byNode map[string]string
 	seen   bool // a node event has come
 }
 
-// nodeZones are the zones of this cluster's nodes, sorted, and whether some
-// node has no zone label.
-type nodeZones struct {
-	zones      []string
-	unlabelled bool
-}
-
-func (z nodeZones) equal(o nodeZones) bool {
-	return z.unlabelled == o.unlabelled && slices.Equal(z.zones, o.zones)
-}
-
-// zonesOf returns the nodeZones of nodes' zone labels ("" for none).
-func zonesOf(labels []string) nodeZones {
-	var out nodeZones
-	for _, z := range labels {
-		if z == "" {
-			out.unlabelled = true
-			continue
-		}
-		out.zones = append(out.zones, z)
-	}
-	slices.Sort(out.zones)
-	out.zones = slices.Compact(out.zones)
-	return out
-}
-
-// set records node's zone ("" when unlabelled), or its deletion, and
-// reports whether the cluster's nodeZones changed.
+// set records node's zone ("" when deleted or unlabelled) and reports
+// whether the cluster's set of zones changed.
 func (b *zoneBook) set(node, zone string, deleted bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -113,37 +86,47 @@ func (b *zoneBook) set(node, zone string, deleted bool) bool {
 		b.byNode[node] = zone
 	}
 	b.seen = true
-	return !before.equal(b.zonesLocked())
+	return !slices.Equal(before, b.zonesLocked())
 }
 
-// zones returns the cluster's nodeZones; false before any node event.
-func (b *zoneBook) zones() (nodeZones, bool) {
+// zones returns the cluster's zones, sorted; false before any node event.
+func (b *zoneBook) zones() ([]string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.zonesLocked(), b.seen
 }
 
-func (b *zoneBook) zonesLocked() nodeZones {
-	return zonesOf(slices.Collect(maps.Values(b.byNode)))
+func (b *zoneBook) zonesLocked() []string {
+	var out []string
+	for _, z := range b.byNode {
+		if z != "" {
+			out = append(out, z)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // nodeZones returns the zones of this cluster's nodes: from the Node
 // watch's book, or, before its first event, from the cache's metadata-only
 // view of the Nodes.
-func (r *Reconciler) nodeZones(ctx context.Context) (nodeZones, error) {
+func (r *Reconciler) nodeZones(ctx context.Context) ([]string, error) {
 	if zones, ok := r.zones.zones(); ok {
 		return zones, nil
 	}
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := r.Client.List(ctx, nodes); err != nil {
-		return nodeZones{}, fmt.Errorf("list nodes: %w", err)
+		return nil, fmt.Errorf("list nodes: %w", err)
 	}
-	labels := make([]string, len(nodes.Items))
-	for i, n := range nodes.Items {
-		labels[i] = n.Labels[corev1.LabelTopologyZone]
+	var zones []string
+	for _, n := range nodes.Items {
+		if z := n.Labels[corev1.LabelTopologyZone]; z != "" {
+			zones = append(zones, z)
+		}
 	}
-	return zonesOf(labels), nil
+	slices.Sort(zones)
+	return slices.Compact(zones), nil
 }
 
 // nodeMetadata is the Node watch's kind: their metadata alone, where the

@@ -149,17 +149,13 @@ func TestZoneBook(t *testing.T) {
 		{"n3", "b", false, true},
 		{"n1", "", true, false}, // n2 still in a
 		{"n2", "", true, true},
-		{"n4", "", false, true},  // a node without a zone
-		{"n5", "", false, false}, // another
-		{"n4", "", true, false},  // n5 still has none
-		{"n5", "b", false, true}, // labelled: every node has a zone again
 	} {
 		if got := b.set(step.node, step.zone, step.deleted); got != step.changed {
 			t.Errorf("%+v: changed %v", step, got)
 		}
 	}
-	if zones, ok := b.zones(); !ok || !zones.equal(nodeZones{zones: []string{"b"}}) {
-		t.Errorf("zones %+v %v, want [b], every node labelled", zones, ok)
+	if zones, ok := b.zones(); !ok || len(zones) != 1 || zones[0] != "b" {
+		t.Errorf("zones %v %v, want [b]", zones, ok)
 	}
 }
 
@@ -168,8 +164,7 @@ func TestZoneBook(t *testing.T) {
 // rollout that adds a port, this cluster's zone-a endpoint does not serve
 // it yet, so its zone-b endpoint also serves zone a for that port, and
 // only for it (a slice for each port), so that a client in zone a stays in
-// this cluster for the new port and in its zone for the old one. A node
-// without a zone is said in the condition.
+// this cluster for the new port and in its zone for the old one.
 func TestSpillPerPort(t *testing.T) {
 	e := newEnv(t, namespace(testNS), node("n1", "a"), node("n2", "b"))
 	eps := []registry.Endpoints{
@@ -199,19 +194,6 @@ func TestSpillPerPort(t *testing.T) {
 	}
 	wantCondition(t, e.serviceImport("web"), topology.ConditionHints, metav1.ConditionTrue, topology.ReasonHinted)
 	e.steady("web")
-
-	// A node without a zone: its clients are served by every cluster.
-	if err := e.api.Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3"}}); err != nil {
-		t.Fatal(err)
-	}
-	e.reconcile("web")
-	c := wantCondition(t, e.serviceImport("web"), topology.ConditionHints, metav1.ConditionFalse, topology.ReasonNodesWithoutZone)
-	if c != nil && !strings.Contains(c.Message, "hints are written for the other nodes") {
-		t.Errorf("condition message %q", c.Message)
-	}
-	if d := cmp.Diff(want, portZoneHints(e.slices("web"))); d != "" {
-		t.Errorf("hints with a node without a zone (-want +got):\n%s", d)
-	}
 }
 
 // TestNodeHintsDroppedByTheServer: an API server that drops node hints does
