@@ -62,8 +62,10 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	})
 	// One write per slice that differs, all at the same time: a new import
 	// from k clusters has k slices, which one after the other took k round
-	// trips.
-	var writes []func() (sliceWrite, error)
+	// trips. The slices that go are deleted once the others are written:
+	// an endpoint that moves to another slice (a port added, a set split
+	// per port) is never in none, which kube-proxy would take for gone.
+	var writes, removes []func() (sliceWrite, error)
 	for _, x := range plan.replace {
 		// The address type is immutable.
 		writes = append(writes, func() (sliceWrite, error) {
@@ -87,7 +89,7 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 		})
 	}
 	for _, have := range plan.remove {
-		writes = append(writes, func() (sliceWrite, error) {
+		removes = append(removes, func() (sliceWrite, error) {
 			if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
 				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
 			}
@@ -98,6 +100,11 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	if err := errors.Join(errs...); err != nil {
 		return false, err
 	}
+	removed, errs := parallel.Each(maxSliceWrites, removes)
+	if err := errors.Join(errs...); err != nil {
+		return false, err
+	}
+	done = append(done, removed...)
 	var created, updated, deleted int
 	inPlace := behind == 0
 	for _, w := range done {

@@ -834,6 +834,38 @@ func TestStaleCacheDeletesNoNewService(t *testing.T) {
 	}
 }
 
+// TestSliceRemovedOnlyOnceItsSuccessorIsWritten: when an endpoint moves to
+// another slice (its cluster's ports changed, so its slice's name did), the
+// old slice goes only once the new one is written: an endpoint in no slice
+// would be gone for kube-proxy. A create that fails leaves the old slice.
+func TestSliceRemovedOnlyOnceItsSuccessorIsWritten(t *testing.T) {
+	e := built(t)
+	east := export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
+	west := export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
+	e.publish([]registry.Export{east, west},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080), epPort("metrics", 9091)}, ready("10.1.0.1"))),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8081), epPort("metrics", 9091)}, ready("10.2.0.1"))))
+	e.createHook = func(o client.Object) error {
+		if _, ok := o.(*discoveryv1.EndpointSlice); ok {
+			return apierrors.NewServiceUnavailable("the API server is busy")
+		}
+		return nil
+	}
+	_, _ = e.r.Reconcile(e.ctx, request(testNS, "web"))
+	var addrs []string
+	for _, sl := range e.slices("web")["west"] {
+		for _, ep := range sl.Endpoints {
+			addrs = append(addrs, ep.Addresses...)
+		}
+	}
+	if !slices.Contains(addrs, "10.2.0.1") {
+		t.Errorf("west's endpoint in no slice while its new slice could not be created: %v", e.slices("web")["west"])
+	}
+	e.createHook = nil
+	e.reconcile("web")
+	e.steady("web")
+}
+
 func TestRepairsHandEdits(t *testing.T) {
 	e := built(t)
 	before := e.slices("web")
