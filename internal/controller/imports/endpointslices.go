@@ -52,43 +52,68 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	// made from it would conflict. The event of that write, or a recheck
 	// when it came while this reconcile ran, brings the import back
 	// (echo.Behind); the recheck after cacheLag is the fallback.
+	// held are the source clusters whose slices must not go yet: one of
+	// their writes was left for the next look, or failed (see below).
+	held := map[string]bool{}
 	behind := 0
 	plan.update = slices.DeleteFunc(plan.update, func(sl *discoveryv1.EndpointSlice) bool {
 		b := r.echoes.Behind(ctx, sl)
 		if b {
 			behind++
+			held[sliceCluster(sl)] = true
 		}
 		return b
 	})
 	// One write per slice that differs, all at the same time: a new import
 	// from k clusters has k slices, which one after the other took k round
-	// trips. The slices that go are deleted once the others are written:
-	// an endpoint that moves to another slice (a port added, a set split
-	// per port) is never in none, which kube-proxy would take for gone.
-	var writes, removes []func() (sliceWrite, error)
+	// trips. A cluster's slices that go are deleted once its others are
+	// written: an endpoint that moves to another slice (a port added, a set
+	// split per port) is never in none, which kube-proxy would take for
+	// gone.
+	type write struct {
+		cluster string
+		do      func() (sliceWrite, error)
+	}
+	var writes []write
 	for _, x := range plan.replace {
 		// The address type is immutable.
-		writes = append(writes, func() (sliceWrite, error) {
+		writes = append(writes, write{sliceCluster(x.want), func() (sliceWrite, error) {
 			if err := r.Client.Delete(ctx, x.have); client.IgnoreNotFound(err) != nil {
 				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", x.have.Name, err)
 			}
 			w, err := r.createSlice(ctx, x.want)
 			w.deleted = true
 			return w, err
-		})
+		}})
 	}
 	for _, want := range plan.create {
-		writes = append(writes, func() (sliceWrite, error) { return r.createSlice(ctx, want) })
+		writes = append(writes, write{sliceCluster(want), func() (sliceWrite, error) { return r.createSlice(ctx, want) }})
 	}
 	for _, have := range plan.update {
-		writes = append(writes, func() (sliceWrite, error) {
+		writes = append(writes, write{sliceCluster(have), func() (sliceWrite, error) {
 			if err := r.Client.Update(ctx, have); err != nil {
 				return sliceWrite{}, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
 			}
 			return sliceWrite{updated: true}, nil
-		})
+		}})
 	}
+	fns := make([]func() (sliceWrite, error), len(writes))
+	for i, w := range writes {
+		fns[i] = w.do
+	}
+	done, errs := parallel.Each(maxSliceWrites, fns)
+	for i, w := range done {
+		// A write refused for want of room (a quota on EndpointSlices)
+		// does not hold the deletes back: they make the room.
+		if (errs[i] != nil && !apierrors.IsForbidden(errs[i])) || w.notCached {
+			held[writes[i].cluster] = true
+		}
+	}
+	var removes []func() (sliceWrite, error)
 	for _, have := range plan.remove {
+		if held[sliceCluster(have)] {
+			continue
+		}
 		removes = append(removes, func() (sliceWrite, error) {
 			if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
 				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
@@ -96,12 +121,8 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 			return sliceWrite{deleted: true}, nil
 		})
 	}
-	done, errs := parallel.Each(maxSliceWrites, writes)
-	if err := errors.Join(errs...); err != nil {
-		return false, err
-	}
-	removed, errs := parallel.Each(maxSliceWrites, removes)
-	if err := errors.Join(errs...); err != nil {
+	removed, removeErrs := parallel.Each(maxSliceWrites, removes)
+	if err := errors.Join(append(errs, removeErrs...)...); err != nil {
 		return false, err
 	}
 	done = append(done, removed...)
@@ -133,6 +154,11 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 		r.propagation.Applied(s.key, applied)
 	}
 	return inPlace, nil
+}
+
+// sliceCluster is the source cluster of an EndpointSlice of an import.
+func sliceCluster(sl *discoveryv1.EndpointSlice) string {
+	return sl.Labels[mcsv1beta1.LabelSourceCluster]
 }
 
 // maxSliceWrites is how many EndpointSlice writes of one import are made at

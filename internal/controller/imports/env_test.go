@@ -140,6 +140,14 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			e.record("delete", obj)
+			// The API server's UID precondition, which the fake lacks.
+			do := (&client.DeleteOptions{}).ApplyOptions(opts)
+			if do.Preconditions != nil && do.Preconditions.UID != nil {
+				cur := obj.DeepCopyObject().(client.Object)
+				if err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur); err == nil && cur.GetUID() != *do.Preconditions.UID {
+					return apierrors.NewConflict(corev1.Resource("services"), obj.GetName(), errors.New("UID precondition failed"))
+				}
+			}
 			return c.Delete(ctx, obj, opts...)
 		},
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {

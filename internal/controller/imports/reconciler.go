@@ -548,6 +548,12 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 	switch {
 	case replacing && slicesErr == nil && s.slicesInPlace:
 		svcErr = r.reconcileService(ctx, s)
+		if errors.Is(svcErr, errServiceNotCached) {
+			// Nothing more until the cache shows the Service as it is.
+			s.statusKnown = false
+			s.recheckSoon()
+			return errors.Join(importErr, slicesErr)
+		}
 		if clusterSetIP && svcErr == nil {
 			// The new Service's IPs.
 			si, err := r.reconcileImport(ctx, s)

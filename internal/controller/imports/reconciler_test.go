@@ -815,7 +815,8 @@ func TestFamilyChangeRecreatesService(t *testing.T) {
 // TestStaleCacheDeletesNoNewService: a reconcile that still reads the
 // derived Service replaced for another family (its cache has not caught
 // up) must not delete the new one, of the same name: the delete is of the
-// Service as read, and refused.
+// Service as read (its UID), and refused; the import is looked at again
+// soon, without an error or an event saying it was recreated.
 func TestStaleCacheDeletesNoNewService(t *testing.T) {
 	e := built(t)
 	old := e.service(DerivedServiceName("web"))
@@ -826,9 +827,16 @@ func TestStaleCacheDeletesNoNewService(t *testing.T) {
 	if replaced == nil || replaced.UID == old.UID {
 		t.Fatalf("derived Service not replaced: %+v", replaced)
 	}
+	e.events()
 	e.stale = old
-	_, _ = e.r.Reconcile(e.ctx, request(testNS, "web"))
+	res, err := e.r.Reconcile(e.ctx, request(testNS, "web"))
 	e.stale = nil
+	if err != nil || res.RequeueAfter == 0 {
+		t.Errorf("reconcile with the replaced Service in the cache: %v, %+v; want no error, a look again soon", err, res)
+	}
+	if ev := e.events(); slices.ContainsFunc(ev, func(s string) bool { return strings.Contains(s, eventServiceRecreated) }) {
+		t.Errorf("events %v: a recreation told that did not happen", ev)
+	}
 	if now := e.service(DerivedServiceName("web")); now == nil || now.UID != replaced.UID {
 		t.Fatalf("the new derived Service was deleted by a reconcile that read the old one: now %+v", now)
 	}
@@ -837,8 +845,23 @@ func TestStaleCacheDeletesNoNewService(t *testing.T) {
 // TestSliceRemovedOnlyOnceItsSuccessorIsWritten: when an endpoint moves to
 // another slice (its cluster's ports changed, so its slice's name did), the
 // old slice goes only once the new one is written: an endpoint in no slice
-// would be gone for kube-proxy. A create that fails leaves the old slice.
+// would be gone for kube-proxy. A create that fails leaves the old slice,
+// unless it was refused for want of room (a quota), which the delete makes.
 func TestSliceRemovedOnlyOnceItsSuccessorIsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refusal error
+		kept    bool
+	}{
+		{"the API server busy", apierrors.NewServiceUnavailable("the API server is busy"), true},
+		{"a quota reached", apierrors.NewForbidden(discoveryv1.Resource("endpointslices"), "x", errors.New("exceeded quota: slices")), false},
+		{"the new slice there, not yet cached", apierrors.NewAlreadyExists(discoveryv1.Resource("endpointslices"), "x"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testSliceMove(t, tc.refusal, tc.kept) })
+	}
+}
+
+func testSliceMove(t *testing.T, refusal error, kept bool) {
 	e := built(t)
 	east := export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
 	west := export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090))
@@ -847,7 +870,7 @@ func TestSliceRemovedOnlyOnceItsSuccessorIsWritten(t *testing.T) {
 		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8081), epPort("metrics", 9091)}, ready("10.2.0.1"))))
 	e.createHook = func(o client.Object) error {
 		if _, ok := o.(*discoveryv1.EndpointSlice); ok {
-			return apierrors.NewServiceUnavailable("the API server is busy")
+			return refusal
 		}
 		return nil
 	}
@@ -858,8 +881,8 @@ func TestSliceRemovedOnlyOnceItsSuccessorIsWritten(t *testing.T) {
 			addrs = append(addrs, ep.Addresses...)
 		}
 	}
-	if !slices.Contains(addrs, "10.2.0.1") {
-		t.Errorf("west's endpoint in no slice while its new slice could not be created: %v", e.slices("web")["west"])
+	if got := slices.Contains(addrs, "10.2.0.1"); got != kept {
+		t.Errorf("west's old slice kept: %v, want %v (slices %v)", got, kept, e.slices("web")["west"])
 	}
 	e.createHook = nil
 	e.reconcile("web")

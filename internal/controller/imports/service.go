@@ -77,19 +77,26 @@ func (r *Reconciler) readDerivedService(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// unchanged is the precondition of a delete of obj as the cache shows it:
-// a cache that has not seen the Service replaced yet must not have the new
-// one, of the same name, deleted. A delete refused (a conflict) is tried
-// again once the cache has caught up.
-func unchanged(obj client.Object) client.Preconditions {
-	var p client.Preconditions
-	if uid := obj.GetUID(); uid != "" {
-		p.UID = &uid
+// deleteService deletes the derived Service s.svc, the one the cache
+// showed: a cache that has not seen it replaced yet must not have the new
+// one, of the same name, deleted (a UID precondition). A delete refused so
+// is errServiceNotCached: the import is looked at again once the cache has
+// caught up.
+func (r *Reconciler) deleteService(ctx context.Context, s *scope) error {
+	var pre client.Preconditions
+	if uid := s.svc.UID; uid != "" {
+		pre.UID = &uid
 	}
-	if rv := obj.GetResourceVersion(); rv != "" {
-		p.ResourceVersion = &rv
+	err := r.Client.Delete(ctx, s.svc, pre)
+	switch {
+	case apierrors.IsConflict(err):
+		ctrl.LoggerFrom(ctx).V(1).Info("Derived Service replaced since the cache showed it", "service", klog.KObj(s.svc))
+		return errServiceNotCached
+	case client.IgnoreNotFound(err) != nil:
+		s.svcErr = err
+		return fmt.Errorf("delete derived Service: %w", err)
 	}
-	return p
+	return nil
 }
 
 // isOurService reports whether svc is the Service mcsd derived for the
@@ -107,10 +114,10 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 		if s.svc == nil {
 			return nil
 		}
-		log.Info("Deleting derived Service: the import is headless", "service", klog.KObj(s.svc))
-		if err := r.Client.Delete(ctx, s.svc, unchanged(s.svc)); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete derived Service: %w", err)
+		if err := r.deleteService(ctx, s); err != nil {
+			return err
 		}
+		log.Info("Deleted derived Service: the import is headless", "service", klog.KObj(s.svc))
 		s.svc = nil
 		return nil
 	}
@@ -127,15 +134,14 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 	desired := desiredService(s)
 
 	if s.svc != nil && needsRecreate(s.svc, s.res.Spec.IPFamilies) {
+		if err := r.deleteService(ctx, s); err != nil {
+			return err
+		}
 		log.Info("Recreating derived Service: the import's IP families changed", "service", klog.KObj(s.svc),
 			"from", requestedFamilies(s.svc), "to", desired.Annotations[wellknown.AnnotationIPFamilies])
 		r.importEventf(s, corev1.EventTypeNormal, eventServiceRecreated,
 			"IP families changed from [%s] to [%s]: recreating the derived Service %s, the import's IPs change",
 			requestedFamilies(s.svc), desired.Annotations[wellknown.AnnotationIPFamilies], s.derivedName)
-		if err := r.Client.Delete(ctx, s.svc, unchanged(s.svc)); client.IgnoreNotFound(err) != nil {
-			s.svcErr = err
-			return fmt.Errorf("delete derived Service for recreation: %w", err)
-		}
 		s.svc = nil
 	}
 
