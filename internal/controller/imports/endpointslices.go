@@ -47,14 +47,14 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	}
 	endpoints := s.endpoints
 	plan := planSlices(s, existing)
+	// held are the source clusters whose slices must not go yet: one of
+	// their writes was left for the next look, or failed (see below).
+	held := map[string]bool{}
 	// A slice the cache showed older than this controller's last write of
 	// it is left for the next look, once the cache has caught up: a write
 	// made from it would conflict. The event of that write, or a recheck
 	// when it came while this reconcile ran, brings the import back
 	// (echo.Behind); the recheck after cacheLag is the fallback.
-	// held are the source clusters whose slices must not go yet: one of
-	// their writes was left for the next look, or failed (see below).
-	held := map[string]bool{}
 	behind := 0
 	plan.update = slices.DeleteFunc(plan.update, func(sl *discoveryv1.EndpointSlice) bool {
 		b := r.echoes.Behind(ctx, sl)

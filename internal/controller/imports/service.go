@@ -196,8 +196,9 @@ var errServiceConflict = errors.New("derived Service name taken")
 
 // errServiceNotCached: the derived Service to create exists, but the cache
 // has not seen it yet (an API server restarted under the controller leaves
-// its watches behind for a while). The import is looked at again soon,
-// rather than retried with the errors' backoff.
+// its watches behind for a while), or the one to delete was replaced since
+// the cache showed it. The import is looked at again soon, rather than
+// retried with the errors' backoff.
 var errServiceNotCached = errors.New("derived Service exists but is not in the cache yet")
 
 // adoptService makes the ServiceImport of ref the controller of svc, a
