@@ -255,26 +255,38 @@ func (h Hints) KeyFor(cluster string) string {
 	return k
 }
 
-// PerPort reports whether the endpoints of cluster that slices carry under
-// ports need slices of one port each: their hints differ by port (with
-// the same-cluster and same-zone preferences, a zone without a ready local
-// endpoint of one port, and with one of another). Hints are per endpoint,
-// so one slice of both ports would send a client that has a ready endpoint
-// in its zone to the endpoints of other zones too.
-func (h Hints) PerPort(cluster string, ports []Port) bool {
+// PortSets splits ports, under which slices carry endpoints of cluster,
+// into the sets whose endpoints need slices of their own, as indexes into
+// ports in their order: the ports whose hints differ (with the same-cluster
+// and same-zone preferences, a zone without a ready local endpoint of one
+// port, and with one of another). Hints are per endpoint, so one slice of
+// both ports would send a client that has a ready endpoint of one in its
+// zone to the endpoints of other zones too. Mostly one set of them all.
+func (h Hints) PortSets(cluster string, ports []Port) [][]int {
+	all := make([]int, len(ports))
+	for i := range ports {
+		all[i] = i
+	}
 	if cluster != h.local || !h.sameCluster || !h.zone {
-		return false
+		return [][]int{all}
 	}
-	for _, p := range ports {
-		if !slices.Equal(h.spill[p], h.spill[ports[0]]) {
-			return true
+	var sets [][]int
+	for i, p := range ports {
+		j := slices.IndexFunc(sets, func(set []int) bool { return slices.Equal(h.spill[ports[set[0]]], h.spill[p]) })
+		if j < 0 {
+			sets = append(sets, nil)
+			j = len(sets) - 1
 		}
+		sets[j] = append(sets[j], i)
 	}
-	return false
+	if len(sets) == 0 {
+		return [][]int{all}
+	}
+	return sets
 }
 
 // For returns the hints of endpoint e of cluster, nil for none; ports are
-// the Ports of the slices that carry it (see PerPort).
+// the Ports of the slices that carry it (see PortSets).
 func (h Hints) For(cluster string, ports []Port, e registry.Endpoint) *discoveryv1.EndpointHints {
 	if !h.zone && !h.sameCluster {
 		return nil
@@ -288,7 +300,7 @@ func (h Hints) For(cluster string, ports []Port, e registry.Endpoint) *discovery
 		zones = []string{e.Zone}
 		if e.Ready {
 			// Its own zone always; as many spilled zones as fit beside it
-			// (its Ports spill the same zones, unless PerPort).
+			// (its Ports spill the same zones: PortSets).
 			var spill []string
 			for _, p := range ports {
 				spill = append(spill, h.spill[p]...)

@@ -51,12 +51,19 @@ func hintsOf(h Hints, in Input) map[string]string {
 			if c == in.LocalCluster {
 				ports = portsOf(in, e)
 			}
-			if !h.PerPort(c, ports) {
+			sets := h.PortSets(c, ports)
+			if len(sets) == 1 {
 				out[e.Addresses[0]] = render(h.For(c, ports, e))
 				continue
 			}
-			for _, p := range ports {
-				out[e.Addresses[0]+" "+p.Name] = render(h.For(c, []Port{p}, e))
+			for _, set := range sets {
+				var sub []Port
+				var names []string
+				for _, i := range set {
+					sub = append(sub, ports[i])
+					names = append(names, ports[i].Name)
+				}
+				out[e.Addresses[0]+" "+strings.Join(names, ",")] = render(h.For(c, sub, e))
 			}
 		}
 	}
@@ -161,7 +168,7 @@ func TestPlan(t *testing.T) {
 	}, {
 		// and per port: a rollout adds admin, which only b's endpoint
 		// serves so far; it serves zone a for admin alone, in slices of
-		// their own (PerPort).
+		// their own (PortSets).
 		name: "same cluster and zone: a zone spills per port",
 		in: Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"},
 			Endpoints: eps, LocalGroups: []Group{
@@ -283,5 +290,32 @@ func TestOwnZoneKept(t *testing.T) {
 	}
 	if len(names) != MaxHints || !slices.Contains(names, "z") {
 		t.Errorf("zones %v: want %d, its own zone z among them", names, MaxHints)
+	}
+}
+
+// TestPortSets: only the ports whose hints differ get slices of their own;
+// the ports hinted alike stay together.
+func TestPortSets(t *testing.T) {
+	v4grpc := Port{AddressType: discoveryv1.AddressTypeIPv4, Name: "grpc", Protocol: corev1.ProtocolTCP}
+	ports := []Port{v4http, v4grpc, v4adm}
+	eps := map[string][]registry.Endpoint{"c2": {ep("10.2.0.1", "a", "n1", true), ep("10.2.0.2", "b", "n2", true)}}
+	in := Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"},
+		Endpoints: eps, LocalGroups: []Group{
+			{Ports: []Port{v4http, v4grpc}, Endpoints: eps["c2"][:1]},
+			{Ports: ports, Endpoints: eps["c2"][1:]},
+		}}
+	for _, tc := range []struct {
+		name    string
+		in      Input
+		cluster string
+		want    [][]int
+	}{
+		{"admin spills zone a, http and grpc none", in, "c2", [][]int{{0, 1}, {2}}},
+		{"another cluster's endpoints", in, "c1", [][]int{{0, 1, 2}}},
+		{"the same-cluster preference alone", Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, Endpoints: eps, LocalGroups: in.LocalGroups}, "c2", [][]int{{0, 1, 2}}},
+	} {
+		if got := Plan(tc.in).PortSets(tc.cluster, ports); !cmp.Equal(got, tc.want) {
+			t.Errorf("%s: port sets %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -220,8 +220,8 @@ func setSliceOwners(s *scope, replacing bool) {
 // For each IP family of the import that the cluster has no endpoints of (or
 // no endpoints record yet), it gets one empty slice of that address type,
 // without ports, as Kubernetes' EndpointSlice controller keeps a
-// placeholder. Endpoints whose hints differ by port (topology.Hints.PerPort)
-// get a set of slices for each port.
+// placeholder. Endpoints whose hints differ by port get a set of slices for
+// each set of ports hinted alike (topology.Hints.PortSets).
 func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints) []*discoveryv1.EndpointSlice {
 	importPorts := s.res.Spec.Ports
 	headless := s.res.Spec.Type == mcsv1beta1.Headless
@@ -246,12 +246,13 @@ func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints) []*di
 			continue
 		}
 		has[g.AddressType] = has[g.AddressType] || len(g.Endpoints) > 0
-		parts := [][]discoveryv1.EndpointPort{ports}
-		if s.hints.PerPort(cluster, hintPorts(g.AddressType, ports)) {
-			parts = parts[:0]
-			for _, p := range ports {
-				parts = append(parts, []discoveryv1.EndpointPort{p})
+		var parts [][]discoveryv1.EndpointPort
+		for _, set := range s.hints.PortSets(cluster, hintPorts(g.AddressType, ports)) {
+			part := make([]discoveryv1.EndpointPort, len(set))
+			for i, j := range set {
+				part[i] = ports[j]
 			}
+			parts = append(parts, part)
 		}
 		for _, ports := range parts {
 			id := string(g.AddressType) + "|" + portsID(ports)

@@ -161,8 +161,8 @@ func (r *Reconciler) nodeHandler() handler.TypedEventHandler[client.Object, reco
 	}
 }
 
-// importsPreferringTheirCluster lists, from the manager's cache, the imports
-// that prefer their own cluster.
+// importsPreferringTheirCluster lists, from the manager's cache, the
+// ClusterSetIP imports that prefer their own cluster.
 func (r *Reconciler) importsPreferringTheirCluster(ctx context.Context) []reconcile.Request {
 	list := &mcsv1beta1.ServiceImportList{}
 	if err := r.Client.List(ctx, list); err != nil {
@@ -172,7 +172,8 @@ func (r *Reconciler) importsPreferringTheirCluster(ctx context.Context) []reconc
 	var reqs []reconcile.Request
 	for i := range list.Items {
 		si := &list.Items[i]
-		if isManaged(si) && topology.NeedsLocalZones(si.Annotations[topology.AnnotationPreference]) {
+		// A headless import has no hints: zones change nothing there.
+		if isManaged(si) && si.Spec.Type != mcsv1beta1.Headless && topology.NeedsLocalZones(si.Annotations[topology.AnnotationPreference]) {
 			reqs = append(reqs, request(si.Namespace, si.Name))
 		}
 	}

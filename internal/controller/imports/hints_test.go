@@ -10,8 +10,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/topology"
+	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -208,5 +211,25 @@ func TestNodeHintsDroppedByTheServer(t *testing.T) {
 	}
 	if d := cmp.Diff(want, withoutDroppedNodeHints(want, want)); d != "" {
 		t.Errorf("node hints the server keeps are compared (-want +got):\n%s", d)
+	}
+}
+
+// TestZonesBringBackOnlyHintedImports: a change of the cluster's zones
+// brings back the imports that prefer their cluster and can carry hints;
+// a headless one has none, and is left alone.
+func TestZonesBringBackOnlyHintedImports(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	for name, typ := range map[string]mcsv1beta1.ServiceImportType{"web": mcsv1beta1.ClusterSetIP, "db": mcsv1beta1.Headless} {
+		si := &mcsv1beta1.ServiceImport{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, Annotations: map[string]string{
+				wellknown.AnnotationManaged: "true", topology.AnnotationPreference: topology.PreferSameCluster}},
+			Spec: mcsv1beta1.ServiceImportSpec{Type: typ},
+		}
+		if err := e.api.Create(e.ctx, si); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := e.r.importsPreferringTheirCluster(e.ctx), []reconcile.Request{request(testNS, "web")}; !cmp.Equal(got, want) {
+		t.Errorf("imports brought back %v, want %v", got, want)
 	}
 }
