@@ -47,14 +47,13 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	}
 	endpoints := s.endpoints
 	plan := planSlices(s, existing)
-	// held are the source clusters whose slices must not go yet: one of
-	// their writes was left for the next look, or failed (see below).
-	held := map[string]bool{}
 	// A slice the cache showed older than this controller's last write of
 	// it is left for the next look, once the cache has caught up: a write
 	// made from it would conflict. The event of that write, or a recheck
 	// when it came while this reconcile ran, brings the import back
-	// (echo.Behind); the recheck after cacheLag is the fallback.
+	// (echo.Behind); the recheck after cacheLag is the fallback. Its
+	// cluster's slices that go stay until then (held).
+	held := map[string]bool{}
 	behind := 0
 	plan.update = slices.DeleteFunc(plan.update, func(sl *discoveryv1.EndpointSlice) bool {
 		b := r.echoes.Behind(ctx, sl)
@@ -66,18 +65,16 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	})
 	// One write per slice that differs, all at the same time: a new import
 	// from k clusters has k slices, which one after the other took k round
-	// trips. A cluster's slices that go are deleted once its others are
-	// written: an endpoint that moves to another slice (a port added, a set
-	// split per port) is never in none, which kube-proxy would take for
-	// gone.
-	type write struct {
-		cluster string
-		do      func() (sliceWrite, error)
-	}
-	var writes []write
+	// trips. A cluster's slices are created first, then updated, then
+	// deleted, each step only once its previous one is written: an
+	// endpoint that moves to another slice (a set grown past a slice, a
+	// port added, a set split per port) is never in none, which kube-proxy
+	// would take for gone. A create refused for want of room (a quota on
+	// EndpointSlices) holds nothing back: the deletes make the room.
+	var creates, updates, removes []sliceWriteOf
 	for _, x := range plan.replace {
 		// The address type is immutable.
-		writes = append(writes, write{sliceCluster(x.want), func() (sliceWrite, error) {
+		creates = append(creates, sliceWriteOf{sliceCluster(x.want), func() (sliceWrite, error) {
 			if err := r.Client.Delete(ctx, x.have); client.IgnoreNotFound(err) != nil {
 				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", x.have.Name, err)
 			}
@@ -87,45 +84,35 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 		}})
 	}
 	for _, want := range plan.create {
-		writes = append(writes, write{sliceCluster(want), func() (sliceWrite, error) { return r.createSlice(ctx, want) }})
+		creates = append(creates, sliceWriteOf{sliceCluster(want), func() (sliceWrite, error) { return r.createSlice(ctx, want) }})
 	}
 	for _, have := range plan.update {
-		writes = append(writes, write{sliceCluster(have), func() (sliceWrite, error) {
+		updates = append(updates, sliceWriteOf{sliceCluster(have), func() (sliceWrite, error) {
 			if err := r.Client.Update(ctx, have); err != nil {
 				return sliceWrite{}, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
 			}
 			return sliceWrite{updated: true}, nil
 		}})
 	}
-	fns := make([]func() (sliceWrite, error), len(writes))
-	for i, w := range writes {
-		fns[i] = w.do
-	}
-	done, errs := parallel.Each(maxSliceWrites, fns)
-	for i, w := range done {
-		// A write refused for want of room (a quota on EndpointSlices)
-		// does not hold the deletes back: they make the room.
-		if (errs[i] != nil && !apierrors.IsForbidden(errs[i])) || w.notCached {
-			held[writes[i].cluster] = true
-		}
-	}
-	var removes []func() (sliceWrite, error)
 	for _, have := range plan.remove {
-		if held[sliceCluster(have)] {
-			continue
-		}
-		removes = append(removes, func() (sliceWrite, error) {
+		removes = append(removes, sliceWriteOf{sliceCluster(have), func() (sliceWrite, error) {
 			if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
 				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
 			}
 			return sliceWrite{deleted: true}, nil
-		})
+		}})
 	}
-	removed, removeErrs := parallel.Each(maxSliceWrites, removes)
-	if err := errors.Join(append(errs, removeErrs...)...); err != nil {
+	// heldUpdates are the clusters whose creates did not all land: their
+	// updates may take endpoints out for the new slices to carry.
+	heldUpdates := map[string]bool{}
+	done, errs := runSliceWrites(creates, nil, heldUpdates, held)
+	d, e := runSliceWrites(updates, heldUpdates, held)
+	done, errs = append(done, d...), append(errs, e...)
+	d, e = runSliceWrites(removes, held)
+	done, errs = append(done, d...), append(errs, e...)
+	if err := errors.Join(errs...); err != nil {
 		return false, err
 	}
-	done = append(done, removed...)
 	var created, updated, deleted int
 	inPlace := behind == 0
 	for _, w := range done {
@@ -154,6 +141,44 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 		r.propagation.Applied(s.key, applied)
 	}
 	return inPlace, nil
+}
+
+// sliceWriteOf is one EndpointSlice write of a source cluster's.
+type sliceWriteOf struct {
+	cluster string
+	do      func() (sliceWrite, error)
+}
+
+// runSliceWrites makes the writes, all at once, but those of a cluster
+// that skip holds; it then holds, in each of hold, the clusters of the
+// writes that failed (but for want of room) or found their slice not yet
+// cached.
+func runSliceWrites(writes []sliceWriteOf, skip map[string]bool, hold ...map[string]bool) ([]sliceWrite, []error) {
+	var run []sliceWriteOf
+	for _, w := range writes {
+		if !skip[w.cluster] {
+			run = append(run, w)
+		}
+	}
+	fns := make([]func() (sliceWrite, error), len(run))
+	for i, w := range run {
+		fns[i] = w.do
+	}
+	done, errs := parallel.Each(maxSliceWrites, fns)
+	for i, w := range done {
+		if (errs[i] != nil && !refusedForRoom(errs[i])) || w.notCached {
+			for _, h := range hold {
+				h[run[i].cluster] = true
+			}
+		}
+	}
+	return done, errs
+}
+
+// refusedForRoom reports whether err is a write refused by a quota: the
+// API server's quota admission says "exceeded quota".
+func refusedForRoom(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
 }
 
 // sliceCluster is the source cluster of an EndpointSlice of an import.

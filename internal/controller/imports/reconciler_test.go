@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -856,9 +857,53 @@ func TestSliceRemovedOnlyOnceItsSuccessorIsWritten(t *testing.T) {
 		{"the API server busy", apierrors.NewServiceUnavailable("the API server is busy"), true},
 		{"a quota reached", apierrors.NewForbidden(discoveryv1.Resource("endpointslices"), "x", errors.New("exceeded quota: slices")), false},
 		{"the new slice there, not yet cached", apierrors.NewAlreadyExists(discoveryv1.Resource("endpointslices"), "x"), true},
+		{"an admission webhook's refusal", apierrors.NewForbidden(discoveryv1.Resource("endpointslices"), "x", errors.New("admission webhook denied the request")), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testSliceMove(t, tc.refusal, tc.kept) })
 	}
+}
+
+// TestSliceUpdatedOnlyOnceItsSuccessorIsWritten: a set grown past one
+// slice moves its last endpoint to a new slice; the full slice is updated
+// only once the new one is written, so that the endpoint is never in none.
+func TestSliceUpdatedOnlyOnceItsSuccessorIsWritten(t *testing.T) {
+	e := built(t)
+	var eps []registry.Endpoint
+	for i := range maxEndpointsPerSlice {
+		eps = append(eps, ready(fmt.Sprintf("10.2.1.%d", i+1)))
+	}
+	publishWest := func(eps []registry.Endpoint) {
+		e.publish([]registry.Export{export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+			export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))},
+			endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.1.0.1"))),
+			endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8081)}, eps...)))
+	}
+	publishWest(eps)
+	e.reconcile("web")
+	want := map[string]bool{}
+	for _, ep := range eps {
+		want[ep.Addresses[0]] = true
+	}
+	// One endpoint more, first in order: the full slice's last one moves.
+	publishWest(append([]registry.Endpoint{ready("10.2.0.1")}, eps...))
+	e.createHook = func(o client.Object) error {
+		if _, ok := o.(*discoveryv1.EndpointSlice); ok {
+			return apierrors.NewServiceUnavailable("the API server is busy")
+		}
+		return nil
+	}
+	_, _ = e.r.Reconcile(e.ctx, request(testNS, "web"))
+	for _, sl := range e.slices("web")["west"] {
+		for _, ep := range sl.Endpoints {
+			delete(want, ep.Addresses[0])
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("west's endpoints %v in no slice while the new slice could not be created", slices.Collect(maps.Keys(want)))
+	}
+	e.createHook = nil
+	e.reconcile("web")
+	e.steady("web")
 }
 
 func testSliceMove(t *testing.T, refusal error, kept bool) {
