@@ -286,7 +286,7 @@ func (h Hints) PortSets(cluster string, ports []Port) [][]int {
 }
 
 // For returns the hints of endpoint e of cluster, nil for none; ports are
-// the Ports of the slices that carry it (see PortSets).
+// the Ports of the slice that carries it, one set of PortSets.
 func (h Hints) For(cluster string, ports []Port, e registry.Endpoint) *discoveryv1.EndpointHints {
 	if !h.zone && !h.sameCluster {
 		return nil
@@ -300,12 +300,11 @@ func (h Hints) For(cluster string, ports []Port, e registry.Endpoint) *discovery
 		zones = []string{e.Zone}
 		if e.Ready {
 			// Its own zone always; as many spilled zones as fit beside it
-			// (its Ports spill the same zones: PortSets).
+			// (the ports of one slice spill the same zones: PortSets).
 			var spill []string
-			for _, p := range ports {
-				spill = append(spill, h.spill[p]...)
+			if len(ports) > 0 {
+				spill = slices.DeleteFunc(slices.Clone(h.spill[ports[0]]), func(z string) bool { return z == e.Zone })
 			}
-			spill = slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(spill))), func(z string) bool { return z == e.Zone })
 			zones = append(zones, spill[:min(len(spill), MaxHints-1)]...)
 		}
 	case h.sameCluster:

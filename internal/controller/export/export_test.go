@@ -700,12 +700,20 @@ func TestNotFoundWithoutPublishingCallsNoRegistry(t *testing.T) {
 	e.mustReconcile()
 }
 
-func TestDeletingServiceWithdraws(t *testing.T) {
+// inConflict exports web from this cluster, in conflict with an older
+// export of another cluster, and returns the env and the Service.
+func inConflict(t *testing.T) (*env, *corev1.Service) {
+	t.Helper()
 	svc := newService()
 	e := newEnv(t, newServiceExport(), svc)
 	e.mustReconcile()
 	e.syncView(registry.Export{Cluster: otherID, Service: webKey, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}, Order: otherOrd})
 	e.mustReconcile()
+	return e, svc
+}
+
+func TestDeletingServiceWithdraws(t *testing.T) {
+	e, svc := inConflict(t)
 	if conditions.Get(e.serviceExport().Status.Conditions, confType) == nil {
 		t.Fatal("no Conflict condition once the view holds the export")
 	}
@@ -725,11 +733,7 @@ func TestDeletingServiceWithdraws(t *testing.T) {
 // withdrawal, this cluster's record is still there, in conflict, and the
 // condition says so; it goes with the record.
 func TestConflictKeptUntilWithdrawn(t *testing.T) {
-	svc := newService()
-	e := newEnv(t, newServiceExport(), svc)
-	e.mustReconcile()
-	e.syncView(registry.Export{Cluster: otherID, Service: webKey, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}, Order: otherOrd})
-	e.mustReconcile()
+	e, svc := inConflict(t)
 	before := conditions.Get(e.serviceExport().Status.Conditions, confType)
 	if before == nil || before.Status != metav1.ConditionTrue {
 		t.Fatalf("Conflict %+v, want True", before)

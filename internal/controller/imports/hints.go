@@ -165,7 +165,8 @@ func (r *Reconciler) nodeHandler() handler.TypedEventHandler[client.Object, reco
 // ClusterSetIP imports that prefer their own cluster.
 func (r *Reconciler) importsPreferringTheirCluster(ctx context.Context) []reconcile.Request {
 	list := &mcsv1beta1.ServiceImportList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	// Read, not kept or changed: the cache's own objects, not copies.
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Cannot list ServiceImports to reconcile after the nodes' zones changed")
 		return nil
 	}
