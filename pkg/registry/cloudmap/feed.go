@@ -133,7 +133,12 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 		return err
 	}
 	records := slices.Sorted(maps.Keys(recordIDs))
-	if err := w.readRecords(ctx, records); err != nil {
+	if w.recordsMoved {
+		if err := w.readAllRecords(ctx); err != nil {
+			return err
+		}
+		w.recordsMoved = false
+	} else if err := w.readRecords(ctx, records); err != nil {
 		return err
 	}
 	// A known cluster's heartbeat is read every TTL/3 anyway: only a new
@@ -178,7 +183,15 @@ func (w *watcher) feedService(ctx context.Context, id string) (*serviceCache, er
 	if svc.NS.Name == b.opts.SystemNamespace {
 		// Only the records service holds instances there.
 		if svc.Name == recordsService {
-			if b.systemService(svc.Name).ID == "" {
+			if known := b.systemService(svc.Name).ID; known != svc.ID {
+				// A name is unique in a namespace: the records service
+				// known was deleted, and this one made in its place.
+				// Its records are read whole, not by the old id.
+				if known != "" {
+					w.log.Info("records service created again", "service", svc.ID, "previous", known)
+					b.dir.dropService(known)
+					w.recordsMoved = true
+				}
 				b.setSystemService(svc)
 			}
 			return &serviceCache{svc: svc}, nil

@@ -243,6 +243,65 @@ func TestServiceRecordMoved(t *testing.T) {
 	}
 }
 
+// TestRecordsServiceCreatedAgain deletes the records service under a
+// watcher that sees changes through the feed alone: the records written
+// to the service made in its place are seen at the next poll, not at the
+// next sweep.
+func TestRecordsServiceCreatedAgain(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	ctx := t.Context()
+	cs := randName("recreated")
+	system := randName("sys") + ".system"
+	member := func(cluster string) *Backend {
+		opts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: cluster}, 30*time.Second)
+		opts.SystemNamespace = system
+		return openBackend(t, opts)
+	}
+	a, b := member("a"), member("b")
+	opts := feedOptions(srv, cs, 30*time.Second)
+	opts.SystemNamespace = system
+	w, _ := countingWatcher(t, opts)
+	rec := registrytest.StartWatch(t, w)
+	waitFirstUpdate(t, rec)
+
+	key := randWebKey()
+	aID, bID := registry.RecordID{Cluster: "a", Service: key}, registry.RecordID{Cluster: "b", Service: key}
+	putWeb(t, a, key, "10.0.0.1")
+	rec.WaitFor(t, 10*time.Second, "a's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[aID]
+		return x
+	})
+
+	// Somebody empties and deletes the records service.
+	old := a.systemService(recordsService).ID
+	for id := range rawInstances(t, c, system, recordsService) {
+		_, err := c.DeregisterInstance(ctx, &sd.DeregisterInstanceInput{ServiceId: aws.String(old), InstanceId: aws.String(id)})
+		mustDo(t, err)
+	}
+	_, err := c.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(old)})
+	mustDo(t, err)
+
+	// b's first record makes it again.
+	putWeb(t, b, key, "10.0.0.2")
+	if now := b.systemService(recordsService).ID; now == old {
+		t.Fatalf("b wrote its record to the deleted records service %s", old)
+	}
+	rec.WaitFor(t, 10*time.Second, "b's export, in the records service made again", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[bID]
+		return x
+	})
+	// a writes its record again on its next change.
+	spec := webSpec
+	spec.Ports = []registry.Port{{Name: "http", Protocol: webSpec.Ports[0].Protocol, Port: 81}}
+	mustDo(t, a.PutExport(ctx, key, spec))
+	rec.WaitFor(t, 10*time.Second, "a's export again", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, x := v.Exports[aID]
+		_, y := v.Exports[bID]
+		return x && y
+	})
+}
+
 // TestHeartbeatsCostNoCallEach checks that other clusters' heartbeats cost
 // an idle watcher no call per heartbeat (they are service descriptions,
 // which the change feed does not list, read in one ListServices), that

@@ -89,6 +89,9 @@ type watcher struct {
 	feedLatest time.Time
 	// sweptAt is when the last sweep started, zero before the first.
 	sweptAt time.Time
+	// recordsMoved: the feed found the records service under a new id;
+	// its next read of records reads them all.
+	recordsMoved bool
 	// delivered is what the handler has; nil before the full Update.
 	delivered *snapshot
 }
