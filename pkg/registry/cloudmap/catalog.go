@@ -446,5 +446,21 @@ func isAccessDenied(err error) bool {
 	return false
 }
 
+// refused reports whether err is Cloud Map's refusal of a request it did
+// not carry out: invalid, over a limit, about a namespace or service that
+// does not exist, or not authorized. Any other error, an answer or none,
+// may follow an attempt that was carried out (the SDK retries throttled
+// and failed requests, and the last attempt's error is the one returned).
+func refused(err error) bool {
+	switch errorCode(err) {
+	case "InvalidInput", "ResourceLimitExceeded", "NamespaceNotFound", "ServiceNotFound",
+		"AccessDeniedException", "AccessDenied", "UnrecognizedClientException", "InvalidClientTokenId",
+		"InvalidSignatureException", "IncompleteSignature", "MissingAuthenticationToken",
+		"ExpiredToken", "ExpiredTokenException", "RequestExpired", "ValidationException":
+		return true
+	}
+	return false
+}
+
 // isInUse reports whether err says a resource still holds others.
 func isInUse(err error) bool { return errorCode(err) == "ResourceInUse" }

@@ -2,6 +2,7 @@ package cloudmap
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -240,6 +241,32 @@ func TestServiceRecordMoved(t *testing.T) {
 		if u := e.Update; u != nil && len(u.DeletedExports) > 0 {
 			t.Errorf("the move deleted the export: %s", e)
 		}
+	}
+}
+
+// TestGoneClusterReadsNoSooner: a cluster with a short TTL makes a
+// watcher read the heartbeats more often while it lives, and no longer
+// once it has expired.
+func TestGoneClusterReadsNoSooner(t *testing.T) {
+	srv := moto(t)
+	cs := randName("gone")
+	short := openMember(t, srv, cs, "short", time.Second)
+	// This watcher's own heartbeats are read every 10 s.
+	w, counting := countingWatcher(t, feedOptions(srv, cs, 30*time.Second))
+	rec := registrytest.StartWatch(t, w)
+	rec.WaitFor(t, 15*time.Second, "the short-lived cluster", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Clusters["short"]
+		return ok
+	})
+	mustDo(t, short.Close())
+	rec.WaitFor(t, 15*time.Second, "the short-lived cluster expired", func(e registrytest.Event, _ *registrytest.View) bool {
+		return e.Update != nil && slices.Contains(e.Update.DeletedClusters, "short")
+	})
+	lists := counting.get(OpListServices)
+	start := time.Now()
+	rec.Quiet(t, 3*time.Second, "no change", func(e registrytest.Event) bool { return e.Update != nil })
+	if n := counting.get(OpListServices) - lists; n > 1 {
+		t.Errorf("%d ListServices calls in %s after the 1 s-TTL cluster expired, want at most 1: heartbeats are read every 10 s", n, time.Since(start).Round(time.Millisecond))
 	}
 }
 

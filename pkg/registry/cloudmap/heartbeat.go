@@ -102,6 +102,32 @@ func (b *Backend) describe(ctx context.Context, svc service, desc string) error 
 	return nil
 }
 
+// beatUntilStopped refreshes the heartbeat every TTL/3 until stop is
+// called (stop waits for a refresh under way), while the start's scan runs.
+func (b *Backend) beatUntilStopped(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(b.opts.heartbeatInterval())
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := b.beat(ctx); err != nil && ctx.Err() == nil {
+				b.log.Error(err, "cannot refresh heartbeat during the start's scan")
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // heartbeatLoop refreshes the heartbeat every TTL/3 until Close, and sooner
 // after a failure.
 func (b *Backend) heartbeatLoop() {

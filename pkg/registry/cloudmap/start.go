@@ -56,7 +56,14 @@ func (b *Backend) start(ctx context.Context) error {
 		}
 	}
 
+	stopBeats := func() {}
+	if alive {
+		// A scan of a large account, or a throttled one, can outlast
+		// the TTL: the heartbeat is kept fresh meanwhile.
+		stopBeats = b.beatUntilStopped(ctx)
+	}
 	found, inherited, err := b.scanOwn(ctx, query)
+	stopBeats()
 	if err != nil {
 		return err
 	}

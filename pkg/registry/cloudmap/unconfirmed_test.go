@@ -9,6 +9,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -24,6 +26,15 @@ type waitFailingAPI struct {
 	// lose: instance ids whose registrations are made and their responses
 	// lost (a connection reset after the request went through).
 	lose map[string]bool
+	// answer: instance ids whose registrations are made and answered with
+	// the error it returns for the registration's output.
+	answer map[string]func(*sd.RegisterInstanceOutput) error
+}
+
+func (w *waitFailingAPI) answerWith(instance string, answer func(*sd.RegisterInstanceOutput) error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.answer[instance] = answer
 }
 
 func (w *waitFailingAPI) loseResponse(instance string, lose bool) {
@@ -48,6 +59,9 @@ func (w *waitFailingAPI) RegisterInstance(ctx context.Context, in *sd.RegisterIn
 	if err == nil && w.lose[aws.ToString(in.InstanceId)] {
 		return nil, errors.New("read: connection reset by peer")
 	}
+	if answer := w.answer[aws.ToString(in.InstanceId)]; err == nil && answer != nil {
+		return nil, answer(out)
+	}
 	if err == nil && w.fail[aws.ToString(in.InstanceId)] {
 		w.ops[aws.ToString(out.OperationId)] = true
 	}
@@ -69,7 +83,7 @@ func waitFailingBackend(t *testing.T, id registry.Identity) (*Backend, *waitFail
 	opts := motoOptions(moto(t), id, 30*time.Second)
 	client, err := NewClient(t.Context(), opts)
 	mustDo(t, err)
-	api := &waitFailingAPI{API: client, fail: map[string]bool{}, ops: map[string]bool{}, lose: map[string]bool{}}
+	api := &waitFailingAPI{API: client, fail: map[string]bool{}, ops: map[string]bool{}, lose: map[string]bool{}, answer: map[string]func(*sd.RegisterInstanceOutput) error{}}
 	newFn := func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }
 	return openClosed(t, newFn, opts), api
 }
@@ -148,6 +162,61 @@ func TestLostResponseEndpointWithdrawn(t *testing.T) {
 	if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; ok {
 		t.Errorf("instance %s of an endpoint gone is still registered", gone)
 	}
+}
+
+// TestCodedAnswerEndpointWithdrawn: an endpoint's registration was made,
+// and the answer the backend got is an error of Cloud Map's, as when the
+// SDK's retry of a request whose answer was lost is throttled, fails on
+// the server, or is told it duplicates the first. When the endpoint goes,
+// its instance is deregistered; a duplicate's operation, once it
+// succeeds, confirms the registration.
+func TestCodedAnswerEndpointWithdrawn(t *testing.T) {
+	c := rawClient(t, moto(t))
+	for _, tc := range []struct {
+		name   string
+		answer func(*sd.RegisterInstanceOutput) error
+	}{
+		{"throttled", func(*sd.RegisterInstanceOutput) error {
+			return &smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate exceeded"}
+		}},
+		{"a server error", func(*sd.RegisterInstanceOutput) error {
+			return &smithy.GenericAPIError{Code: "InternalFailure", Message: "internal failure", Fault: smithy.FaultServer}
+		}},
+		{"a duplicate without its operation", func(*sd.RegisterInstanceOutput) error {
+			return &types.DuplicateRequest{Message: aws.String("in progress")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, key, gone := unconfirmedEndpoint(t, c, func(api *waitFailingAPI, instance string, on bool) {
+				if on {
+					api.answerWith(instance, tc.answer)
+				} else {
+					api.answerWith(instance, nil)
+				}
+			})
+			mustDo(t, b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1")))
+			if _, ok := rawInstances(t, c, key.Namespace, key.Name)[gone]; ok {
+				t.Errorf("instance %s of an endpoint gone is still registered", gone)
+			}
+		})
+	}
+
+	t.Run("a duplicate of an operation that succeeded", func(t *testing.T) {
+		id := registry.Identity{ClusterSet: randName("duplicate"), Cluster: "east"}
+		b, api := waitFailingBackend(t, id)
+		key := randWebKey()
+		putWeb(t, b, key, "10.0.0.1")
+		dup := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0])
+		api.answerWith(dup, func(out *sd.RegisterInstanceOutput) error {
+			return &types.DuplicateRequest{Message: aws.String("in progress"), DuplicateOperationId: out.OperationId}
+		})
+		mustDo(t, b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")))
+		api.answerWith(dup, nil)
+		mustDo(t, b.DeleteExport(t.Context(), key))
+		if left := rawInstances(t, c, key.Namespace, key.Name); len(left) != 0 {
+			t.Errorf("after the export's withdrawal, instances left: %v", left)
+		}
+	})
 }
 
 // TestUnconfirmedRewriteKeepsOthersAttributes: another tool added an

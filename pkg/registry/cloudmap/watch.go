@@ -168,7 +168,7 @@ func (w *watcher) poll(ctx context.Context) error {
 	// TTL of the clusterset's) keeps every live cluster alive, whatever
 	// the feed misses, at one call per 100 clusters. The feed reads them at
 	// once for a new cluster only.
-	if b.now().Sub(w.beatsReadAt) >= w.beatsEvery() {
+	if now := b.now(); now.Sub(w.beatsReadAt) >= w.beatsEvery(now) {
 		if err := w.readHeartbeats(feedCtx); err != nil {
 			return err
 		}
@@ -358,11 +358,14 @@ func (w *watcher) readRecords(ctx context.Context, ids []string) error {
 }
 
 // beatsEvery is how often the heartbeats are read: a third of the
-// shortest TTL of the clusters and of this reader's.
-func (w *watcher) beatsEvery() time.Duration {
+// shortest TTL of this reader's and of the clusters alive at now (a
+// cluster long gone does not make every read of the heartbeats sooner).
+func (w *watcher) beatsEvery(now time.Time) time.Duration {
 	every := w.b.opts.heartbeatInterval()
 	for _, hb := range w.beats {
-		every = min(every, hb.ttl/3)
+		if hb.alive(now) {
+			every = min(every, hb.ttl/3)
+		}
 	}
 	return every
 }
@@ -393,7 +396,17 @@ func (w *watcher) readHeartbeats(ctx context.Context) error {
 	}
 	w.beatsReadAt = now
 	// A heartbeat service that disappears (its namespace deleted, say) is
-	// not a death: the cluster expires when its last heartbeat does.
+	// not a death: the cluster expires when its last heartbeat does. Once
+	// it has, the cluster is forgotten.
+	listed := make(map[string]bool, len(beats))
+	for _, hb := range beats {
+		listed[hb.Cluster] = true
+	}
+	for c, hb := range w.beats {
+		if !listed[c] && !hb.alive(now) {
+			delete(w.beats, c)
+		}
+	}
 	for _, hb := range beats {
 		ttl := b.opts.TTL
 		if hb.TTL > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -408,13 +409,21 @@ func (b *Backend) register(ctx context.Context, svc service, in instance) error 
 		InstanceId: aws.String(in.ID),
 		Attributes: in.Attrs,
 	})
-	if err != nil {
-		if errorCode(err) == "" {
-			// No answer of Cloud Map's (a response lost, a timeout): the
-			// registration may have been made.
-			return fmt.Errorf("register instance %s: %w: %w", in.ID, errUnconfirmed, err)
-		}
+	var dup *types.DuplicateRequest
+	switch {
+	case err == nil:
+	case errors.As(err, &dup) && aws.ToString(dup.DuplicateOperationId) != "":
+		// The SDK retries with the same CreatorRequestId: Cloud Map took
+		// in an earlier attempt, whose answer was lost. Its operation
+		// tells the outcome.
+		out = &sd.RegisterInstanceOutput{OperationId: dup.DuplicateOperationId}
+	case refused(err):
 		return fmt.Errorf("register instance %s: %w", in.ID, err)
+	default:
+		// No answer, or the answer to a retry (throttled, a server
+		// error) of an attempt whose own answer was lost: the
+		// registration may have been made.
+		return fmt.Errorf("register instance %s: %w: %w", in.ID, errUnconfirmed, err)
 	}
 	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: in.ID})
 	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
