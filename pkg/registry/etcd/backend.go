@@ -244,6 +244,9 @@ func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bo
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.cancel()
+		// The write under way, if any, ends with the context; nothing is
+		// written after Close returns.
+		b.sem.Drain()
 		<-b.done
 		b.closeErr = b.lessor.Close()
 		if b.ownsClient {

@@ -156,11 +156,12 @@ func (b *Backend) keepAlive() {
 	defer close(b.done)
 	delay := retryMin
 	for b.ctx.Err() == nil {
-		if err := b.lock(b.ctx); err != nil {
+		_, unlock, err := b.lock(b.ctx)
+		if err != nil {
 			return
 		}
 		id := b.lease
-		b.unlock()
+		unlock()
 
 		ch, err := b.lessor.KeepAlive(b.ctx, id)
 		if err != nil {
@@ -218,10 +219,11 @@ func (b *Backend) recoverLease(id clientv3.LeaseID) {
 func (b *Backend) checkLease(id clientv3.LeaseID) error {
 	ctx, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	ctx, unlock, err := b.lock(ctx)
+	if err != nil {
 		return err
 	}
-	defer b.unlock()
+	defer unlock()
 	if b.lease != id {
 		return nil
 	}

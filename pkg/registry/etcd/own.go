@@ -153,6 +153,20 @@ func (b *Backend) observeOwnAbsent(present func(key string) bool, rev int64) {
 	}
 }
 
+// observeOtherHistory implements ownObserver.
+func (b *Backend) observeOtherHistory() { b.own.otherHistory() }
+
+// otherHistory forgets the revisions of the writes, which belong to
+// another history: every record counts as lost, so that the next put
+// writes it whatever etcd holds, and the watch compares values alone.
+func (o *ownRecords) otherHistory() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, r := range o.recs {
+		o.recs[k] = ownRecord{value: r.value, lost: true, absent: r.absent}
+	}
+}
+
 // lost logs a record this backend wrote that etcd no longer holds so. The
 // export controller writes an export or endpoints record again when the
 // View shows it gone; the alive record, which no controller writes, is
@@ -203,10 +217,11 @@ const repairSpacing = time.Second
 func (b *Backend) repairAlive() error {
 	ctx, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
 	defer cancel()
-	if err := b.lock(ctx); err != nil {
+	ctx, unlock, err := b.lock(ctx)
+	if err != nil {
 		return err
 	}
-	defer b.unlock()
+	defer unlock()
 	key := b.keys.alive(b.opts.Identity.Cluster)
 	if err := b.putLocked(ctx, keyValue{key: key, value: b.stored[key]}); err != nil {
 		return fmt.Errorf("write alive record: %w", err)
@@ -222,4 +237,8 @@ type ownObserver interface {
 	// observeOwnAbsent: at revision rev, etcd holds no key of the cluster
 	// that present refuses (it says whether the read found a key).
 	observeOwnAbsent(present func(key string) bool, rev int64)
+	// observeOtherHistory: etcd's history is another than the one the
+	// writes' revisions come from (a restore, another etcd at the
+	// address); the full read that follows is observed next.
+	observeOtherHistory()
 }

@@ -160,7 +160,7 @@ func (w *watch) run(ctx context.Context) {
 			if resp, err = w.read(ctx, clientv3.WithCountOnly()); err == nil && !w.sameHistory(resp.Header) {
 				// A watch from rev would wait for revisions to come, or
 				// follow another history.
-				rev, err = w.syncFull(ctx)
+				rev, err = w.syncOtherHistory(ctx)
 			}
 		} else {
 			rev, err = w.sync(ctx)
@@ -432,7 +432,7 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	}
 	rev := resp.Header.Revision
 	if !w.sameHistory(resp.Header) {
-		return w.syncFull(ctx)
+		return w.syncOtherHistory(ctx)
 	}
 	changed, err := w.readChanged(ctx, rev)
 	if err != nil {
@@ -475,6 +475,16 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 		w.h.OnUpdate(u)
 	}
 	return rev, nil
+}
+
+// syncOtherHistory reads everything again from an etcd whose history is
+// not the one the watch holds. The revisions of the cluster's own writes
+// belong to that other history: the own observer forgets them first.
+func (w *watch) syncOtherHistory(ctx context.Context) (int64, error) {
+	if w.own != nil {
+		w.own.observeOtherHistory()
+	}
+	return w.syncFull(ctx)
 }
 
 // sameHistory reports whether h, a response header, comes from the etcd
@@ -765,6 +775,12 @@ func (w *watch) follow(ctx context.Context, rev int64, loaded func()) error {
 			resp, err := w.read(ctx, clientv3.WithCountOnly())
 			if err != nil {
 				return fmt.Errorf("health check: %w", err)
+			}
+			if !w.sameHistory(resp.Header) {
+				// Another etcd at the address (restored, replaced): the
+				// client followed it without ending the watch, which
+				// would go on from a revision of the other history.
+				return fmt.Errorf("%w: the registry's history changed under the watch", errResume)
 			}
 			due = 0
 			if ch != nil && resp.Header.Revision > reached {

@@ -12,10 +12,22 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
-// lock takes the write lock; it fails once the backend is closed.
-func (b *Backend) lock(ctx context.Context) error { return b.sem.Lock(ctx) }
-
-func (b *Backend) unlock() { b.sem.Unlock() }
+// lock takes the write lock; it fails once the backend is closed. The
+// context it returns ends with ctx, and when Close is called: Close waits
+// for the holder of the lock, whose writes end with it, so that nothing is
+// written once Close has returned.
+func (b *Backend) lock(ctx context.Context) (context.Context, func(), error) {
+	if err := b.sem.Lock(ctx); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(b.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		b.sem.Unlock()
+	}, nil
+}
 
 // PutExport stores this cluster's export of a Service.
 func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec) error {
@@ -23,10 +35,11 @@ func (b *Backend) PutExport(ctx context.Context, key registry.ServiceKey, spec r
 	if err != nil {
 		return err
 	}
-	if err := b.lock(ctx); err != nil {
+	ctx, unlock, err := b.lock(ctx)
+	if err != nil {
 		return err
 	}
-	defer b.unlock()
+	defer unlock()
 	if err := b.putLocked(ctx, rec); err != nil {
 		return fmt.Errorf("put export %s: %w", key, err)
 	}
@@ -54,10 +67,11 @@ func (b *Backend) put(ctx context.Context, key registry.ServiceKey, export *keyV
 	if err != nil {
 		return err
 	}
-	if err := b.lock(ctx); err != nil {
+	ctx, unlock, err := b.lock(ctx)
+	if err != nil {
 		return err
 	}
-	defer b.unlock()
+	defer unlock()
 	endpoints, changed, err := b.endpointsRecordLocked(key, groups, content)
 	if err != nil {
 		return err
@@ -172,17 +186,18 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	if err := validService(key); err != nil {
 		return err
 	}
-	if err := b.lock(ctx); err != nil {
+	ctx, unlock, err := b.lock(ctx)
+	if err != nil {
 		return err
 	}
-	defer b.unlock()
+	defer unlock()
 	exportKey := b.keys.export(b.opts.Identity.Cluster, key)
 	endpointsKey := b.keys.endpoints(b.opts.Identity.Cluster, key)
 	// Deleted whether or not this backend holds them as written: a put
 	// whose reply was lost may have landed, and another controller of the
 	// cluster (two overlap in a rollout) may have written them. Callers
 	// withdraw what a reader shows, so this costs a write per withdrawal.
-	err := b.eachMember(ctx, func(ctx context.Context) error {
+	err = b.eachMember(ctx, func(ctx context.Context) error {
 		_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
 		return err
 	})
@@ -201,10 +216,11 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 
 // Exported lists the Services this cluster has exports of.
 func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
-	if err := b.lock(ctx); err != nil {
+	_, unlock, err := b.lock(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer b.unlock()
+	defer unlock()
 	var out []registry.ServiceKey
 	for k := range b.stored {
 		if kind, _, svc := b.keys.parse(k); kind == kindExport {

@@ -6,10 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,10 +26,15 @@ import (
 // or deletes) of the client.
 type fault struct {
 	mu   sync.Mutex
-	hook func(invoke func() error) error
+	hook func(ctx context.Context, invoke func() error) error
 }
 
 func (f *fault) arm(hook func(invoke func() error) error) {
+	f.armWithContext(func(_ context.Context, invoke func() error) error { return hook(invoke) })
+}
+
+// armWithContext arms hook, which is also given the write's context.
+func (f *fault) armWithContext(hook func(ctx context.Context, invoke func() error) error) {
 	f.mu.Lock()
 	f.hook = hook
 	f.mu.Unlock()
@@ -45,7 +52,7 @@ func (f *fault) interceptor(ctx context.Context, method string, req, reply any, 
 	if hook == nil {
 		return invoke()
 	}
-	return hook(invoke)
+	return hook(ctx, invoke)
 }
 
 func isWrite(req any) bool {
@@ -351,4 +358,45 @@ func TestDeletionDuringTheRetryOfAFailedWriteRepaired(t *testing.T) {
 	must(t, x.a.PutExport(t.Context(), web, spec2))
 	must(t, x.a.PutExport(t.Context(), web, spec2))
 	x.wantExport(t, spec2, "after PutExport(spec2) returned nil")
+}
+
+// TestNothingWrittenAfterClose: a put under way when Close is called,
+// whose lease turns out gone, neither grants a lease nor writes the
+// records again once Close has returned: the put ends with Close, and
+// Close waits for it.
+func TestNothingWrittenAfterClose(t *testing.T) {
+	t.Parallel()
+	srv, raw := startWithClient(t)
+	// A client of the caller's, which Close leaves open.
+	f := &fault{}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.ClientURL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.interceptor)}})
+	must(t, err)
+	t.Cleanup(func() { _ = cli.Close() })
+	a, err := etcd.NewFromClient(t.Context(), cli, etcd.Options{Identity: registry.Identity{ClusterSet: "set1", Cluster: "a"}, Prefix: prefix})
+	must(t, err)
+	must(t, a.PutExport(t.Context(), web, spec))
+	lease := leaseOf(t, raw, faultAliveKey)
+	closed := make(chan error, 1)
+	f.armWithContext(func(ctx context.Context, invoke func() error) error {
+		_, err := raw.Revoke(t.Context(), lease)
+		must(t, err)
+		go func() { closed <- a.Close() }()
+		// Close ends the put's context; a put that outlives Close
+		// goes on after a while.
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+		return invoke()
+	})
+	if err := a.PutExport(t.Context(), web, spec2); err == nil {
+		t.Error("a put that Close ended succeeded")
+	}
+	must(t, <-closed)
+	resp, err := raw.Get(t.Context(), prefix+"/set1/clusters/a/", clientv3.WithPrefix())
+	must(t, err)
+	for _, kv := range resp.Kvs {
+		t.Errorf("after Close, etcd holds %s on lease %x", kv.Key, kv.Lease)
+	}
 }

@@ -43,3 +43,8 @@ func (l *Lock) Lock(ctx context.Context) error {
 
 // Unlock releases the lock.
 func (l *Lock) Unlock() { <-l.sem }
+
+// Drain waits until the lock is free and keeps it: a backend's Close, once
+// the backend is closed (no Lock succeeds), waits so for the write under
+// way.
+func (l *Lock) Drain() { l.sem <- struct{}{} }
