@@ -47,7 +47,11 @@ var _ registry.Handler = (*View)(nil)
 // that namespace from now on: a scoped View (ScopedView) came to need it,
 // after its first full read.
 type Change struct {
-	Service      registry.ServiceKey
+	Service registry.ServiceKey
+	// EndpointsOf, when set, are the clusters whose endpoints of Service
+	// changed, when nothing else of Service did (no export, no refusal): a
+	// cluster's export does not follow the others' endpoints.
+	EndpointsOf  []string
 	Reachability bool
 	Namespace    string
 }
@@ -208,6 +212,9 @@ func (v *View) OnUpdate(u registry.Update) {
 	var (
 		changed  map[registry.ServiceKey]bool
 		newlyRej []registry.Rejection
+		// endpointsOf: of changed, the Services whose endpoints alone
+		// changed, and whose.
+		endpointsOf map[registry.ServiceKey][]string
 	)
 	first := u.Full && !v.synced
 	wasUsable := v.usable()
@@ -215,7 +222,7 @@ func (v *View) OnUpdate(u registry.Update) {
 		changed, newlyRej = v.replace(u)
 		v.synced = true
 	} else {
-		changed, newlyRej = v.apply(u)
+		changed, endpointsOf, newlyRej = v.apply(u)
 	}
 	newlyLoaded := v.load(u)
 	if first {
@@ -240,7 +247,7 @@ func (v *View) OnUpdate(u registry.Update) {
 	subs := v.subscribers()
 	for k := range changed {
 		for _, f := range subs {
-			f(Change{Service: k})
+			f(Change{Service: k, EndpointsOf: endpointsOf[k]})
 		}
 	}
 	for _, ns := range newlyLoaded {
@@ -386,9 +393,10 @@ func clearRejection(m map[registry.ServiceKey]map[string]rejections, kind regist
 }
 
 // apply applies u, an incremental update, and returns the Services whose
-// records it changed. v.mu is held.
-func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registry.Rejection) {
-	changed := map[registry.ServiceKey]bool{}
+// records it changed, and of those whose endpoints alone changed, the
+// clusters whose. v.mu is held.
+func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, map[registry.ServiceKey][]string, []registry.Rejection) {
+	changed, endpointsOf := map[registry.ServiceKey]bool{}, map[registry.ServiceKey][]string{}
 	for _, id := range u.DeletedExports {
 		if deleteRecord(v, v.exports, registry.KindExport, id) {
 			changed[id.Service] = true
@@ -396,7 +404,7 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registr
 	}
 	for _, id := range u.DeletedEndpoints {
 		if deleteRecord(v, v.endpoints, registry.KindEndpoints, id) {
-			changed[id.Service] = true
+			endpointsOf[id.Service] = append(endpointsOf[id.Service], id.Cluster)
 		}
 	}
 	for _, e := range u.Exports {
@@ -406,7 +414,7 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registr
 	}
 	for _, e := range u.Endpoints {
 		if accept(v, v.endpoints, registry.KindEndpoints, endpointsID(e), e, endpointsOneEqual) {
-			changed[e.Service] = true
+			endpointsOf[e.Service] = append(endpointsOf[e.Service], e.Cluster)
 		}
 	}
 	var newly []registry.Rejection
@@ -422,7 +430,14 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, []registr
 		newly = append(newly, r)
 		changed[r.Record.Service] = true
 	}
-	return changed, newly
+	for k := range endpointsOf {
+		if changed[k] {
+			delete(endpointsOf, k) // more than endpoints changed
+		} else {
+			changed[k] = true
+		}
+	}
+	return changed, endpointsOf, newly
 }
 
 // accept takes in rec, the record id of kind, kept in m: it ends any

@@ -155,6 +155,50 @@ func TestHiddenChangesNotAnnounced(t *testing.T) {
 	}
 }
 
+// TestChangeTellsEndpointsOnly: a change of some clusters' endpoints alone
+// names them; one that changes anything else of the Service names none.
+func TestChangeTellsEndpointsOnly(t *testing.T) {
+	key := registry.ServiceKey{Namespace: "shop", Name: "web"}
+	eps := func(cluster, addr string) registry.Endpoints {
+		return registry.Endpoints{Cluster: cluster, Service: key, Groups: []registry.EndpointGroup{{
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []registry.Endpoint{{Addresses: []string{addr}, Ready: true}},
+		}}}
+	}
+	export := func(cluster string) registry.Export {
+		return registry.Export{Cluster: cluster, Service: key, Spec: registry.ServiceSpec{Type: registry.ClusterSetIP}}
+	}
+	v := NewView()
+	var got []Change
+	v.Subscribe(func(c Change) {
+		if !c.Reachability {
+			slices.Sort(c.EndpointsOf)
+			got = append(got, c)
+		}
+	})
+	v.OnUpdate(registry.Update{Full: true, Exports: []registry.Export{export("east"), export("west")},
+		Endpoints: []registry.Endpoints{eps("east", "10.0.0.1"), eps("west", "10.1.0.1")}})
+	for _, tc := range []struct {
+		name string
+		u    registry.Update
+		want []string
+	}{
+		{"one cluster's endpoints", registry.Update{Endpoints: []registry.Endpoints{eps("east", "10.0.0.2")}}, []string{"east"}},
+		{"two clusters' endpoints", registry.Update{Endpoints: []registry.Endpoints{eps("west", "10.1.0.2")},
+			DeletedEndpoints: []registry.RecordID{{Cluster: "east", Service: key}}}, []string{"east", "west"}},
+		{"endpoints and an export", registry.Update{Endpoints: []registry.Endpoints{eps("east", "10.0.0.3")},
+			Exports: []registry.Export{export("north")}}, nil},
+		{"an export withdrawn", registry.Update{DeletedExports: []registry.RecordID{{Cluster: "north", Service: key}}}, nil},
+	} {
+		got = nil
+		v.OnUpdate(tc.u)
+		want := []Change{{Service: key, EndpointsOf: tc.want}}
+		if !cmp.Equal(got, want) {
+			t.Errorf("%s: changes %+v, want %+v", tc.name, got, want)
+		}
+	}
+}
+
 // TestRejected: a cluster with a refused record of a Service (refused by the
 // backend, or by the View's own checks) counts for nothing in that Service,
 // while the other clusters' records of it keep counting; the refusal is

@@ -252,7 +252,7 @@ func (r *Reconciler) applyRecords(ctx context.Context, s *scope) error {
 		return ignoreRefused(err)
 	}
 	r.registrySucceeded(s.se)
-	r.updateConflict(s.se, s.key)
+	r.updateConflict(s.se, s.key, s.spec)
 	return nil
 }
 

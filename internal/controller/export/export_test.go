@@ -815,6 +815,63 @@ func TestConflictFollowsTheView(t *testing.T) {
 	}
 }
 
+// TestConflictWaitsForTheOwnSpec: after an edit of the ServiceExport, the
+// View holds this cluster's previous export until the registry's change
+// comes back: the Conflict of the new generation is told from the new
+// export, not from the previous one.
+func TestConflictWaitsForTheOwnSpec(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	e.mustReconcile()
+	agreeing := registry.Export{Cluster: otherID, Service: webKey, Order: otherOrd, Spec: registry.ServiceSpec{
+		Type: registry.ClusterSetIP, Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}}
+	e.syncView(agreeing)
+	e.mustReconcile()
+	assertCondition(t, e.serviceExport(), confType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoConflicts))
+
+	// Labels the older export does not have.
+	se := e.serviceExport()
+	se.Spec.ExportedLabels = map[string]string{"tier": "gold"}
+	se.Generation++
+	if err := e.c.Update(context.Background(), se); err != nil {
+		t.Fatal(err)
+	}
+	e.mustReconcile()
+	se = e.serviceExport()
+	if c := conditions.Get(se.Status.Conditions, confType); c == nil || c.ObservedGeneration == se.Generation {
+		t.Errorf("Conflict of generation %d told before the View held its export: %+v", se.Generation, c)
+	}
+	e.syncView(agreeing)
+	e.mustReconcile()
+	se = e.serviceExport()
+	if c := assertCondition(t, se, confType, metav1.ConditionTrue, "LabelsConflict"); c.ObservedGeneration != se.Generation {
+		t.Errorf("Conflict's observedGeneration %d, want %d", c.ObservedGeneration, se.Generation)
+	}
+}
+
+// TestOtherClustersEndpointsConcernNoExport: a change of other clusters'
+// endpoints alone reconciles no export; one of this cluster's endpoints,
+// or of another cluster's export, does.
+func TestOtherClustersEndpointsConcernNoExport(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	e.mustReconcile()
+	e.syncView()
+	want := []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: svcName}}}
+	for _, tc := range []struct {
+		name string
+		c    clusterset.Change
+		want []ctrl.Request
+	}{
+		{"another cluster's endpoints", clusterset.Change{Service: webKey, EndpointsOf: []string{otherID}}, nil},
+		{"this cluster's endpoints", clusterset.Change{Service: webKey, EndpointsOf: []string{otherID, thisID}}, want},
+		{"any other change", clusterset.Change{Service: webKey}, want},
+	} {
+		if got := e.r.changeToExport(context.Background(), tc.c); !cmp.Equal(got, tc.want) {
+			t.Errorf("%s: changeToExport = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestConflictWaitsForTheNamespace: a View that a scoped backend has not
 // delivered the namespace to yet holds this cluster's own export alone (a
 // backend delivers those whatever their namespace): no Conflict is told

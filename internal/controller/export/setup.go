@@ -173,6 +173,11 @@ func (r *Reconciler) changeToExport(ctx context.Context, c clusterset.Change) []
 		return r.exportsIn(ctx, client.InNamespace(c.Namespace))
 	}
 	if !c.Reachability {
+		if len(c.EndpointsOf) > 0 && !slices.Contains(c.EndpointsOf, r.ClusterID) {
+			// Other clusters' endpoints: this cluster's export, its
+			// Conflict and its records to withdraw are as they were.
+			return nil
+		}
 		if !r.concerns(ctx, c.Service) {
 			return nil
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -47,15 +48,18 @@ func (r *Reconciler) validate(se *mcsv1beta1.ServiceExport, svc *corev1.Service)
 }
 
 // updateConflict sets the Conflict condition from every cluster's export of
-// key, once the view holds this cluster's own export and every other
-// cluster's records of key's namespace; until then it leaves the condition
-// as it is.
-func (r *Reconciler) updateConflict(se *mcsv1beta1.ServiceExport, key registry.ServiceKey) {
+// key, once the view holds this cluster's own export as spec (the one just
+// published: the condition is stamped with se's generation) and every
+// other cluster's records of key's namespace; until then it leaves the
+// condition as it is, and the View's change brings the export back.
+func (r *Reconciler) updateConflict(se *mcsv1beta1.ServiceExport, key registry.ServiceKey, spec registry.ServiceSpec) {
 	if r.View == nil || !r.View.HasSyncedFor(key.Namespace) {
 		return
 	}
 	exports := r.View.Exports(key)
-	if !slices.ContainsFunc(exports, func(e registry.Export) bool { return e.Cluster == r.ClusterID }) {
+	if !slices.ContainsFunc(exports, func(e registry.Export) bool {
+		return e.Cluster == r.ClusterID && equality.Semantic.DeepEqual(e.Spec, spec)
+	}) {
 		return
 	}
 	c := merge.Merge(exports).Conflict.Condition()
