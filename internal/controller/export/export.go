@@ -158,7 +158,15 @@ func (r *Reconciler) fetch(ctx context.Context, req ctrl.Request) (*scope, bool,
 func (r *Reconciler) finalize(ctx context.Context, s *scope) (bool, error) {
 	if !s.se.DeletionTimestamp.IsZero() {
 		r.metrics.Forget(client.ObjectKeyFromObject(s.se))
-		return true, r.reconcileDelete(ctx, s.se, s.key)
+		err := r.reconcileDelete(ctx, s.se, s.key)
+		if err != nil {
+			// Why the ServiceExport stays (Ready=False Failed, when the
+			// registry refused the withdrawal), written once.
+			if _, perr := r.patchStatus(ctx, s); perr != nil {
+				err = errors.Join(err, perr)
+			}
+		}
+		return true, err
 	}
 	if !controllerutil.ContainsFinalizer(s.se, Finalizer) || controllerutil.ContainsFinalizer(s.se, wellknown.AWSExportFinalizer) {
 		r.setUnguarded(s.key, !controllerutil.ContainsFinalizer(s.se, Finalizer))

@@ -581,6 +581,37 @@ func TestDeletingServiceExportWithdraws(t *testing.T) {
 	}
 }
 
+// TestDeletionWaitingForTheRegistrySaysWhy: a ServiceExport whose
+// withdrawal the registry refuses stays, and its Ready condition says why;
+// the retries warn once.
+func TestDeletionWaitingForTheRegistrySaysWhy(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	e.mustReconcile()
+	e.events()
+	e.reg.setErr(errors.New("permission denied"))
+	if err := e.c.Delete(context.Background(), e.serviceExport()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := e.reconcile(); err == nil {
+			t.Fatal("the withdrawal the registry refused succeeded")
+		}
+	}
+	c := assertCondition(t, e.serviceExport(), readyType, metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonFailed))
+	if !strings.Contains(c.Message, "withdraw export") || !strings.Contains(c.Message, "permission denied") {
+		t.Errorf("Ready message %q does not say the withdrawal failed, and why", c.Message)
+	}
+	if ev := e.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventReasonRegistryFailed) {
+		t.Errorf("events = %q, want one %s warning", ev, EventReasonRegistryFailed)
+	}
+
+	e.reg.setErr(nil)
+	e.mustReconcile()
+	if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: svcName}, &mcsv1beta1.ServiceExport{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ServiceExport still there once the registry took the withdrawal: %v", err)
+	}
+}
+
 // TestDeletedBeforeFinalizerWithdraws: the finalizer is added while the
 // export is published, so a ServiceExport deleted before the finalizer
 // lands has been published; its records are withdrawn once the deletion is

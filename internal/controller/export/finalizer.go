@@ -25,11 +25,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 		return r.releaseAWSFinalizer(ctx, se)
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {
-		err = fmt.Errorf("withdraw export: %w", err)
-		if msg := fmt.Sprintf("registry: %v", err); r.actFailure(se, msg) {
-			r.warn(se, EventReasonRegistryFailed, msg)
-		}
-		return err
+		// Said on the object (finalize writes the status): the deletion
+		// waits for the registry.
+		return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
 	}
 	ctrl.LoggerFrom(ctx).Info("Withdrew export of deleted ServiceExport")
 	base := se.DeepCopy()

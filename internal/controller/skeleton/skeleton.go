@@ -44,7 +44,8 @@ type Steps[S any] struct {
 	// looked at yet), Fetch having done what that asks.
 	Fetch func(ctx context.Context, req ctrl.Request) (s S, ok bool, err error)
 	// Finalize handles the finalizer; done true ends the reconcile there,
-	// with no status written (the object is going).
+	// with no status written by the skeleton (the object is going; a
+	// Finalize whose cleanup fails may say why on the object itself).
 	Finalize func(ctx context.Context, s S) (done bool, err error)
 	// Compute fills in the scope's desired state.
 	Compute func(ctx context.Context, s S) error
