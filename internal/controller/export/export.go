@@ -103,11 +103,13 @@ type scope struct {
 	addFinalizer bool
 
 	// Compute's: whether the Service can be exported, and if so its
-	// records, or why every cluster would refuse them.
-	valid   bool
-	spec    registry.ServiceSpec
-	groups  []registry.EndpointGroup
-	invalid error
+	// records, or why every cluster would refuse the export
+	// (invalid) or its endpoints alone (invalidEndpoints).
+	valid            bool
+	spec             registry.ServiceSpec
+	groups           []registry.EndpointGroup
+	invalid          error
+	invalidEndpoints error
 
 	// skipStatus: the ServiceExport went while it was applied, or its
 	// finalizer could not be written (the status waits for it: the retry
@@ -201,10 +203,8 @@ func (r *Reconciler) compute(ctx context.Context, s *scope) error {
 	}
 	s.spec = serviceSpec(svc, s.se)
 	s.groups = endpointGroups(list.Items)
-	s.invalid = errors.Join(
-		registry.ValidateExport(registry.Export{Cluster: r.ClusterID, Service: s.key, Spec: s.spec}),
-		registry.ValidateGroups(s.groups),
-	)
+	s.invalid = registry.ValidateExport(registry.Export{Cluster: r.ClusterID, Service: s.key, Spec: s.spec})
+	s.invalidEndpoints = registry.ValidateGroups(s.groups)
 	return nil
 }
 
@@ -255,6 +255,8 @@ func (r *Reconciler) applyRecords(ctx context.Context, s *scope) error {
 		return r.withdraw(ctx, s.se, s.key)
 	case s.invalid != nil:
 		return ignoreRefused(r.refuse(ctx, s.se, s.key, s.invalid))
+	case s.invalidEndpoints != nil:
+		return r.withholdEndpoints(ctx, s)
 	}
 	if err := r.publish(ctx, s); err != nil {
 		return ignoreRefused(err)

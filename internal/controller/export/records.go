@@ -95,15 +95,7 @@ const EventReasonRefused = "ExportRefused"
 // with why. The request is not retried: a change of the Service or its
 // endpoints brings it back.
 func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey, err error) error {
-	reason := ReasonInvalidRecord
-	if re, ok := errors.AsType[*registry.RejectedError](err); ok {
-		switch re.Reason {
-		case registry.RejectTooManyEndpoints:
-			reason = ReasonTooManyEndpoints
-		case registry.RejectTooLarge:
-			reason = ReasonRecordTooLarge
-		}
-	}
+	reason := refusalReason(err)
 	msg := fmt.Sprintf("not exported: every cluster would refuse this cluster's records (%v); limits: %d endpoints, %d bytes per record",
 		err, registry.MaxEndpoints, registry.MaxRecordBytes)
 	ctrl.LoggerFrom(ctx).Info("Export refused, withdrawing it", "reason", reason, "detail", err.Error())
@@ -120,6 +112,45 @@ func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, k
 	}
 	r.removeConflict(se)
 	return errRefused
+}
+
+// refusalReason is the Ready=False reason of err, a refusal.
+func refusalReason(err error) mcsv1beta1.ServiceExportConditionReason {
+	if re, ok := errors.AsType[*registry.RejectedError](err); ok {
+		switch re.Reason {
+		case registry.RejectTooManyEndpoints:
+			return ReasonTooManyEndpoints
+		case registry.RejectTooLarge:
+			return ReasonRecordTooLarge
+		}
+	}
+	return ReasonInvalidRecord
+}
+
+// withholdEndpoints handles an export whose endpoints alone every
+// importing cluster would refuse (more than registry.MaxEndpoints, say,
+// for the surge of a rollout): the export stands, with no endpoints of
+// this cluster, so that it keeps its precedence (the registry's order of
+// first storing it), and the import its type and ports, while the cause
+// lasts; Ready=False says why. Withdrawing it would make it a new export
+// once the cause went, younger than every other cluster's.
+func (r *Reconciler) withholdEndpoints(ctx context.Context, s *scope) error {
+	reason := refusalReason(s.invalidEndpoints)
+	msg := fmt.Sprintf("endpoints not exported: every cluster would refuse them (%v); limits: %d endpoints, %d bytes per record; the export stands, with no endpoints of this cluster",
+		s.invalidEndpoints, registry.MaxEndpoints, registry.MaxRecordBytes)
+	// Before publish sets Ready: actFailure compares with the status.
+	news := r.actFailure(s.se, msg)
+	s.groups = nil
+	if err := r.publish(ctx, s); err != nil {
+		return ignoreRefused(err)
+	}
+	if news {
+		ctrl.LoggerFrom(ctx).Info("Endpoints refused, withholding them", "reason", reason, "detail", s.invalidEndpoints.Error())
+		r.warn(s.se, EventReasonRefused, msg)
+	}
+	setCondition(s.se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, reason, msg)
+	r.updateConflict(s.se, s.key, s.spec)
+	return nil
 }
 
 // errRefused: the export was refused and withdrawn; Ready says why.

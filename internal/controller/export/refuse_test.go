@@ -12,6 +12,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/memory"
 )
 
 // TestRefusedExport: an export whose records every importer would refuse
@@ -23,6 +24,9 @@ func TestRefusedExport(t *testing.T) {
 		objs   func() []client.Object
 		reason mcsv1beta1.ServiceExportConditionReason
 		want   string
+		// endpointsOnly: the endpoints alone are refused; the export
+		// stands, with none of them.
+		endpointsOnly bool
 	}{
 		{
 			name: "more endpoints than the limit",
@@ -38,8 +42,9 @@ func TestRefusedExport(t *testing.T) {
 				}
 				return out
 			},
-			reason: ReasonTooManyEndpoints,
-			want:   "6001 endpoints, more than 5000",
+			reason:        ReasonTooManyEndpoints,
+			want:          "6001 endpoints, more than 5000",
+			endpointsOnly: true,
 		},
 		{
 			name: "an exported label key importers refuse",
@@ -81,7 +86,13 @@ func TestRefusedExport(t *testing.T) {
 				t.Errorf("Ready message %q does not say %q", c.Message, tt.want)
 			}
 			assertCondition(t, se, validType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonValid))
-			if _, ok := e.reg.export(webKey); ok {
+			_, exported := e.reg.export(webKey)
+			switch {
+			case tt.endpointsOnly && !exported:
+				t.Error("export withdrawn for its endpoints")
+			case tt.endpointsOnly && len(e.reg.groups(webKey)) > 0:
+				t.Errorf("refused endpoints kept in the registry: %v", e.reg.groups(webKey))
+			case !tt.endpointsOnly && exported:
 				t.Error("export still in the registry")
 			}
 			if ev := e.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+EventReasonRefused) {
@@ -97,8 +108,8 @@ func TestRefusedExport(t *testing.T) {
 			e.setCause(objs, false)
 			e.mustReconcile()
 			assertCondition(t, e.serviceExport(), readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
-			if _, ok := e.reg.export(webKey); !ok {
-				t.Error("not exported again")
+			if _, ok := e.reg.export(webKey); !ok || len(e.reg.groups(webKey)) == 0 {
+				t.Error("not exported again, with its endpoints")
 			}
 		})
 	}
@@ -127,5 +138,47 @@ func (e *env) setCause(objs []client.Object, on bool) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
+	}
+}
+
+// TestRefusedEndpointsKeepPrecedence: a Service whose endpoints every
+// importer would refuse for a while (a link-local address) keeps its
+// export in the registry, so that, the cause gone, it is still older than
+// the exports made meanwhile, and the import keeps its type.
+func TestRefusedEndpointsKeepPrecedence(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService(),
+		newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.1.0.1", nil)))
+	e.mustReconcile()
+	other, err := e.reg.store.Open(memory.Options{Identity: registry.Identity{ClusterSet: clusterSet, Cluster: otherID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	if err := other.Publish(context.Background(), webKey, registry.ServiceSpec{Type: registry.Headless}, nil); err != nil {
+		t.Fatal(err)
+	}
+	order := func(cluster string) int64 {
+		for _, x := range e.reg.stored().Exports {
+			if x.Cluster == cluster {
+				return x.Order
+			}
+		}
+		t.Fatalf("no export of %s", cluster)
+		return 0
+	}
+	before := order(thisID)
+	if before > order(otherID) {
+		t.Fatal("this cluster's export is not the older to begin with")
+	}
+
+	bad := []client.Object{newSlice("web-b", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("169.254.1.1", nil))}
+	e.setCause(bad, true)
+	e.mustReconcile()
+	assertCondition(t, e.serviceExport(), readyType, metav1.ConditionFalse, string(ReasonInvalidRecord))
+	e.setCause(bad, false)
+	e.mustReconcile()
+	assertCondition(t, e.serviceExport(), readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
+	if after := order(thisID); after != before {
+		t.Errorf("this cluster's export went from order %d to %d (the other's is %d): the import's type follows the younger export", before, after, order(otherID))
 	}
 }
