@@ -187,3 +187,42 @@ func TestIdentityChangeIsNoLossOfLeadership(t *testing.T) {
 		t.Errorf("lease still held by %q", h)
 	}
 }
+
+// TestLeaderNotReadyUntilItWorks: a standby is ready (a rollout goes on
+// while it waits); once it leads, it is not, until its registry is read
+// and its caches have synced.
+func TestLeaderNotReadyUntilItWorks(t *testing.T) {
+	ls := &leaseServer{}
+	srv := httptest.NewServer(ls)
+	defer srv.Close()
+	opening, release := make(chan struct{}), make(chan struct{})
+	opts := Options{
+		RESTConfig:     &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}},
+		LeaderElection: true,
+		OpenRegistry: func(context.Context, registry.Identity) (registry.Registry, error) {
+			close(opening)
+			<-release
+			return nil, errors.New("registry unreachable")
+		},
+	}
+	if err := opts.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	h := &health{}
+	done := make(chan error, 1)
+	go func() {
+		done <- runWithLeadership(t.Context(), opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, h)
+	}()
+	select {
+	case <-opening:
+	case err := <-done:
+		t.Fatalf("runWithLeadership returned before it led: %v", err)
+	}
+	if err := h.check(); err == nil {
+		t.Error("/readyz ok while the leader opens its registry")
+	}
+	close(release)
+	if err := <-done; err == nil {
+		t.Error("runWithLeadership = nil with a registry that cannot be opened")
+	}
+}

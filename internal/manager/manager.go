@@ -299,6 +299,9 @@ func runWithLeadership(ctx context.Context, opts Options, api apiClients, id reg
 }
 
 func runControllers(ctx context.Context, opts Options, api apiClients, id registry.Identity, h *health) error {
+	// Not ready until the registry is read and the caches have synced (a
+	// standby, ready until now, has just taken the lease).
+	h.notReady("opening the registry")
 	// The backends add the clusterset; the cluster is said once, here.
 	log := logr.FromContextOrDiscard(ctx).WithValues("cluster", id.Cluster)
 	ctx = logr.NewContext(ctx, log)

@@ -61,11 +61,15 @@ func TestParseURL(t *testing.T) {
 	if d := cmp.Diff(want, cm, cmpopts.IgnoreUnexported(cloudmap.Options{})); d != "" {
 		t.Errorf("cloudmap.ParseURL (-want +got):\n%s", d)
 	}
+	if cm, err := cloudmap.ParseURL(mustParse(t, "cloudmap://?region=eu-west-1&cleanup-empty=True")); err != nil || !cm.CleanupEmpty {
+		t.Errorf("cleanup-empty=True: %v, CleanupEmpty %v, want true", err, cm.CleanupEmpty)
+	}
 	// An option it does not know, or no longer has, is an error, not
 	// ignored.
 	for raw, want := range map[string]string{
 		"cloudmap://?region=eu-west-1&pol-interval=3s":  `unknown option "pol-interval"`,
 		"cloudmap://?region=eu-west-1&list-interval=5s": "list-interval is gone",
+		"cloudmap://?region=eu-west-1&cleanup-empty=ja": `cleanup-empty: "ja" is not true or false`,
 	} {
 		if _, err := cloudmap.ParseURL(mustParse(t, raw)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("cloudmap.ParseURL(%s) = %v, want an error saying %q", raw, err, want)

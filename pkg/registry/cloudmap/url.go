@@ -28,9 +28,15 @@ func ParseURL(u *url.URL) (Options, error) {
 		}
 	}
 	opts := Options{
-		Region:       q.Get("region"),
-		Endpoint:     q.Get("endpoint"),
-		CleanupEmpty: q.Get("cleanup-empty") == "true",
+		Region:   q.Get("region"),
+		Endpoint: q.Get("endpoint"),
+	}
+	if v := q.Get("cleanup-empty"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return Options{}, fmt.Errorf("cloudmap registry URL: cleanup-empty: %q is not true or false", v)
+		}
+		opts.CleanupEmpty = b
 	}
 	for name, dst := range map[string]*time.Duration{"poll-interval": &opts.PollInterval, "sweep-interval": &opts.SweepInterval, "feed-overlap": &opts.FeedOverlap} {
 		if v := q.Get(name); v != "" {

@@ -148,11 +148,16 @@ func TestRestoredBackupOwnRecordsWrittenAgain(t *testing.T) {
 
 	// After the backup: a's endpoints change, more often than the backup
 	// has revisions.
-	moved := []registry.EndpointGroup{{AddressType: "IPv4", Endpoints: []registry.Endpoint{{Addresses: []string{"10.0.0.2"}, Ready: true, Serving: true}}}}
+	at := func(addr string) []registry.EndpointGroup {
+		return []registry.EndpointGroup{{AddressType: "IPv4", Endpoints: []registry.Endpoint{{Addresses: []string{addr}, Ready: true, Serving: true}}}}
+	}
 	for range 20 {
-		must(t, a.PutEndpoints(t.Context(), web, moved))
+		must(t, a.PutEndpoints(t.Context(), web, at("10.0.0.2")))
 		must(t, a.PutEndpoints(t.Context(), web, groups))
 	}
+	// The last, an address of its own: the events after it are the
+	// restore's.
+	moved := at("10.0.0.3")
 	must(t, a.PutEndpoints(t.Context(), web, moved))
 	rec.WaitFor(t, 10*time.Second, "the moved endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Endpoints[id].Groups, moved)
@@ -165,7 +170,7 @@ func TestRestoredBackupOwnRecordsWrittenAgain(t *testing.T) {
 		return e.Update != nil && cmp.Equal(v.Endpoints[id].Groups, groups)
 	})
 	must(t, a.PutEndpoints(t.Context(), web, moved))
-	if kv := getKey(t, client(t, url), prefix+"/set1/clusters/a/endpoints/shop/web"); !strings.Contains(string(kv.Value), "10.0.0.2") {
+	if kv := getKey(t, client(t, url), prefix+"/set1/clusters/a/endpoints/shop/web"); !strings.Contains(string(kv.Value), "10.0.0.3") {
 		t.Errorf("after the put of the moved endpoints, etcd holds the backup's: %s", kv.Value)
 	}
 }
