@@ -160,7 +160,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer stop()
 	for {
 		h.notReady("waiting for the cluster identity (ClusterProperties cluster.clusterset.k8s.io and clusterset.k8s.io)")
-		id, err := waitForIdentity(ctx, direct, opts.IdentityRetry)
+		id, err := waitForIdentity(ctx, direct, opts.IdentityRetry, h)
 		if err != nil {
 			return err
 		}
@@ -198,7 +198,10 @@ func (a apiClients) mapperProvider(*rest.Config, *http.Client) (meta.RESTMapper,
 	return a.mapper, nil
 }
 
-func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration) (registry.Identity, error) {
+// waitForIdentity reads the cluster's identity until it is set. What it
+// waits for is logged, and said by /readyz, when it changes, not at every
+// try.
+func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration, h *health) (registry.Identity, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	var last string
 	for {
@@ -206,12 +209,15 @@ func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration) 
 		if err == nil {
 			return id, nil
 		}
-		if !errors.Is(err, clusterid.ErrMissing) && !errors.Is(err, clusterid.ErrInvalid) {
-			log.Error(err, "read cluster identity")
-		} else if err.Error() != last {
-			// An expected state, not a failure: no stack trace.
-			log.Info("Waiting for the cluster identity; exporting and importing nothing until it is set", "reason", err.Error())
+		if err.Error() != last {
 			last = err.Error()
+			h.notReady("waiting for the cluster identity: " + last)
+			if !errors.Is(err, clusterid.ErrMissing) && !errors.Is(err, clusterid.ErrInvalid) {
+				log.Error(err, "Cannot read the cluster identity; retrying", "retryIn", retry)
+			} else {
+				// An expected state, not a failure: no stack trace.
+				log.Info("Waiting for the cluster identity; exporting and importing nothing until it is set", "reason", last)
+			}
 		}
 		select {
 		case <-ctx.Done():
