@@ -90,6 +90,9 @@ func cloudMapBackend(u *url.URL, s Settings) (Backend, error) {
 	if err := settingsValid(opts, withID, (*cloudmap.Options).Default, (*cloudmap.Options).Validate); err != nil {
 		return Backend{}, err
 	}
+	if err := cloudmap.CheckRegion(context.Background(), opts); err != nil {
+		return Backend{}, fmt.Errorf("registry settings: %w", err)
+	}
 	return newBackend(cloudmap.Name, opts, withID, cloudmap.New, cloudmap.NewWatcher), nil
 }
 

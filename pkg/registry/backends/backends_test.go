@@ -15,6 +15,11 @@ import (
 )
 
 func TestOpen(t *testing.T) {
+	// No region from the environment or a shared config.
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
+	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
+	t.Setenv("AWS_PROFILE", "")
 	for _, tc := range []struct {
 		url      string
 		wantName string
@@ -26,6 +31,7 @@ func TestOpen(t *testing.T) {
 		{url: "etcd://", wantErr: "names no etcd endpoint"},
 		{url: "zk://127.0.0.1", wantErr: `unknown scheme "zk" (known: cloudmap, etcd, etcds)`},
 		{url: "cloudmap://?rate=RegisterInstance:x:1", wantErr: "rate="},
+		{url: "cloudmap://?poll-interval=5s", wantErr: "no aws region"},
 	} {
 		b, err := backends.Open(tc.url, backends.Settings{})
 		switch {

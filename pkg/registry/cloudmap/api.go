@@ -2,6 +2,7 @@ package cloudmap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -37,6 +38,27 @@ type API interface {
 
 var _ API = (*sd.Client)(nil)
 
+// errNoRegion: neither the options nor the SDK's default chain give a
+// region.
+var errNoRegion = errors.New("no aws region: set region= in the registry URL, AWS_REGION, or a region in the shared config")
+
+// CheckRegion reports an error when neither opts nor the SDK's default
+// chain (AWS_REGION, the shared config) give a region: said when mcsd
+// starts, not once it has its identity and leads.
+func CheckRegion(ctx context.Context, opts Options) error {
+	if opts.Region != "" {
+		return nil
+	}
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("load aws config: %w", err)
+	}
+	if cfg.Region == "" {
+		return errNoRegion
+	}
+	return nil
+}
+
 // NewClient builds the Cloud Map client New uses: the SDK's default
 // configuration chain, the region, credentials and endpoint of opts, and a
 // retryer that retries throttling errors, 5xx and network errors with
@@ -62,7 +84,7 @@ func NewClient(ctx context.Context, opts Options) (*sd.Client, error) {
 		return nil, fmt.Errorf("load aws config: %w", err)
 	}
 	if cfg.Region == "" {
-		return nil, fmt.Errorf("no aws region: set Options.Region, AWS_REGION or a region in the shared config")
+		return nil, errNoRegion
 	}
 	return sd.NewFromConfig(cfg, func(o *sd.Options) {
 		if opts.Endpoint != "" {

@@ -67,6 +67,7 @@ func TestOptions(t *testing.T) {
 		{"slash in clusterset", func(o *Options) { o.Identity.ClusterSet = "a/b" }, false},
 		{"short ttl", func(o *Options) { o.TTL = time.Second }, false},
 		{"cert without key", func(o *Options) { o.CertFile = "tls.crt" }, false},
+		{"a CA file that is not there", func(o *Options) { o.CAFile = "/nonexistent/ca.crt" }, false},
 		{"negative interval", func(o *Options) { o.HealthInterval = -time.Second }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

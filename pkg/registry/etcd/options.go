@@ -137,6 +137,11 @@ func (o *Options) validateClient() error {
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		return errors.New("client certificate and key files must be set together")
 	}
+	// The files are read now, not once the client is made: a missing or
+	// unreadable one is said at start.
+	if _, err := o.tlsConfig(); err != nil {
+		return err
+	}
 	return nil
 }
 
