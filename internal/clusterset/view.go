@@ -402,9 +402,20 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, map[regis
 			changed[id.Service] = true
 		}
 	}
-	for _, id := range u.DeletedEndpoints {
-		if deleteRecord(v, v.endpoints, registry.KindEndpoints, id) {
+	// An endpoints record of a cluster with a refused record of the
+	// Service ends the refusal: its export shows again, a change of more
+	// than endpoints.
+	endpointsChanged := func(id registry.RecordID, refused bool) {
+		if refused {
+			changed[id.Service] = true
+		} else {
 			endpointsOf[id.Service] = append(endpointsOf[id.Service], id.Cluster)
+		}
+	}
+	for _, id := range u.DeletedEndpoints {
+		refused := v.hidden(id)
+		if deleteRecord(v, v.endpoints, registry.KindEndpoints, id) {
+			endpointsChanged(id, refused)
 		}
 	}
 	for _, e := range u.Exports {
@@ -413,8 +424,10 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, map[regis
 		}
 	}
 	for _, e := range u.Endpoints {
-		if accept(v, v.endpoints, registry.KindEndpoints, endpointsID(e), e, endpointsOneEqual) {
-			endpointsOf[e.Service] = append(endpointsOf[e.Service], e.Cluster)
+		id := endpointsID(e)
+		refused := v.hidden(id)
+		if accept(v, v.endpoints, registry.KindEndpoints, id, e, endpointsOneEqual) {
+			endpointsChanged(id, refused)
 		}
 	}
 	var newly []registry.Rejection

@@ -189,6 +189,10 @@ func TestChangeTellsEndpointsOnly(t *testing.T) {
 		{"endpoints and an export", registry.Update{Endpoints: []registry.Endpoints{eps("east", "10.0.0.3")},
 			Exports: []registry.Export{export("north")}}, nil},
 		{"an export withdrawn", registry.Update{DeletedExports: []registry.RecordID{{Cluster: "north", Service: key}}}, nil},
+		{"endpoints refused", registry.Update{Rejected: []registry.Rejection{{Kind: registry.KindEndpoints,
+			Record: registry.RecordID{Cluster: "west", Service: key}, Reason: registry.RejectUnreadable, Message: "bad json"}}}, nil},
+		// West's export shows again.
+		{"the refused endpoints put right", registry.Update{Endpoints: []registry.Endpoints{eps("west", "10.1.0.3")}}, nil},
 	} {
 		got = nil
 		v.OnUpdate(tc.u)

@@ -259,7 +259,17 @@ func (r *Reconciler) applyRecords(ctx context.Context, s *scope) error {
 		return r.withholdEndpoints(ctx, s)
 	}
 	if err := r.publish(ctx, s); err != nil {
-		return ignoreRefused(err)
+		if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+			if len(s.groups) > 0 {
+				// The backend refused the records (an endpoints record
+				// too large for it, say): the export is kept if it is
+				// taken without them.
+				s.invalidEndpoints = err
+				return r.withholdEndpoints(ctx, s)
+			}
+			return ignoreRefused(r.refuse(ctx, s.se, s.key, err))
+		}
+		return err
 	}
 	r.registrySucceeded(s.se)
 	r.updateConflict(s.se, s.key, s.spec)

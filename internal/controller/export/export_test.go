@@ -3,6 +3,7 @@ package export
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -59,9 +60,33 @@ type testRegistry struct {
 
 	mu  sync.Mutex
 	err error
+	// largest: the most endpoints a record may hold, as a backend's size
+	// limit would; 0 for no limit.
+	largest int
 }
 
 var _ registry.Publisher = (*testRegistry)(nil)
+
+// setLargest sets the most endpoints a record may hold (0: no limit).
+func (f *testRegistry) setLargest(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.largest = n
+}
+
+// tooLarge refuses groups as a backend refuses a record too large for it.
+func (f *testRegistry) tooLarge(groups []registry.EndpointGroup) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, g := range groups {
+		n += len(g.Endpoints)
+	}
+	if f.largest > 0 && n > f.largest {
+		return &registry.RejectedError{Reason: registry.RejectTooLarge, Err: fmt.Errorf("an endpoints record of %d endpoints is larger than this backend takes", n)}
+	}
+	return nil
+}
 
 func newTestRegistry(t *testing.T) *testRegistry {
 	t.Helper()
@@ -94,14 +119,14 @@ func (f *testRegistry) PutExport(ctx context.Context, key registry.ServiceKey, s
 }
 
 func (f *testRegistry) PutEndpoints(ctx context.Context, key registry.ServiceKey, groups []registry.EndpointGroup) error {
-	if err := f.failure(); err != nil {
+	if err := errors.Join(f.failure(), f.tooLarge(groups)); err != nil {
 		return err
 	}
 	return f.Registry.PutEndpoints(ctx, key, groups)
 }
 
 func (f *testRegistry) Publish(ctx context.Context, key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) error {
-	if err := f.failure(); err != nil {
+	if err := errors.Join(f.failure(), f.tooLarge(groups)); err != nil {
 		return err
 	}
 	return f.Registry.Publish(ctx, key, spec, groups)

@@ -57,7 +57,7 @@ func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 	}
 	if err != nil {
 		if _, ok := errors.AsType[*registry.RejectedError](err); ok {
-			return r.refuse(ctx, s.se, s.key, err)
+			return err // the caller refuses the export, or withholds its endpoints
 		}
 		return r.registryFailed(s.se, fmt.Errorf("publish: %w", err))
 	}
@@ -142,7 +142,11 @@ func (r *Reconciler) withholdEndpoints(ctx context.Context, s *scope) error {
 	news := r.actFailure(s.se, msg)
 	s.groups = nil
 	if err := r.publish(ctx, s); err != nil {
-		return ignoreRefused(err)
+		if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+			// The export itself refused.
+			return ignoreRefused(r.refuse(ctx, s.se, s.key, err))
+		}
+		return err
 	}
 	if news {
 		ctrl.LoggerFrom(ctx).Info("Endpoints refused, withholding them", "reason", reason, "detail", s.invalidEndpoints.Error())

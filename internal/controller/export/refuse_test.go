@@ -182,3 +182,30 @@ func TestRefusedEndpointsKeepPrecedence(t *testing.T) {
 		t.Errorf("this cluster's export went from order %d to %d (the other's is %d): the import's type follows the younger export", before, after, order(otherID))
 	}
 }
+
+// TestEndpointsTooLargeForTheBackendWithheld: a backend that refuses the
+// endpoints record (too large for it) while the export alone is taken:
+// the export stands, with no endpoints, and Ready=False says why.
+func TestEndpointsTooLargeForTheBackendWithheld(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService(),
+		newSlice("web-a", svcName, discoveryv1.AddressTypeIPv4, httpPort(), ep("10.1.0.1", nil), ep("10.1.0.2", nil), ep("10.1.0.3", nil)))
+	e.reg.setLargest(2)
+	e.mustReconcile()
+	c := assertCondition(t, e.serviceExport(), readyType, metav1.ConditionFalse, string(ReasonRecordTooLarge))
+	if !strings.Contains(c.Message, "larger than this backend takes") {
+		t.Errorf("Ready message %q does not say why", c.Message)
+	}
+	if _, ok := e.reg.export(webKey); !ok {
+		t.Error("export withdrawn for its endpoints")
+	}
+	if g := e.reg.groups(webKey); len(g) > 0 {
+		t.Errorf("endpoints in the registry: %v", g)
+	}
+
+	e.reg.setLargest(0)
+	e.mustReconcile()
+	assertCondition(t, e.serviceExport(), readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
+	if g := e.reg.groups(webKey); len(g) != 1 || len(g[0].Endpoints) != 3 {
+		t.Errorf("endpoints in the registry: %v, want the three", g)
+	}
+}

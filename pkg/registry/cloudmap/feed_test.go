@@ -11,6 +11,7 @@ import (
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/smithy-go"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
@@ -267,6 +268,24 @@ func TestGoneClusterReadsNoSooner(t *testing.T) {
 	rec.Quiet(t, 3*time.Second, "no change", func(e registrytest.Event) bool { return e.Update != nil })
 	if n := counting.get(OpListServices) - lists; n > 1 {
 		t.Errorf("%d ListServices calls in %s after the 1 s-TTL cluster expired, want at most 1: heartbeats are read every 10 s", n, time.Since(start).Round(time.Millisecond))
+	}
+
+	// It starts again, right after a periodic read of the heartbeats (the
+	// next is 10 s away): its first export leads the feed to its heartbeat.
+	read := counting.get(OpListServices)
+	poll.Until(t, 15*time.Second, "a periodic read of the heartbeats", func() (bool, string) {
+		return counting.get(OpListServices) != read, ""
+	})
+	restarted := time.Now()
+	again := openMember(t, srv, cs, "short", time.Second)
+	key := randWebKey()
+	mustDo(t, again.PutExport(t.Context(), key, webSpec))
+	rec.WaitFor(t, 15*time.Second, "the restarted cluster's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[registry.RecordID{Cluster: "short", Service: key}]
+		return ok
+	})
+	if d := time.Since(restarted); d > 8*time.Second {
+		t.Errorf("the restarted cluster's export was seen %s after it started, want it within a few polls, before the next periodic read of the heartbeats", d.Round(time.Millisecond))
 	}
 }
 

@@ -450,20 +450,35 @@ func (w *watcher) listHeartbeats(ctx context.Context, ns namespace) ([]heartbeat
 
 // newCluster reports whether the services ids or the service records
 // recordIDs, as just read, hold a record of an mcsd cluster whose heartbeat
-// the watcher has not read: a cluster that has just started, whose records
-// are delivered once its heartbeat is read.
+// the watcher has not read, or a service record of one whose heartbeat
+// expired: a cluster that has just started (again), whose records are
+// delivered once its heartbeat is read.
 func (w *watcher) newCluster(ids, recordIDs []string) bool {
+	cluster := func(in instance) string {
+		if in.Attrs[attrRecord] == "" || in.Attrs[attrClusterSetID] != w.b.opts.Identity.ClusterSet {
+			return ""
+		}
+		return in.Attrs[attrClusterID]
+	}
 	unknown := func(in instance) bool {
-		c := in.Attrs[attrClusterID]
-		return c != "" && in.Attrs[attrRecord] != "" && in.Attrs[attrClusterSetID] == w.b.opts.Identity.ClusterSet && w.beats[c] == nil
+		c := cluster(in)
+		return c != "" && w.beats[c] == nil
 	}
 	for _, id := range ids {
 		if c := w.services[id]; c != nil && slices.ContainsFunc(c.instances, unknown) {
 			return true
 		}
 	}
+	// A service record just written by a cluster whose heartbeat expired:
+	// the cluster has started again (its other records may be old ones,
+	// read with the services they are in, which is no news).
+	now := w.b.now()
 	for _, id := range recordIDs {
-		if in, ok := w.records[id]; ok && unknown(in) {
+		in, ok := w.records[id]
+		if !ok {
+			continue
+		}
+		if c := cluster(in); c != "" && (w.beats[c] == nil || !w.beats[c].alive(now)) {
 			return true
 		}
 	}
