@@ -224,7 +224,7 @@ func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bo
 		sem:        writelock.New(c.ctx.Done()),
 		stored:     map[string]string{},
 		contents:   map[string]string{},
-		own:        ownRecords{recs: map[string]ownRecord{}},
+		own:        ownRecords{recs: map[string]ownRecord{}, now: time.Now},
 		repair:     make(chan struct{}, 1),
 	}
 	sctx, scancel := context.WithTimeout(ctx, opts.RequestTimeout)

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -15,7 +16,9 @@ import (
 // ownRecords follows, for each record this backend wrote, its value and
 // the revision of the write, and whether etcd no longer holds it so.
 type ownRecords struct {
-	mu sync.Mutex
+	// now is the backend's clock.
+	now func() time.Time
+	mu  sync.Mutex
 	// lease is the backend's lease (Backend.lease, readable without sem).
 	lease clientv3.LeaseID
 	recs  map[string]ownRecord
@@ -35,7 +38,31 @@ type ownRecord struct {
 	// absent: the watch last found the key absent. A resync that finds it
 	// still absent, at a later revision, is no news.
 	absent bool
+	// contention counts the times in a row the watch found the record
+	// changed by another writer.
+	contention contention
 }
+
+// contention is how often a record was found changed by another writer:
+// flaps times in a row, each within contendWindow of the one before, the
+// last at last (the local clock).
+type contention struct {
+	flaps int
+	last  time.Time
+}
+
+// A record found changed by another writer contendFlaps times in a row,
+// each within contendWindow of the one before, is not written again until
+// contendWindow has passed since the last: two writers of one cluster's
+// records (two controllers given one cluster id) would otherwise rewrite
+// each other's without end, each as fast as the registry answers.
+const (
+	contendFlaps  = 10
+	contendWindow = 5 * time.Second
+)
+
+// errContended: a record is not written, another writer keeps changing it.
+var errContended = errors.New("another writer keeps changing this cluster's records")
 
 // writing records that value is being written to key: the watch may see
 // it before the write returns.
@@ -44,7 +71,7 @@ func (o *ownRecords) writing(key, value string) {
 	defer o.mu.Unlock()
 	r := o.recs[key]
 	if r.value != value {
-		o.recs[key] = ownRecord{value: value, lost: r.lost, lostAt: r.lostAt, absent: r.absent}
+		o.recs[key] = ownRecord{value: value, lost: r.lost, lostAt: r.lostAt, absent: r.absent, contention: r.contention}
 	}
 }
 
@@ -56,7 +83,7 @@ func (o *ownRecords) failed(key string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r := o.recs[key]
-	o.recs[key] = ownRecord{value: r.value, lost: true, absent: r.absent}
+	o.recs[key] = ownRecord{value: r.value, lost: true, absent: r.absent, contention: r.contention}
 }
 
 // written records a write of value to key at revision rev. A change the
@@ -67,10 +94,10 @@ func (o *ownRecords) written(key, value string, rev int64) {
 	defer o.mu.Unlock()
 	r := o.recs[key]
 	if r.lost && r.lostAt > rev {
-		o.recs[key] = ownRecord{value: value, rev: rev, lost: true, lostAt: r.lostAt, absent: r.absent}
+		o.recs[key] = ownRecord{value: value, rev: rev, lost: true, lostAt: r.lostAt, absent: r.absent, contention: r.contention}
 		return
 	}
-	o.recs[key] = ownRecord{value: value, rev: rev}
+	o.recs[key] = ownRecord{value: value, rev: rev, contention: r.contention}
 }
 
 // setLease records the lease every record is written on.
@@ -86,6 +113,15 @@ func (o *ownRecords) forget(keys ...string) {
 	for _, k := range keys {
 		delete(o.recs, k)
 	}
+}
+
+// contended reports how often in a row key was found changed by another
+// writer, and whether it is not to be written now (see contendFlaps).
+func (o *ownRecords) contended(key string) (int, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.recs[key].contention
+	return c.flaps, c.flaps >= contendFlaps && o.now().Sub(c.last) <= contendWindow
 }
 
 func (o *ownRecords) isLost(key string) bool {
@@ -125,6 +161,13 @@ func (o *ownRecords) check(key string, kv *mvccpb.KeyValue, rev int64) bool {
 	// returns at an earlier one does not undo it (written), and the alive
 	// record is repaired again (lost).
 	r.lost, r.lostAt, r.absent = true, rev, kv == nil
+	now := o.now()
+	if r.contention.flaps > 0 && now.Sub(r.contention.last) <= contendWindow {
+		r.contention.flaps++
+	} else {
+		r.contention.flaps = 1
+	}
+	r.contention.last = now
 	o.recs[key] = r
 	return true
 }
@@ -163,7 +206,7 @@ func (o *ownRecords) otherHistory() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for k, r := range o.recs {
-		o.recs[k] = ownRecord{value: r.value, lost: true, absent: r.absent}
+		o.recs[k] = ownRecord{value: r.value, lost: true, absent: r.absent, contention: r.contention}
 	}
 }
 

@@ -1,13 +1,18 @@
 package etcd
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
 
 // TestAbsentLossReportedOnce: a record of this backend found absent is
 // reported once (a log line; for the alive record, a repair), not again at
 // every resync that still finds it absent; deleted again after it was
 // written again, it is reported again.
 func TestAbsentLossReportedOnce(t *testing.T) {
-	o := &ownRecords{recs: map[string]ownRecord{}}
+	o := &ownRecords{recs: map[string]ownRecord{}, now: time.Now}
 	o.written("k", "v", 10)
 	if !o.check("k", nil, 11) {
 		t.Fatal("the deletion was not reported")
@@ -25,5 +30,48 @@ func TestAbsentLossReportedOnce(t *testing.T) {
 	o.failed("k")
 	if o.check("k", nil, 22) {
 		t.Error("a failed write of a record still absent: reported again")
+	}
+}
+
+// TestContention: a record found changed by another writer contendFlaps
+// times in a row, each soon after the one before, is not to be written
+// until contendWindow has passed since the last; losses further apart, or
+// fewer, never stop it.
+func TestContention(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	o := &ownRecords{recs: map[string]ownRecord{}, now: func() time.Time { return now }}
+	rev := int64(1)
+	lose := func() {
+		t.Helper()
+		rev++
+		o.writing("k", "mine")
+		o.written("k", "mine", rev)
+		rev++
+		if !o.check("k", &mvccpb.KeyValue{Key: []byte("k"), Value: []byte("theirs"), ModRevision: rev}, rev) {
+			t.Fatal("the change by another writer was not reported")
+		}
+	}
+	// Further apart than the window: never contended.
+	for range 2 * contendFlaps {
+		lose()
+		if _, ok := o.contended("k"); ok {
+			t.Fatal("contended by losses further apart than the window")
+		}
+		now = now.Add(contendWindow + time.Second)
+	}
+	// In a row.
+	for i := range contendFlaps {
+		if _, ok := o.contended("k"); ok {
+			t.Fatalf("contended after %d losses in a row, want %d", i, contendFlaps)
+		}
+		lose()
+		now = now.Add(100 * time.Millisecond)
+	}
+	if n, ok := o.contended("k"); !ok || n != contendFlaps {
+		t.Fatalf("contended = %d, %t after %d losses in a row", n, ok, contendFlaps)
+	}
+	now = now.Add(contendWindow)
+	if _, ok := o.contended("k"); ok {
+		t.Error("still contended a window after the last loss")
 	}
 }

@@ -243,6 +243,12 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 		return nil
 	}
 	for _, r := range recs {
+		if n, ok := b.own.contended(r.key); ok {
+			return fmt.Errorf("%w: %s was changed by another writer %d times in a row; is another controller running as cluster %q? A cluster id must be unique in the clusterset",
+				errContended, r.key, n, b.opts.Identity.Cluster)
+		}
+	}
+	for _, r := range recs {
 		b.own.writing(r.key, r.value)
 	}
 	var rev int64

@@ -3,11 +3,14 @@ package etcd_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,6 +23,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
 // fault runs hook, once, around the next KV write (a Put, or a Txn that puts
@@ -398,5 +402,47 @@ func TestNothingWrittenAfterClose(t *testing.T) {
 	must(t, err)
 	for _, kv := range resp.Kvs {
 		t.Errorf("after Close, etcd holds %s on lease %x", kv.Key, kv.Lease)
+	}
+}
+
+// TestTwoWritersOfOneClusterStop: two backends given one cluster id (two
+// controllers with a copied ClusterProperty), each writing its export again
+// when its watch shows the other's, as the export controller does. Instead
+// of rewriting each other's without end, a backend refuses the write after
+// contendFlaps losses in a row, saying why.
+func TestTwoWritersOfOneClusterStop(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	id := registry.Identity{ClusterSet: "set1", Cluster: "a"}
+	a1, a2 := open(t, srv.ClientURL(), id), open(t, srv.ClientURL(), id)
+	rec1, rec2 := registrytest.StartWatch(t, a1), registrytest.StartWatch(t, a2)
+	aID := registry.RecordID{Cluster: "a", Service: web}
+	shows := func(rec *registrytest.Recorder, want registry.ServiceSpec) {
+		t.Helper()
+		rec.WaitFor(t, 10*time.Second, "the other writer's export", func(_ registrytest.Event, v *registrytest.View) bool {
+			x, ok := v.Exports[aID]
+			return ok && cmp.Equal(x.Spec, want)
+		})
+	}
+	var err error
+	rounds := 0
+	for ; rounds < 3*10 && err == nil; rounds++ {
+		if err = a1.PutExport(t.Context(), web, spec); err != nil {
+			break
+		}
+		shows(rec2, spec)
+		if err = a2.PutExport(t.Context(), web, spec2); err != nil {
+			break
+		}
+		shows(rec1, spec2)
+	}
+	if err == nil {
+		t.Fatalf("two writers of cluster a rewrote each other's export %d times, and go on", 2*rounds)
+	}
+	if !strings.Contains(err.Error(), `another controller running as cluster "a"`) {
+		t.Errorf("the refused write says %q, want it to name the cause", err)
+	}
+	if rounds > 12 {
+		t.Errorf("refused after %d rounds, want about 10", rounds)
 	}
 }
