@@ -259,7 +259,7 @@ func (r *Reconciler) applyRecords(ctx context.Context, s *scope) error {
 		return r.withholdEndpoints(ctx, s)
 	}
 	if err := r.publish(ctx, s); err != nil {
-		if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+		if isRejected(err) {
 			if len(s.groups) > 0 {
 				// The backend refused the records (an endpoints record
 				// too large for it, say): the export is kept if it is

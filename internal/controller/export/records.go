@@ -56,7 +56,7 @@ func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 		err = r.Registry.PutEndpoints(ctx, s.key, s.groups)
 	}
 	if err != nil {
-		if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+		if isRejected(err) {
 			return err // the caller refuses the export, or withholds its endpoints
 		}
 		return r.registryFailed(s.se, fmt.Errorf("publish: %w", err))
@@ -114,6 +114,12 @@ func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, k
 	return errRefused
 }
 
+// isRejected reports whether err is the registry's refusal of a record.
+func isRejected(err error) bool {
+	_, ok := errors.AsType[*registry.RejectedError](err)
+	return ok
+}
+
 // refusalReason is the Ready=False reason of err, a refusal.
 func refusalReason(err error) mcsv1beta1.ServiceExportConditionReason {
 	if re, ok := errors.AsType[*registry.RejectedError](err); ok {
@@ -142,7 +148,7 @@ func (r *Reconciler) withholdEndpoints(ctx context.Context, s *scope) error {
 	news := r.actFailure(s.se, msg)
 	s.groups = nil
 	if err := r.publish(ctx, s); err != nil {
-		if _, ok := errors.AsType[*registry.RejectedError](err); ok {
+		if isRejected(err) {
 			// The export itself refused.
 			return ignoreRefused(r.refuse(ctx, s.se, s.key, err))
 		}

@@ -452,9 +452,12 @@ func isAccessDenied(err error) bool {
 // may follow an attempt that was carried out (the SDK retries throttled
 // and failed requests, and the last attempt's error is the one returned).
 func refused(err error) bool {
+	if isAccessDenied(err) {
+		return true
+	}
 	switch errorCode(err) {
 	case "InvalidInput", "ResourceLimitExceeded", "NamespaceNotFound", "ServiceNotFound",
-		"AccessDeniedException", "AccessDenied", "UnrecognizedClientException", "InvalidClientTokenId",
+		"UnrecognizedClientException", "InvalidClientTokenId",
 		"InvalidSignatureException", "IncompleteSignature", "MissingAuthenticationToken",
 		"ExpiredToken", "ExpiredTokenException", "RequestExpired", "ValidationException":
 		return true
