@@ -120,10 +120,33 @@ func (v *View) Connected() (bool, error) {
 	return v.connected, v.connErr
 }
 
+// Service is what the View holds of one Service at one moment: the three
+// of Exports, Rejected and Endpoints read at once, so that they agree (a
+// refusal that begins or ends between two reads would leave a cluster in
+// one and not in the other).
+type Service struct {
+	Exports   []registry.Export
+	Rejected  []registry.Rejection
+	Endpoints map[string]registry.Endpoints
+}
+
+// Service returns the Service's exports, refused records and endpoints, as
+// Exports, Rejected and Endpoints do, read at once.
+func (v *View) Service(key registry.ServiceKey) Service {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return Service{Exports: v.exportsLocked(key), Rejected: v.rejectedLocked(key), Endpoints: v.endpointsLocked(key)}
+}
+
 // Exports returns every live cluster's export of a Service, in no order.
 func (v *View) Exports(key registry.ServiceKey) []registry.Export {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	return v.exportsLocked(key)
+}
+
+// exportsLocked is Exports; v.mu is held.
+func (v *View) exportsLocked(key registry.ServiceKey) []registry.Export {
 	out := make([]registry.Export, 0, len(v.exports[key]))
 	for c, e := range v.exports[key] {
 		if _, refused := v.rejected[key][c]; !refused {
@@ -138,6 +161,11 @@ func (v *View) Exports(key registry.ServiceKey) []registry.Export {
 func (v *View) Rejected(key registry.ServiceKey) []registry.Rejection {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	return v.rejectedLocked(key)
+}
+
+// rejectedLocked is Rejected; v.mu is held.
+func (v *View) rejectedLocked(key registry.ServiceKey) []registry.Rejection {
 	var out []registry.Rejection
 	for _, byKind := range v.rejected[key] {
 		for _, r := range byKind {
@@ -154,6 +182,11 @@ func (v *View) Rejected(key registry.ServiceKey) []registry.Rejection {
 func (v *View) Endpoints(key registry.ServiceKey) map[string]registry.Endpoints {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
+	return v.endpointsLocked(key)
+}
+
+// endpointsLocked is Endpoints; v.mu is held.
+func (v *View) endpointsLocked(key registry.ServiceKey) map[string]registry.Endpoints {
 	out := make(map[string]registry.Endpoints, len(v.endpoints[key]))
 	for c, e := range v.endpoints[key] {
 		if _, refused := v.rejected[key][c]; !refused {

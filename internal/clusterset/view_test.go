@@ -2,6 +2,7 @@ package clusterset
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -223,6 +224,16 @@ func TestRejected(t *testing.T) {
 	var changed int
 	v.Subscribe(func(Change) { changed++ })
 	clusters := func() []string {
+		t.Helper()
+		// Service reads the three at once, and agrees with each.
+		byCluster := func(e registry.Export) string { return e.Cluster }
+		svc := v.Service(key)
+		if got, want := slices.Sorted(slices.Values(mapped(svc.Exports, byCluster))), slices.Sorted(slices.Values(mapped(v.Exports(key), byCluster))); !slices.Equal(got, want) {
+			t.Errorf("Service's exports %v, Exports' %v", got, want)
+		}
+		if !reflect.DeepEqual(svc.Rejected, v.Rejected(key)) || !reflect.DeepEqual(svc.Endpoints, v.Endpoints(key)) {
+			t.Errorf("Service %+v, Rejected %+v, Endpoints %+v", svc, v.Rejected(key), v.Endpoints(key))
+		}
 		var out []string
 		for _, e := range v.Exports(key) {
 			out = append(out, e.Cluster)
@@ -298,4 +309,12 @@ func TestRejected(t *testing.T) {
 	if len(reported) != 3 {
 		t.Errorf("%d rejections reported, want 3", len(reported))
 	}
+}
+
+func mapped[T, U any](in []T, f func(T) U) []U {
+	out := make([]U, len(in))
+	for i, x := range in {
+		out[i] = f(x)
+	}
+	return out
 }

@@ -166,8 +166,21 @@ func Plan(in Input) Hints {
 	if in.Preference != "" && !same {
 		problem(ReasonUnknownPreference, fmt.Sprintf("%s %q is not known (the one value is %s): no same-cluster hints.", AnnotationPreference, in.Preference, PreferSameCluster))
 	}
+	zones := slices.Compact(slices.Sorted(slices.Values(in.LocalZones)))
+	zones = slices.DeleteFunc(zones, func(z string) bool { return z == "" })
+	if same && (len(zones) == 0 || len(zones) > MaxHints) {
+		same = false
+		problem(ReasonNodesWithoutZone, fmt.Sprintf("This cluster's nodes have %d zones (label %s); same-cluster hints need 1 to %d: none are written.",
+			len(zones), corev1.LabelTopologyZone, MaxHints))
+	}
 	if zone {
-		if missing := readyWithout(in.Endpoints, func(e registry.Endpoint) bool { return e.Zone != "" }); len(missing) > 0 {
+		// With same-cluster hints, other clusters' endpoints are hinted
+		// Elsewhere whatever their zone: only this cluster's need one.
+		zoned := in.Endpoints
+		if same {
+			zoned = map[string][]registry.Endpoint{in.LocalCluster: in.Endpoints[in.LocalCluster]}
+		}
+		if missing := readyWithout(zoned, func(e registry.Endpoint) bool { return e.Zone != "" }); len(missing) > 0 {
 			zone, node = false, false
 			problem(ReasonEndpointsWithoutZone, fmt.Sprintf("Ready endpoints without a zone in %s: kube-proxy ignores zone hints unless every ready endpoint has one, so none are written.",
 				strings.Join(missing, ", ")))
@@ -179,13 +192,6 @@ func Plan(in Input) Hints {
 			node = false
 			problem(ReasonEndpointsWithoutZone, fmt.Sprintf("Ready endpoints of this cluster (%s) without a node: no node hints.", strings.Join(missing, ", ")))
 		}
-	}
-	zones := slices.Compact(slices.Sorted(slices.Values(in.LocalZones)))
-	zones = slices.DeleteFunc(zones, func(z string) bool { return z == "" })
-	if same && (len(zones) == 0 || len(zones) > MaxHints) {
-		same = false
-		problem(ReasonNodesWithoutZone, fmt.Sprintf("This cluster's nodes have %d zones (label %s); same-cluster hints need 1 to %d: none are written.",
-			len(zones), corev1.LabelTopologyZone, MaxHints))
 	}
 	h := Hints{zone: zone, node: node, sameCluster: same, local: in.LocalCluster, localZones: zones}
 	if same && zone {
@@ -254,6 +260,9 @@ func (h Hints) KeyFor(cluster string) string {
 	}
 	return k
 }
+
+// Nodes reports whether the hints name nodes (PreferSameNode).
+func (h Hints) Nodes() bool { return h.node }
 
 // PortSets splits ports, under which slices carry endpoints of cluster,
 // into the sets whose endpoints need slices of their own, as indexes into

@@ -155,6 +155,20 @@ func TestPlan(t *testing.T) {
 		want:       map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a|", "10.2.0.2": "a,b,c|"},
 		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "to this cluster's endpoints while any is ready, then to endpoints in the client's zone",
 	}, {
+		// Other clusters' endpoints are hinted Elsewhere: their zones
+		// do not matter.
+		name: "same cluster and zone: another cluster's endpoints without a zone keep this cluster's zone hints",
+		in: Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c2",
+			LocalZones: []string{"a", "b"}, Endpoints: noZone},
+		want:       map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a|", "10.2.0.2": "b|"},
+		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "then to endpoints in the client's zone",
+	}, {
+		name: "same cluster and zone: this cluster's endpoints without a zone turn zone hints off",
+		in: Input{TrafficDistribution: "PreferSameZone", Preference: PreferSameCluster, LocalCluster: "c1",
+			LocalZones: []string{"a", "b"}, Endpoints: noZone},
+		want:       map[string]string{"10.1.0.1": "a,b|", "10.1.0.2": "a,b|", "10.2.0.1": el + "|", "10.2.0.2": el + "|"},
+		wantReason: ReasonEndpointsWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "without a zone in cluster c1:",
+	}, {
 		// kube-proxy picks per IP family: zone a has a ready IPv4
 		// endpoint here but no IPv6 one, so for IPv6 it spills to b's.
 		name: "same cluster and zone: a zone spills per IP family",

@@ -88,9 +88,11 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	}
 	for _, have := range plan.update {
 		updates = append(updates, sliceWriteOf{sliceCluster(have), func() (sliceWrite, error) {
+			sent := slices.ContainsFunc(have.Endpoints, hasNodeHints)
 			if err := r.Client.Update(ctx, have); err != nil {
 				return sliceWrite{}, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
 			}
+			r.noteNodeHints(sent, have)
 			return sliceWrite{updated: true}, nil
 		}})
 	}
@@ -202,6 +204,7 @@ type sliceWrite struct {
 // may echo this controller's own write, which the controller's watches drop,
 // package echo).
 func (r *Reconciler) createSlice(ctx context.Context, want *discoveryv1.EndpointSlice) (sliceWrite, error) {
+	sent := slices.ContainsFunc(want.Endpoints, hasNodeHints)
 	err := r.Client.Create(ctx, want)
 	if apierrors.IsAlreadyExists(err) {
 		ctrl.LoggerFrom(ctx).V(1).Info("EndpointSlice exists but is not in the cache yet", "endpointSlice", klog.KObj(want))
@@ -210,6 +213,7 @@ func (r *Reconciler) createSlice(ctx context.Context, want *discoveryv1.Endpoint
 	if err != nil {
 		return sliceWrite{}, fmt.Errorf("create EndpointSlice %s: %w", want.Name, err)
 	}
+	r.noteNodeHints(sent, want)
 	return sliceWrite{created: true}, nil
 }
 
@@ -454,17 +458,22 @@ func conditionsKey(c discoveryv1.EndpointConditions) string {
 // mcsd wants in it: its labels and annotations (others may add more; the
 // digest of its inputs may be stale, which costs each reconcile until the
 // slice's next write a comparison, not a write), its controller reference,
-// address type, ports and endpoints (in any order).
-func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference) bool {
+// address type, ports and endpoints (in any order); their node hints only
+// when the API server keeps them (nodeHintsDropped false).
+func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference, nodeHintsDropped bool) bool {
 	for k, v := range want.Annotations {
 		if got, ok := have.Annotations[k]; k != wellknown.AnnotationSliceInputs && (!ok || got != v) {
 			return false
 		}
 	}
+	wantEndpoints := want.Endpoints
+	if nodeHintsDropped {
+		wantEndpoints = withoutNodeHints(wantEndpoints)
+	}
 	return sliceLabelsAndOwnerHold(have, want.Labels, owners) &&
 		have.AddressType == want.AddressType &&
 		equality.Semantic.DeepEqual(normalSlicePorts(have.Ports), normalSlicePorts(want.Ports)) &&
-		equality.Semantic.DeepEqual(sortedEndpoints(have.Endpoints), sortedEndpoints(withoutDroppedNodeHints(have.Endpoints, want.Endpoints)))
+		equality.Semantic.DeepEqual(sortedEndpoints(have.Endpoints), sortedEndpoints(wantEndpoints))
 }
 
 // sliceLabelsAndOwnerHold reports whether have carries labels (others may
@@ -482,17 +491,18 @@ func sliceLabelsAndOwnerHold(have *discoveryv1.EndpointSlice, labels map[string]
 	return slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return hasControllerRef(have, o) })
 }
 
-// withoutDroppedNodeHints returns want's endpoints without node hints when
-// have's carry none at all: an API server without node hints (Kubernetes
-// before 1.34 by default) drops them, and the slice, written as mcsd wants
-// it, would otherwise never look up to date.
-func withoutDroppedNodeHints(have, want []discoveryv1.Endpoint) []discoveryv1.Endpoint {
-	hasNodes := func(e discoveryv1.Endpoint) bool { return e.Hints != nil && len(e.Hints.ForNodes) > 0 }
-	if slices.ContainsFunc(have, hasNodes) || !slices.ContainsFunc(want, hasNodes) {
-		return want
+// hasNodeHints reports whether e carries node hints.
+func hasNodeHints(e discoveryv1.Endpoint) bool { return e.Hints != nil && len(e.Hints.ForNodes) > 0 }
+
+// withoutNodeHints returns endpoints without their node hints: what an API
+// server without node hints (Kubernetes before 1.34 by default) keeps of
+// them.
+func withoutNodeHints(endpoints []discoveryv1.Endpoint) []discoveryv1.Endpoint {
+	if !slices.ContainsFunc(endpoints, hasNodeHints) {
+		return endpoints
 	}
-	out := make([]discoveryv1.Endpoint, len(want))
-	for i, e := range want {
+	out := make([]discoveryv1.Endpoint, len(endpoints))
+	for i, e := range endpoints {
 		if e.Hints != nil {
 			h := *e.Hints
 			h.ForNodes = nil
@@ -501,6 +511,19 @@ func withoutDroppedNodeHints(have, want []discoveryv1.Endpoint) []discoveryv1.En
 		out[i] = e
 	}
 	return out
+}
+
+// noteNodeHints learns from the answer to the write of a slice that
+// carried node hints (sent) whether the API server keeps them: a slice
+// written without them is otherwise never as wanted, and is written at
+// every reconcile. A slice that carries none cannot tell a server that
+// drops them from one that was never asked to keep them (an import that
+// has just been asked to prefer the client's node): those are compared
+// whole until a write says otherwise.
+func (r *Reconciler) noteNodeHints(sent bool, got *discoveryv1.EndpointSlice) {
+	if sent {
+		r.nodeHintsDropped.Store(!slices.ContainsFunc(got.Endpoints, hasNodeHints))
+	}
 }
 
 // applySlice sets in have what mcsd owns of want (see sliceUpToDate).

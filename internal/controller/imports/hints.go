@@ -3,6 +3,7 @@ package imports
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -65,7 +66,10 @@ func (r *Reconciler) planHints(ctx context.Context, s *scope) error {
 type zoneBook struct {
 	mu     sync.Mutex
 	byNode map[string]string
-	seen   bool // a node event has come
+	// nodes counts the nodes of each zone: an event costs a look-up, not
+	// a pass over every node.
+	nodes map[string]int
+	seen  bool // a node event has come
 }
 
 // set records node's zone ("" when deleted or unlabelled) and reports
@@ -73,38 +77,40 @@ type zoneBook struct {
 func (b *zoneBook) set(node, zone string, deleted bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if z, ok := b.byNode[node]; ok && !deleted && z == zone {
+	b.seen = true
+	old, had := b.byNode[node]
+	if had && !deleted && old == zone {
 		return false // a status or heartbeat update: a map look-up
 	}
-	before := b.zonesLocked()
 	if b.byNode == nil {
-		b.byNode = map[string]string{}
+		b.byNode, b.nodes = map[string]string{}, map[string]int{}
 	}
-	if deleted {
+	changed := false
+	if had {
 		delete(b.byNode, node)
-	} else {
-		b.byNode[node] = zone
+		if old != "" {
+			if b.nodes[old]--; b.nodes[old] == 0 {
+				delete(b.nodes, old)
+				changed = true
+			}
+		}
 	}
-	b.seen = true
-	return !slices.Equal(before, b.zonesLocked())
+	if !deleted {
+		b.byNode[node] = zone
+		if zone != "" {
+			if b.nodes[zone]++; b.nodes[zone] == 1 {
+				changed = true
+			}
+		}
+	}
+	return changed
 }
 
 // zones returns the cluster's zones, sorted; false before any node event.
 func (b *zoneBook) zones() ([]string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.zonesLocked(), b.seen
-}
-
-func (b *zoneBook) zonesLocked() []string {
-	var out []string
-	for _, z := range b.byNode {
-		if z != "" {
-			out = append(out, z)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return slices.Sorted(maps.Keys(b.nodes)), b.seen
 }
 
 // nodeZones returns the zones of this cluster's nodes: from the Node

@@ -1,6 +1,7 @@
 package imports
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -8,8 +9,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -31,17 +36,37 @@ func zoned(addr, zone, nodeName string) registry.Endpoint {
 // zoneHints renders the zone hints of every endpoint of the import's
 // slices, by address.
 func zoneHints(byCluster map[string][]discoveryv1.EndpointSlice) map[string][]string {
+	return hintsByAddress(byCluster, func(h *discoveryv1.EndpointHints) (names []string) {
+		for _, z := range h.ForZones {
+			names = append(names, z.Name)
+		}
+		return names
+	})
+}
+
+// nodeHints renders the node hints of every endpoint of the import's
+// slices, by address.
+func nodeHints(byCluster map[string][]discoveryv1.EndpointSlice) map[string][]string {
+	return hintsByAddress(byCluster, func(h *discoveryv1.EndpointHints) (names []string) {
+		for _, n := range h.ForNodes {
+			names = append(names, n.Name)
+		}
+		return names
+	})
+}
+
+// hintsByAddress renders, with names, the hints of every endpoint of the
+// import's slices, by address.
+func hintsByAddress(byCluster map[string][]discoveryv1.EndpointSlice, names func(*discoveryv1.EndpointHints) []string) map[string][]string {
 	out := map[string][]string{}
 	for _, ss := range byCluster {
 		for _, s := range ss {
 			for _, ep := range s.Endpoints {
-				var zones []string
+				var got []string
 				if ep.Hints != nil {
-					for _, z := range ep.Hints.ForZones {
-						zones = append(zones, z.Name)
-					}
+					got = names(ep.Hints)
 				}
-				out[ep.Addresses[0]] = zones
+				out[ep.Addresses[0]] = got
 			}
 		}
 	}
@@ -152,6 +177,12 @@ func TestZoneBook(t *testing.T) {
 		{"n3", "b", false, true},
 		{"n1", "", true, false}, // n2 still in a
 		{"n2", "", true, true},
+		{"n4", "", false, false},  // unlabelled
+		{"n3", "c", false, true},  // relabelled: b gone, c new
+		{"n4", "c", false, false}, // labelled, in a zone there was
+		{"n3", "b", false, true},  // back to b, c still has n4
+		{"n4", "", false, true},   // unlabelled again: c gone
+		{"n9", "", true, false},   // never seen
 	} {
 		if got := b.set(step.node, step.zone, step.deleted); got != step.changed {
 			t.Errorf("%+v: changed %v", step, got)
@@ -159,6 +190,10 @@ func TestZoneBook(t *testing.T) {
 	}
 	if zones, ok := b.zones(); !ok || len(zones) != 1 || zones[0] != "b" {
 		t.Errorf("zones %v %v, want [b]", zones, ok)
+	}
+	b.set("n5", "a", false)
+	if zones, _ := b.zones(); !slices.Equal(zones, []string{"a", "b"}) {
+		t.Errorf("zones %v, want [a b]", zones)
 	}
 }
 
@@ -199,19 +234,77 @@ func TestSpillPerPort(t *testing.T) {
 	e.steady("web")
 }
 
-// TestNodeHintsDroppedByTheServer: an API server that drops node hints does
-// not make mcsd write the slice again and again.
+// publishHinted publishes web from east and west, one zoned endpoint each,
+// with trafficDistribution td, and reconciles it.
+func publishHinted(e *env, td string) {
+	e.t.Helper()
+	eps := []registry.Endpoints{
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, zoned("10.1.0.1", "a", "n1"))),
+		endpoints("west", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, zoned("10.2.0.1", "b", "w1"))),
+	}
+	var exports []registry.Export
+	for _, c := range []string{"east", "west"} {
+		x := export(c, registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+		x.Spec.TrafficDistribution = ptr.To(td)
+		exports = append(exports, x)
+	}
+	e.publish(exports, eps...)
+	e.reconcile("web")
+}
+
+// TestNodeHintsAddedToExistingSlices: an import that goes from
+// PreferSameZone to PreferSameNode gets node hints in the slices it has,
+// whose zone hints do not change.
+func TestNodeHintsAddedToExistingSlices(t *testing.T) {
+	e := newEnv(t, namespace(testNS), node("n1", "a"), node("n2", "b"))
+	publishHinted(e, corev1.ServiceTrafficDistributionPreferSameZone)
+	if d := cmp.Diff(map[string][]string{"10.1.0.1": nil, "10.2.0.1": nil}, nodeHints(e.slices("web"))); d != "" {
+		t.Errorf("PreferSameZone node hints (-want +got):\n%s", d)
+	}
+	e.steady("web")
+	publishHinted(e, corev1.ServiceTrafficDistributionPreferSameNode)
+	if d := cmp.Diff(map[string][]string{"10.1.0.1": {"n1"}, "10.2.0.1": {topology.Elsewhere}}, nodeHints(e.slices("web"))); d != "" {
+		t.Errorf("PreferSameNode node hints (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
+// TestNodeHintsDroppedByTheServer: an API server that drops node hints
+// (Kubernetes before 1.34 by default) does not make mcsd write the slices
+// again and again, and one that keeps them again gets them.
 func TestNodeHintsDroppedByTheServer(t *testing.T) {
-	want := []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Hints: &discoveryv1.EndpointHints{
-		ForZones: []discoveryv1.ForZone{{Name: "a"}}, ForNodes: []discoveryv1.ForNode{{Name: "n1"}}}}}
-	stored := []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Hints: &discoveryv1.EndpointHints{
-		ForZones: []discoveryv1.ForZone{{Name: "a"}}}}}
-	if d := cmp.Diff(stored, withoutDroppedNodeHints(stored, want)); d != "" {
-		t.Errorf("(-stored +compared):\n%s", d)
+	e := newEnv(t, namespace(testNS), node("n1", "a"), node("n2", "b"))
+	drop := func(o client.Object) error {
+		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+			sl.Endpoints = withoutNodeHints(sl.Endpoints)
+		}
+		return nil
 	}
-	if d := cmp.Diff(want, withoutDroppedNodeHints(want, want)); d != "" {
-		t.Errorf("node hints the server keeps are compared (-want +got):\n%s", d)
+	e.createHook, e.updateHook = drop, drop
+	publishHinted(e, corev1.ServiceTrafficDistributionPreferSameNode)
+	if d := cmp.Diff(map[string][]string{"10.1.0.1": nil, "10.2.0.1": nil}, nodeHints(e.slices("web"))); d != "" {
+		t.Errorf("node hints kept by a server that drops them (-want +got):\n%s", d)
 	}
+	if d := cmp.Diff(map[string][]string{"10.1.0.1": {"a"}, "10.2.0.1": {"b"}}, zoneHints(e.slices("web"))); d != "" {
+		t.Errorf("zone hints (-want +got):\n%s", d)
+	}
+	e.steady("web")
+
+	// mcsd restarted, the server still dropping them: the slices are
+	// written again once at most, not at every reconcile.
+	e.r.nodeHintsDropped.Store(false)
+	e.reconcile("web")
+	e.steady("web")
+
+	// The server upgraded, and mcsd restarted with it: every slice gets
+	// its node hints.
+	e.createHook, e.updateHook = nil, nil
+	e.r.nodeHintsDropped.Store(false)
+	e.reconcile("web")
+	if d := cmp.Diff(map[string][]string{"10.1.0.1": {"n1"}, "10.2.0.1": {topology.Elsewhere}}, nodeHints(e.slices("web"))); d != "" {
+		t.Errorf("node hints once the server keeps them (-want +got):\n%s", d)
+	}
+	e.steady("web")
 }
 
 // TestZonesBringBackOnlyHintedImports: a change of the cluster's zones
@@ -231,5 +324,46 @@ func TestZonesBringBackOnlyHintedImports(t *testing.T) {
 	}
 	if got, want := e.r.importsPreferringTheirCluster(e.ctx), []reconcile.Request{request(testNS, "web")}; !cmp.Equal(got, want) {
 		t.Errorf("imports brought back %v, want %v", got, want)
+	}
+}
+
+// refuseSameZone fails writing Services with trafficDistribution
+// PreferSameZone, as Kubernetes 1.33 with its default feature gates does.
+func refuseSameZone(obj client.Object) error {
+	svc, ok := obj.(*corev1.Service)
+	if !ok || ptr.Deref(svc.Spec.TrafficDistribution, "") != corev1.ServiceTrafficDistributionPreferSameZone {
+		return nil
+	}
+	return apierrors.NewInvalid(schema.GroupKind{Kind: "Service"}, svc.Name, field.ErrorList{field.NotSupported(
+		field.NewPath("spec", "trafficDistribution"), *svc.Spec.TrafficDistribution, []string{corev1.ServiceTrafficDistributionPreferClose})})
+}
+
+// TestTrafficDistributionRefused: an API server that refuses the import's
+// trafficDistribution on a Service still gets the derived Service, without
+// it, and the hints in the slices; once, not at every reconcile.
+func TestTrafficDistributionRefused(t *testing.T) {
+	for _, existing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("derived Service existing %v", existing), func(t *testing.T) {
+			e := newEnv(t, namespace(testNS), node("n1", "a"), node("n2", "b"))
+			e.createHook, e.updateHook = refuseSameZone, refuseSameZone
+			if existing {
+				publishHinted(e, corev1.ServiceTrafficDistributionPreferClose)
+				if td := e.service(DerivedServiceName("web")).Spec.TrafficDistribution; ptr.Deref(td, "") != corev1.ServiceTrafficDistributionPreferClose {
+					t.Fatalf("trafficDistribution %v, want PreferClose", td)
+				}
+			}
+			publishHinted(e, corev1.ServiceTrafficDistributionPreferSameZone)
+			svc := e.service(DerivedServiceName("web"))
+			if svc == nil || svc.Spec.TrafficDistribution != nil {
+				t.Fatalf("derived Service %+v, want one without trafficDistribution", svc)
+			}
+			if d := cmp.Diff(map[string][]string{"10.1.0.1": {"a"}, "10.2.0.1": {"b"}}, zoneHints(e.slices("web"))); d != "" {
+				t.Errorf("zone hints (-want +got):\n%s", d)
+			}
+			if ev := e.events(); !slices.ContainsFunc(ev, func(s string) bool { return strings.Contains(s, eventTrafficDistributionRefused) }) {
+				t.Errorf("events %v, want %s", ev, eventTrafficDistributionRefused)
+			}
+			e.steady("web")
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,8 +42,11 @@ const (
 	eventServiceConflict  = "DerivedServiceConflict"
 	eventServiceRecreated = "DerivedServiceRecreated"
 	eventFamilyRefused    = "IPFamilyNotSupported"
-	eventRecordsRejected  = "RecordsRejected"
-	eventTakenOver        = "TakenOver"
+	// eventTrafficDistributionRefused: the derived Service goes without
+	// the import's trafficDistribution, which the API server refuses.
+	eventTrafficDistributionRefused = "TrafficDistributionNotSupported"
+	eventRecordsRejected            = "RecordsRejected"
+	eventTakenOver                  = "TakenOver"
 )
 
 // Reconciler keeps, for every Service the clusterset exports, the
@@ -102,6 +106,15 @@ type Reconciler struct {
 	// zones keeps the zones of this cluster's nodes, from the Node watch.
 	zones zoneBook
 
+	// nodeHintsDropped: the API server returned the last EndpointSlice
+	// written with node hints without them (Kubernetes before 1.34 by
+	// default): a slice without them is then as wanted (noteNodeHints).
+	nodeHintsDropped atomic.Bool
+
+	// tdRefused holds the trafficDistribution values the API server
+	// refused on a derived Service (withoutRefusedTD): they are left out.
+	tdRefused sync.Map
+
 	// clusterEvents limits the ClustersChanged events (see eventClusters);
 	// SetupWithManager sets it, nil is no limit.
 	clusterEvents flowcontrol.RateLimiter
@@ -138,6 +151,9 @@ type scope struct {
 	// sliceOwners are the controller references the EndpointSlices may
 	// have, the first for new ones (setSliceOwners).
 	sliceOwners []metav1.OwnerReference
+	// nodeHintsDropped: the API server drops node hints
+	// (Reconciler.nodeHintsDropped).
+	nodeHintsDropped bool
 	// slicesInPlace: every EndpointSlice is as desired (none waits for the
 	// cache to show it).
 	slicesInPlace bool
@@ -300,7 +316,7 @@ func (r *Reconciler) fetch(ctx context.Context, req ctrl.Request) (*scope, bool,
 	} else {
 		r.unseen.remove(req.NamespacedName)
 	}
-	s := &scope{localCluster: r.ClusterID, key: key}
+	s := &scope{localCluster: r.ClusterID, key: key, nodeHintsDropped: r.nodeHintsDropped.Load()}
 	if si != nil {
 		// The status as the cache shows it is the base of the status patch;
 		// the reconcile starts from the status this controller last wrote,
@@ -336,9 +352,8 @@ func (r *Reconciler) fetch(ctx context.Context, req ctrl.Request) (*scope, bool,
 		// (changeToImports), so nothing is retried meanwhile.
 		return s, si != nil, nil
 	}
-	s.exports = r.View.Exports(key)
-	s.rejected = r.View.Rejected(key)
-	s.endpoints = r.View.Endpoints(key)
+	svc := r.View.Service(key)
+	s.exports, s.rejected, s.endpoints = svc.Exports, svc.Rejected, svc.Endpoints
 	return s, true, nil
 }
 

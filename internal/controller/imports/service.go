@@ -132,6 +132,12 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 		return nil
 	}
 	desired := desiredService(s)
+	td := desired.Spec.TrafficDistribution
+	if td != nil {
+		if _, refused := r.tdRefused.Load(*td); refused {
+			desired.Spec.TrafficDistribution, td = nil, nil
+		}
+	}
 
 	if s.svc != nil && needsRecreate(s.svc, s.res.Spec.IPFamilies) {
 		if err := r.deleteService(ctx, s); err != nil {
@@ -162,6 +168,7 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 			return nil
 		}
 		r.familiesRefused(s, svc, refused)
+		r.tdDropped(s, td, svc)
 		log.Info("Created derived Service", "service", klog.KObj(svc), "ipFamilies", svc.Spec.IPFamilies)
 		s.svc, s.svcWritten = svc, true
 		return nil
@@ -183,10 +190,11 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 			return err
 		}
 		r.familiesRefused(s, updated, refused)
-	} else if err := r.Client.Update(ctx, updated); err != nil {
+	} else if err := r.withoutRefusedTD(ctx, updated, func(svc *corev1.Service) error { return r.Client.Update(ctx, svc) }); err != nil {
 		s.svcErr = err
 		return fmt.Errorf("update derived Service: %w", err)
 	}
+	r.tdDropped(s, td, updated)
 	log.V(1).Info("Updated derived Service", "service", klog.KObj(updated))
 	s.svc, s.svcWritten = updated, true
 	return nil
@@ -303,7 +311,7 @@ func (r *Reconciler) createService(ctx context.Context, desired *corev1.Service)
 	refused, err := writeFamilies(ctx, desired.Spec.IPFamilies, false, func(families []corev1.IPFamily) error {
 		svc := desired.DeepCopy()
 		setFamilies(svc, families)
-		if err := r.Client.Create(ctx, svc); err != nil {
+		if err := r.withoutRefusedTD(ctx, svc, func(svc *corev1.Service) error { return r.Client.Create(ctx, svc) }); err != nil {
 			return err
 		}
 		created = svc
@@ -427,7 +435,7 @@ func (r *Reconciler) updateFamilies(ctx context.Context, svc *corev1.Service, fa
 		if len(try.Spec.ClusterIPs) > 0 {
 			try.Spec.ClusterIP = try.Spec.ClusterIPs[0]
 		}
-		if err := r.Client.Update(ctx, try); err != nil {
+		if err := r.withoutRefusedTD(ctx, try, func(svc *corev1.Service) error { return r.Client.Update(ctx, svc) }); err != nil {
 			return err
 		}
 		updated = try
@@ -662,4 +670,43 @@ func setControllerRef(o metav1.Object, ref metav1.OwnerReference) {
 		return (r.Controller != nil && *r.Controller) || r.UID == ref.UID
 	})
 	o.SetOwnerReferences(append(refs, ref))
+}
+
+// withoutRefusedTD writes svc (write); when the API server refuses its
+// trafficDistribution (Kubernetes before 1.33 knows PreferClose alone, 1.33
+// PreferSameZone and PreferSameNode only behind a feature gate), it
+// remembers the value and writes svc again without it. kube-proxy reads
+// the hints of the EndpointSlices, which mcsd writes, not the Service's
+// field: the derived Service goes without it rather than the import
+// without a cluster IP.
+func (r *Reconciler) withoutRefusedTD(ctx context.Context, svc *corev1.Service, write func(*corev1.Service) error) error {
+	err := write(svc)
+	td := svc.Spec.TrafficDistribution
+	if td == nil || !trafficDistributionRefused(err) {
+		return err
+	}
+	r.tdRefused.Store(*td, true)
+	ctrl.LoggerFrom(ctx).Info("API server refused the derived Service's trafficDistribution; writing it without", "service", klog.KObj(svc),
+		"trafficDistribution", *td, "reason", err.Error())
+	svc.Spec.TrafficDistribution = nil
+	return write(svc)
+}
+
+// tdDropped says, on the ServiceImport, that the derived Service svc was
+// written without the trafficDistribution td it was given.
+func (r *Reconciler) tdDropped(s *scope, td *string, svc *corev1.Service) {
+	if td != nil && svc.Spec.TrafficDistribution == nil {
+		r.importEventf(s, corev1.EventTypeWarning, eventTrafficDistributionRefused,
+			"This cluster's API server refuses trafficDistribution %q: the derived Service %s goes without it; its EndpointSlices carry the hints kube-proxy follows", *td, svc.Name)
+	}
+}
+
+// trafficDistributionRefused reports whether err is the API server's
+// refusal of a Service's spec.trafficDistribution.
+func trafficDistributionRefused(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	return slices.ContainsFunc(status.Status().Details.Causes, func(c metav1.StatusCause) bool { return c.Field == "spec.trafficDistribution" })
 }

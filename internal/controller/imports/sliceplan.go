@@ -76,7 +76,7 @@ func planSlices(s *scope, existing []discoveryv1.EndpointSlice) slicePlan {
 			plan.replace = append(plan.replace, sliceReplacement{have: have, want: want})
 		case !ok:
 			plan.create = append(plan.create, want)
-		case !sliceUpToDate(have, want, s.sliceOwners):
+		case !sliceUpToDate(have, want, s.sliceOwners, s.nodeHintsDropped):
 			applySlice(have, want)
 			plan.update = append(plan.update, have)
 		}
@@ -123,10 +123,15 @@ const sliceInputsVersion = "1"
 // sliceInputs is the digest of everything clusterSlices makes cluster's
 // slices from: the Service's name, the cluster and whether it is this
 // one, the import's type, ports and families, the ports the cluster
-// serves, its endpoints and its hints.
+// serves, its endpoints and its hints, and, when they name nodes, whether
+// the API server drops those: slices written while it did are written
+// again once it keeps them.
 func sliceInputs(s *scope, cluster string) string {
 	var d digest
 	d.str(sliceInputsVersion, s.key.Name, cluster, string(s.res.Spec.Type), s.hints.KeyFor(cluster))
+	if s.hints.Nodes() {
+		d.flag(s.nodeHintsDropped)
+	}
 	d.flag(cluster == s.localCluster)
 	d.num(len(s.res.Spec.Ports))
 	for _, p := range s.res.Spec.Ports {
