@@ -133,13 +133,17 @@ func Merge(exports []registry.Export) Result {
 	res.Spec.Type = mcsv1beta1.ServiceImportType(typ)
 	addNote(notes, mcsv1beta1.ServiceExportReasonTypeConflict, n)
 
+	// The other fields are compared among the exports that carry them
+	// (informed).
+	known := informed(ex)
+
 	// Session affinity and its config. The config is only meaningful (and
 	// only compared) when affinity is ClientIP.
-	affinity, n := resolve(ex, "sessionAffinity", sessionAffinity, eq, quote)
+	affinity, n := resolve(known, "sessionAffinity", sessionAffinity, eq, quote)
 	res.Spec.SessionAffinity = affinity
 	addNote(notes, mcsv1beta1.ServiceExportReasonSessionAffinityConflict, n)
 	if affinity == corev1.ServiceAffinityClientIP {
-		clientIP := slices.DeleteFunc(slices.Clone(ex), func(e registry.Export) bool {
+		clientIP := slices.DeleteFunc(slices.Clone(known), func(e registry.Export) bool {
 			return sessionAffinity(e) != corev1.ServiceAffinityClientIP
 		})
 		timeout, n := resolve(clientIP, "sessionAffinityConfig", clientIPTimeout, eq, formatTimeout)
@@ -150,31 +154,40 @@ func Merge(exports []registry.Export) Result {
 	}
 
 	// Exported labels and annotations.
-	labels, n := resolve(ex, "exportedLabels", exportedLabels, mapsEqual, formatMap)
+	labels, n := resolve(known, "exportedLabels", exportedLabels, mapsEqual, formatMap)
 	res.Labels = cloneMap(labels)
 	addNote(notes, mcsv1beta1.ServiceExportReasonLabelsConflict, n)
-	annotations, n := resolve(ex, "exportedAnnotations", exportedAnnotations, mapsEqual, formatMap)
+	annotations, n := resolve(known, "exportedAnnotations", exportedAnnotations, mapsEqual, formatMap)
 	res.Annotations = cloneMap(annotations)
 	addNote(notes, mcsv1beta1.ServiceExportReasonAnnotationsConflict, n)
 
 	// Traffic policy and distribution.
-	itp, n := resolve(ex, "internalTrafficPolicy", internalTrafficPolicy, eq, quote)
+	itp, n := resolve(known, "internalTrafficPolicy", internalTrafficPolicy, eq, quote)
 	res.Spec.InternalTrafficPolicy = &itp
 	addNote(notes, mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, n)
-	td, n := resolve(ex, "trafficDistribution", trafficDistribution, eq, formatTrafficDistribution)
+	td, n := resolve(known, "trafficDistribution", trafficDistribution, eq, formatTrafficDistribution)
 	if td != "" {
 		res.Spec.TrafficDistribution = &td
 	}
 	addNote(notes, mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, n)
 
 	// IP families: the oldest export's list, in its order; a conflict only
-	// when the sets differ, since then a family reaches only some clusters.
-	families, n := resolve(ex, "ipFamilies", ipFamilies, sameFamilySet, formatFamilies)
-	res.Spec.IPFamilies = families // ipFamilies returns a fresh slice
-	if n != "" {
-		n += "; " + partialFamilies(ex) + " not exported by every cluster"
+	// when an export lacks one of them, since then traffic of that family
+	// reaches only some clusters. A family the import does not have
+	// reaches none: an export with more conflicts with nothing.
+	families := ipFamilies(known[0]) // a fresh slice
+	res.Spec.IPFamilies = families
+	var lacking []dissent
+	for _, e := range known[1:] {
+		if f := ipFamilies(e); slices.ContainsFunc(families, func(x corev1.IPFamily) bool { return !slices.Contains(f, x) }) {
+			lacking = append(lacking, dissent{e.Cluster, formatFamilies(f)})
+		}
 	}
-	addNote(notes, mcsv1beta1.ServiceExportReasonIPFamilyConflict, n)
+	if len(lacking) > 0 {
+		addNote(notes, mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+			conflictNote("ipFamilies", formatFamilies(families), known[0].Cluster, "oldest export", lacking)+
+				"; "+partialFamilies(known, families)+" not exported by every cluster")
+	}
 
 	var msg []string
 	for _, r := range conditions.ConflictReasons {
@@ -185,6 +198,17 @@ func Merge(exports []registry.Export) Result {
 	}
 	res.Conflict.Message = conditions.Cap(strings.Join(msg, ". "), maxMessageLen)
 	return res
+}
+
+// informed returns the exports of ex that carry more than a type and ports
+// (registry.Export.Partial), or ex when none does: a field that no export
+// carries is unset in all of them.
+func informed(ex []registry.Export) []registry.Export {
+	known := slices.DeleteFunc(slices.Clone(ex), func(e registry.Export) bool { return e.Partial })
+	if len(known) == 0 {
+		return ex
+	}
+	return known
 }
 
 // byPrecedence returns the exports oldest first, one per cluster.
@@ -293,10 +317,6 @@ func eq[T comparable](a, b T) bool { return a == b }
 
 func mapsEqual(a, b map[string]string) bool { return maps.Equal(a, b) } // nil equals empty
 
-func sameFamilySet(a, b []corev1.IPFamily) bool {
-	return slices.Equal(sortedFamilies(a), sortedFamilies(b))
-}
-
 // sortedFamilies sorts IPv4 before IPv6 before anything else (by name).
 func sortedFamilies(fs []corev1.IPFamily) []corev1.IPFamily {
 	rank := func(f corev1.IPFamily) int {
@@ -315,23 +335,14 @@ func sortedFamilies(fs []corev1.IPFamily) []corev1.IPFamily {
 	return out
 }
 
-// partialFamilies names the families some but not all exports have.
-func partialFamilies(ex []registry.Export) string {
-	count := map[corev1.IPFamily]int{}
-	for _, e := range ex {
-		for _, f := range ipFamilies(e) {
-			count[f]++
+// partialFamilies names the families of the import (families) that some
+// export lacks.
+func partialFamilies(ex []registry.Export, families []corev1.IPFamily) string {
+	var partial []string
+	for _, f := range sortedFamilies(families) {
+		if slices.ContainsFunc(ex, func(e registry.Export) bool { return !slices.Contains(e.Spec.IPFamilies, f) }) {
+			partial = append(partial, string(f))
 		}
 	}
-	var partial []corev1.IPFamily
-	for f, n := range count {
-		if n < len(ex) {
-			partial = append(partial, f)
-		}
-	}
-	s := make([]string, 0, len(partial))
-	for _, f := range sortedFamilies(partial) {
-		s = append(s, string(f))
-	}
-	return strings.Join(s, ", ")
+	return strings.Join(partial, ", ")
 }

@@ -261,16 +261,7 @@ func TestMergeFieldConflicts(t *testing.T) {
 		wantA:  []corev1.IPFamily{ipv4},
 		wantB:  []corev1.IPFamily{ipv6},
 		reason: ipFamilyConflict,
-		note:   `ipFamilies: using [IPv4] from cluster "c1" (oldest export); cluster "c2" has [IPv6]; IPv4, IPv6 not exported by every cluster`,
-	}, {
-		name:   "ip families dual-stack against single-stack",
-		a:      []option{families(ipv6, ipv4)},
-		b:      []option{families(ipv4)},
-		get:    func(r Result) any { return r.Spec.IPFamilies },
-		wantA:  []corev1.IPFamily{ipv6, ipv4},
-		wantB:  []corev1.IPFamily{ipv4},
-		reason: ipFamilyConflict,
-		note:   `ipFamilies: using [IPv6, IPv4] from cluster "c1" (oldest export); cluster "c2" has [IPv4]; IPv6 not exported by every cluster`,
+		note:   `ipFamilies: using [IPv4] from cluster "c1" (oldest export); cluster "c2" has [IPv6]; IPv4 not exported by every cluster`,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -755,11 +746,11 @@ func TestMergeManyConflicts(t *testing.T) {
 			ports(rp("http", tcp, 8080), rp("metrics", tcp, 9090)),
 			labels(map[string]string{"app": "shop"}),
 			trafficPolicy(corev1.ServiceInternalTrafficPolicyLocal),
-			families(ipv4, ipv6)),
+			families(ipv4)),
 		export("west", 10,
 			ports(rp("http", tcp, 80)),
 			labels(map[string]string{"app": "shop"}),
-			families(ipv4)),
+			families(ipv4, ipv6)),
 		export("north", 30, headless,
 			ports(rp("http", tcp, 80), rp("grpc", tcp, 9090)),
 			labels(map[string]string{"app": "store"}),
@@ -771,7 +762,7 @@ func TestMergeManyConflicts(t *testing.T) {
 			Type:                  mcsv1beta1.ClusterSetIP,
 			Ports:                 []mcsv1beta1.ServicePort{sp("http", tcp, 80), sp("metrics", tcp, 9090)},
 			SessionAffinity:       corev1.ServiceAffinityNone,
-			IPFamilies:            []corev1.IPFamily{ipv4},
+			IPFamilies:            []corev1.IPFamily{ipv4, ipv6},
 			InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster),
 		},
 		Labels:   map[string]string{"app": "shop"},
@@ -791,7 +782,7 @@ func TestMergeManyConflicts(t *testing.T) {
 				`sessionAffinity: using "None" from cluster "west" (oldest export); cluster "north" has "ClientIP"`,
 				`exportedLabels: using {app=shop} from cluster "west" (oldest export); cluster "north" has {app=store}`,
 				`internalTrafficPolicy: using "Cluster" from cluster "west" (oldest export); cluster "east" has "Local"`,
-				`ipFamilies: using [IPv4] from cluster "west" (oldest export); cluster "east" has [IPv4, IPv6]; IPv6 not exported by every cluster`,
+				`ipFamilies: using [IPv4, IPv6] from cluster "west" (oldest export); cluster "east" has [IPv4], cluster "north" has [IPv4]; IPv6 not exported by every cluster`,
 			}, ". "),
 		},
 	}
@@ -967,4 +958,137 @@ func permutations(es []registry.Export) [][]registry.Export {
 		}
 	}
 	return out
+}
+
+// partial is the export of a writer that records the type and ports alone
+// (the AWS Cloud Map MCS controller, read by the Cloud Map backend).
+func partial(cluster string, order int64, opts ...option) registry.Export {
+	e := export(cluster, order, append([]option{families()}, opts...)...)
+	e.Partial, e.WrittenBy = true, "aws-cloud-map-mcs-controller-for-k8s"
+	return e
+}
+
+// TestMergePartialExport: what a partial export does not carry is unknown,
+// not different: it neither conflicts nor wins, in either order; what it
+// carries (type, ports but their appProtocol) is compared as any export's.
+func TestMergePartialExport(t *testing.T) {
+	app := registry.Port{Name: "http", Protocol: tcp, Port: 80, AppProtocol: ptr("kubernetes.io/h2c")}
+	full := []option{ports(app), clientIP(ptr[int32](60)), labels(map[string]string{"tier": "web"}),
+		trafficPolicy(corev1.ServiceInternalTrafficPolicyLocal), distribution("PreferClose")}
+	wantFull := mcsv1beta1.ServiceImportSpec{
+		Type:                  mcsv1beta1.ClusterSetIP,
+		Ports:                 []mcsv1beta1.ServicePort{{Name: "http", Protocol: tcp, Port: 80, AppProtocol: ptr("kubernetes.io/h2c")}},
+		SessionAffinity:       corev1.ServiceAffinityClientIP,
+		SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}},
+		IPFamilies:            []corev1.IPFamily{ipv4},
+		InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyLocal),
+		TrafficDistribution:   ptr("PreferClose"),
+	}
+	tests := []struct {
+		name       string
+		exports    []registry.Export
+		want       mcsv1beta1.ServiceImportSpec
+		wantLabels map[string]string
+		reasons    reasons
+		served     map[string][]string
+	}{{
+		name:       "the partial export oldest: the other's fields, no conflict",
+		exports:    []registry.Export{partial("aws", 1), export("c2", 2, full...)},
+		want:       wantFull,
+		wantLabels: map[string]string{"tier": "web"},
+		served:     map[string][]string{"aws": {"http"}, "c2": {"http"}},
+	}, {
+		name:       "the partial export newest: no conflict",
+		exports:    []registry.Export{export("c1", 1, full...), partial("aws", 2)},
+		want:       wantFull,
+		wantLabels: map[string]string{"tier": "web"},
+		served:     map[string][]string{"aws": {"http"}, "c1": {"http"}},
+	}, {
+		name:    "partial exports alone: the defaults, no conflict",
+		exports: []registry.Export{partial("aws1", 1), partial("aws2", 2)},
+		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
+			SessionAffinity: corev1.ServiceAffinityNone, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
+		served: map[string][]string{"aws1": {"http"}, "aws2": {"http"}},
+	}, {
+		name:    "its port's number still conflicts",
+		exports: []registry.Export{partial("aws", 1, ports(rp("http", tcp, 8080))), export("c2", 2, ports(app))},
+		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 8080)},
+			SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{ipv4}, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
+		reasons: reasons{portConflict},
+		served:  map[string][]string{"aws": {"http"}, "c2": nil},
+	}, {
+		name:    "its type still conflicts",
+		exports: []registry.Export{partial("aws", 1, headless), export("c2", 2)},
+		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
+			SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{ipv4}, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
+		reasons: reasons{typeConflict},
+		served:  map[string][]string{"aws": {"http"}, "c2": {"http"}},
+	}, {
+		name:    "the exports that carry a field still conflict on it",
+		exports: []registry.Export{partial("aws", 1), export("c2", 2, families(ipv6)), export("c3", 3, ports(app))},
+		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
+			SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{ipv6}, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
+		reasons: reasons{portConflict, ipFamilyConflict},
+		served:  map[string][]string{"aws": {"http"}, "c2": {"http"}, "c3": {"http"}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, in := range permutations(tt.exports) {
+				got := Merge(in)
+				if d := cmp.Diff(tt.want, got.Spec); d != "" {
+					t.Errorf("spec (-want +got):\n%s", d)
+				}
+				if d := cmp.Diff(tt.wantLabels, got.Labels); d != "" {
+					t.Errorf("labels (-want +got):\n%s", d)
+				}
+				if d := cmp.Diff(tt.reasons, got.Conflict.Reasons); d != "" {
+					t.Errorf("conflict reasons (-want +got):\n%s\nmessage: %s", d, got.Conflict.Message)
+				}
+				if d := cmp.Diff(tt.served, got.Served); d != "" {
+					t.Errorf("served (-want +got):\n%s", d)
+				}
+			}
+		})
+	}
+}
+
+// TestMergeIPFamilies: a conflict only when some export lacks a family of
+// the import (the oldest export's), whose traffic then reaches only some
+// clusters; an export with a family more conflicts with nothing.
+func TestMergeIPFamilies(t *testing.T) {
+	tests := []struct {
+		name    string
+		exports []registry.Export
+		want    []corev1.IPFamily
+		note    string // "" for no conflict
+	}{{
+		name:    "dual-stack oldest, single-stack newer: IPv6 reaches one cluster",
+		exports: []registry.Export{export("c1", 1, families(ipv6, ipv4)), export("c2", 2, families(ipv4))},
+		want:    []corev1.IPFamily{ipv6, ipv4},
+		note:    `ipFamilies: using [IPv6, IPv4] from cluster "c1" (oldest export); cluster "c2" has [IPv4]; IPv6 not exported by every cluster`,
+	}, {
+		name:    "single-stack oldest, dual-stack newer: IPv4 reaches both",
+		exports: []registry.Export{export("c1", 1, families(ipv4)), export("c2", 2, families(ipv4, ipv6))},
+		want:    []corev1.IPFamily{ipv4},
+	}, {
+		name:    "a third cluster lacking the import's family",
+		exports: []registry.Export{export("c1", 1, families(ipv4)), export("c2", 2, families(ipv4, ipv6)), export("c3", 3, families(ipv6))},
+		want:    []corev1.IPFamily{ipv4},
+		note:    `ipFamilies: using [IPv4] from cluster "c1" (oldest export); cluster "c3" has [IPv6]; IPv4 not exported by every cluster`,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Merge(tt.exports)
+			if d := cmp.Diff(tt.want, got.Spec.IPFamilies); d != "" {
+				t.Errorf("families (-want +got):\n%s", d)
+			}
+			var wantReasons reasons
+			if tt.note != "" {
+				wantReasons = reasons{ipFamilyConflict}
+			}
+			if d := cmp.Diff(wantReasons, got.Conflict.Reasons); d != "" || got.Conflict.Message != tt.note {
+				t.Errorf("reasons (-want +got):\n%s\nmessage %q, want %q", d, got.Conflict.Message, tt.note)
+			}
+		})
+	}
 }

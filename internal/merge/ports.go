@@ -46,9 +46,13 @@ func (p port) String() string {
 // port at all.
 type importPort struct {
 	port
-	origin  string
-	diffs   []dissent
-	lacking []string
+	// appUnknown: the port came from an export that does not carry
+	// appProtocol (registry.Export.Partial); the first export that carries it
+	// gives it its appProtocol.
+	appUnknown bool
+	origin     string
+	diffs      []dissent
+	lacking    []string
 }
 
 // portUnion is the union of the ports of all exports.
@@ -80,8 +84,18 @@ func unionPorts(ex []registry.Export) portUnion {
 		for _, rp := range e.Spec.Ports {
 			p := normalizePort(rp)
 			if i := u.match(p); i >= 0 {
-				if u.ports[i].port != p {
-					u.ports[i].diffs = append(u.ports[i].diffs, dissent{e.Cluster, p.String()})
+				ip := &u.ports[i]
+				switch {
+				case e.Partial || ip.appUnknown:
+					// One side's appProtocol is unknown: it is not
+					// compared.
+					if q := (port{ip.name, ip.protocol, ip.number, p.appProtocol}); q != p {
+						ip.diffs = append(ip.diffs, dissent{e.Cluster, p.String()})
+					} else if ip.appUnknown && !e.Partial {
+						ip.appProtocol, ip.appUnknown = p.appProtocol, false
+					}
+				case ip.port != p:
+					ip.diffs = append(ip.diffs, dissent{e.Cluster, p.String()})
 				}
 				continue
 			}
@@ -89,7 +103,7 @@ func unionPorts(ex []registry.Export) portUnion {
 				u.dropped = append(u.dropped, dissent{e.Cluster, p.String()})
 				continue
 			}
-			u.ports = append(u.ports, importPort{port: p, origin: e.Cluster})
+			u.ports = append(u.ports, importPort{port: p, origin: e.Cluster, appUnknown: e.Partial})
 		}
 	}
 	for _, e := range ex {

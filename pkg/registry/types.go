@@ -83,6 +83,11 @@ type Export struct {
 	// backend reads as exports); empty for mcsd's own. It is set by the
 	// backend on read and never stored.
 	WrittenBy string `json:"-"`
+	// Partial: the writer (WrittenBy) records the Service's type and ports
+	// alone, without the ports' appProtocol: the merge takes the other
+	// fields as unknown, neither agreeing nor conflicting. Set by the
+	// backend on read and never stored.
+	Partial bool `json:"-"`
 }
 
 // EndpointPort is a port of a group of endpoints (the EndpointSlice port).

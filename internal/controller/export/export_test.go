@@ -952,7 +952,7 @@ func TestConflictWaitsForTheNamespace(t *testing.T) {
 		t.Fatalf("changeToExport(namespace) = %v, want %v", got, want)
 	}
 	e.mustReconcile()
-	assertCondition(t, e.serviceExport(), confType, metav1.ConditionTrue, "PortConflict,TypeConflict,IPFamilyConflict")
+	assertCondition(t, e.serviceExport(), confType, metav1.ConditionTrue, "PortConflict,TypeConflict")
 }
 
 func TestUnchangedReconcileWritesNothing(t *testing.T) {

@@ -243,7 +243,7 @@ func TestDecodeAWSControllerInstances(t *testing.T) {
 	if r.MCSD {
 		t.Errorf("AWS controller records marked MCSD")
 	}
-	want := registry.Export{Cluster: "aws-1", Service: testKey, Order: 1665108775000, WrittenBy: awsInstanceController, Spec: registry.ServiceSpec{
+	want := registry.Export{Cluster: "aws-1", Service: testKey, Order: 1665108775000, WrittenBy: awsInstanceController, Partial: true, Spec: registry.ServiceSpec{
 		Type:  registry.ClusterSetIP,
 		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
 	}}

@@ -119,7 +119,8 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 				spec.Type = registry.ClusterSetIP
 			}
 			spec.Ports = slices.SortedFunc(maps.Keys(a.awsPorts), comparePorts)
-			r.Export = &registry.Export{Cluster: cluster, Service: key, Spec: spec, Order: a.awsOrder, WrittenBy: a.awsBy}
+			// The AWS controller records the type and ports alone.
+			r.Export = &registry.Export{Cluster: cluster, Service: key, Spec: spec, Order: a.awsOrder, WrittenBy: a.awsBy, Partial: true}
 		}
 		if a.endpoints {
 			r.Endpoints = &registry.Endpoints{Cluster: cluster, Service: key, Groups: a.eps.groups()}

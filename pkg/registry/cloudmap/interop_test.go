@@ -38,7 +38,7 @@ func TestInteropAWSController(t *testing.T) {
 	b := openMember(t, srv, cs, "mcsd-west", 30*time.Second)
 	rec := registrytest.StartWatch(t, b)
 	awsID := registry.RecordID{Cluster: "aws-east", Service: key}
-	wantExport := registry.Export{Cluster: "aws-east", Service: key, Order: 1665108776000, WrittenBy: awsInstanceController, Spec: registry.ServiceSpec{
+	wantExport := registry.Export{Cluster: "aws-east", Service: key, Order: 1665108776000, WrittenBy: awsInstanceController, Partial: true, Spec: registry.ServiceSpec{
 		Type:  registry.ClusterSetIP,
 		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
 	}}
