@@ -52,6 +52,9 @@ const (
 	// ReasonUnknownPreference: the traffic-preference annotation has a value
 	// mcsd does not know.
 	ReasonUnknownPreference = "UnknownTrafficPreference"
+	// ReasonUnknownDistribution: trafficDistribution has a value mcsd
+	// does not know (a later Kubernetes'), for which it writes no hints.
+	ReasonUnknownDistribution = "UnknownTrafficDistribution"
 	// ReasonHeadless: hints steer kube-proxy, and a headless import has no
 	// cluster IP; DNS answers are not filtered.
 	ReasonHeadless = "Headless"
@@ -137,11 +140,12 @@ func Plan(in Input) Hints {
 		td == corev1.ServiceTrafficDistributionPreferSameNode
 	node := td == corev1.ServiceTrafficDistributionPreferSameNode
 	same := in.Preference == PreferSameCluster
-	if !zone && !same && in.Preference == "" {
+	unknownTD := td != "" && !zone
+	if !zone && !same && in.Preference == "" && !unknownTD {
 		return Hints{}
 	}
 	var asked []string
-	if zone {
+	if td != "" {
 		asked = append(asked, "trafficDistribution "+td)
 	}
 	if in.Preference != "" {
@@ -162,6 +166,10 @@ func Plan(in Input) Hints {
 			reason = r
 		}
 		problems = append(problems, msg)
+	}
+	if unknownTD {
+		problem(ReasonUnknownDistribution, fmt.Sprintf("trafficDistribution %q is not known to this mcsd (it knows %s, %s and %s): no hints for it.", td,
+			corev1.ServiceTrafficDistributionPreferSameZone, corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameNode))
 	}
 	if in.Preference != "" && !same {
 		problem(ReasonUnknownPreference, fmt.Sprintf("%s %q is not known (the one value is %s): no same-cluster hints.", AnnotationPreference, in.Preference, PreferSameCluster))

@@ -209,6 +209,17 @@ func TestPlan(t *testing.T) {
 		want:       map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|", "10.3.0.1": "a|", "10.3.0.2": "b|"},
 		wantReason: ReasonUnknownPreference, wantStatus: metav1.ConditionFalse, wantMsg: `"Nearest" is not known`,
 	}, {
+		name:       "unknown trafficDistribution: said so, no hints",
+		in:         Input{TrafficDistribution: "PreferSameRegion", Endpoints: eps},
+		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
+		wantReason: ReasonUnknownDistribution, wantStatus: metav1.ConditionFalse, wantMsg: `"PreferSameRegion" is not known`,
+	}, {
+		name: "unknown trafficDistribution with the same-cluster preference: that one still written",
+		in:   Input{TrafficDistribution: "PreferSameRegion", Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"a", "b"}, Endpoints: eps},
+		want: map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a,b|", "10.2.0.2": "a,b|",
+			"10.3.0.1": el + "|", "10.3.0.2": el + "|"},
+		wantReason: ReasonUnknownDistribution, wantStatus: metav1.ConditionFalse, wantMsg: "no hints for it",
+	}, {
 		name:       "headless: no hints, said so",
 		in:         Input{Headless: true, TrafficDistribution: "PreferSameZone", Endpoints: eps},
 		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
