@@ -171,22 +171,27 @@ func Merge(exports []registry.Export) Result {
 	}
 	addNote(notes, mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, n)
 
-	// IP families: the oldest export's list, in its order; a conflict only
-	// when an export lacks one of them, since then traffic of that family
-	// reaches only some clusters. A family the import does not have
-	// reaches none: an export with more conflicts with nothing.
-	families := ipFamilies(known[0]) // a fresh slice
-	res.Spec.IPFamilies = families
-	var lacking []dissent
-	for _, e := range known[1:] {
-		if f := ipFamilies(e); slices.ContainsFunc(families, func(x corev1.IPFamily) bool { return !slices.Contains(f, x) }) {
-			lacking = append(lacking, dissent{e.Cluster, formatFamilies(f)})
+	// IP families: the list of the oldest export that has one, in its
+	// order (an export without, such as the AWS controller's without
+	// endpoints, says nothing of them); a conflict only when an export
+	// lacks one of them, since then traffic of that family reaches only
+	// some clusters. A family the import does not have reaches none: an
+	// export with more conflicts with nothing.
+	withFamilies := slices.DeleteFunc(slices.Clone(ex), func(e registry.Export) bool { return len(e.Spec.IPFamilies) == 0 })
+	if len(withFamilies) > 0 {
+		families := ipFamilies(withFamilies[0]) // a fresh slice
+		res.Spec.IPFamilies = families
+		var lacking []dissent
+		for _, e := range withFamilies[1:] {
+			if f := ipFamilies(e); slices.ContainsFunc(families, func(x corev1.IPFamily) bool { return !slices.Contains(f, x) }) {
+				lacking = append(lacking, dissent{e.Cluster, formatFamilies(f)})
+			}
 		}
-	}
-	if len(lacking) > 0 {
-		addNote(notes, mcsv1beta1.ServiceExportReasonIPFamilyConflict,
-			conflictNote("ipFamilies", formatFamilies(families), known[0].Cluster, "oldest export", lacking)+
-				"; "+partialFamilies(known, families)+" not exported by every cluster")
+		if len(lacking) > 0 {
+			addNote(notes, mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+				conflictNote("ipFamilies", formatFamilies(families), withFamilies[0].Cluster, "oldest export", lacking)+
+					"; "+partialFamilies(withFamilies, families)+" not exported by every cluster")
+		}
 	}
 
 	var msg []string

@@ -1075,6 +1075,20 @@ func TestMergeIPFamilies(t *testing.T) {
 		exports: []registry.Export{export("c1", 1, families(ipv4)), export("c2", 2, families(ipv4, ipv6)), export("c3", 3, families(ipv6))},
 		want:    []corev1.IPFamily{ipv4},
 		note:    `ipFamilies: using [IPv4] from cluster "c1" (oldest export); cluster "c3" has [IPv6]; IPv4 not exported by every cluster`,
+	}, {
+		name:    "an export without families says nothing of them",
+		exports: []registry.Export{export("c1", 1, families()), export("c2", 2, families(ipv4)), export("c3", 3, families(ipv6))},
+		want:    []corev1.IPFamily{ipv4},
+		note:    `ipFamilies: using [IPv4] from cluster "c2" (oldest export); cluster "c3" has [IPv6]; IPv4 not exported by every cluster`,
+	}, {
+		name:    "a partial export's families (its endpoints') count",
+		exports: []registry.Export{partial("aws", 1, families(ipv4)), export("c2", 2, families(ipv6))},
+		want:    []corev1.IPFamily{ipv4},
+		note:    `ipFamilies: using [IPv4] from cluster "aws" (oldest export); cluster "c2" has [IPv6]; IPv4 not exported by every cluster`,
+	}, {
+		name:    "a partial export's families, the others dual-stack",
+		exports: []registry.Export{partial("aws", 1, families(ipv4)), export("c2", 2, families(ipv4, ipv6))},
+		want:    []corev1.IPFamily{ipv4},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

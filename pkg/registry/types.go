@@ -84,9 +84,10 @@ type Export struct {
 	// backend on read and never stored.
 	WrittenBy string `json:"-"`
 	// Partial: the writer (WrittenBy) records the Service's type and ports
-	// alone, without the ports' appProtocol: the merge takes the other
-	// fields as unknown, neither agreeing nor conflicting. Set by the
-	// backend on read and never stored.
+	// alone, without the ports' appProtocol (the backend gives it the IP
+	// families of its endpoints): the merge takes the other fields as
+	// unknown, neither agreeing nor conflicting. Set by the backend on read
+	// and never stored.
 	Partial bool `json:"-"`
 }
 

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/conditions"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -174,9 +175,14 @@ func (r *Reconciler) published(key registry.ServiceKey) (*registry.Export, *regi
 	if r.View == nil {
 		return nil, nil
 	}
+	return ownRecords(r.View.Service(key), r.ClusterID)
+}
+
+// ownRecords returns cluster's records in svc, or nils.
+func ownRecords(svc clusterset.Service, cluster string) (*registry.Export, *registry.Endpoints) {
 	var export *registry.Export
-	for _, e := range r.View.Exports(key) {
-		if e.Cluster == r.ClusterID && e.WrittenBy == "" {
+	for _, e := range svc.Exports {
+		if e.Cluster == cluster && e.WrittenBy == "" {
 			// (An export another controller wrote for this cluster, the
 			// AWS Cloud Map MCS controller that ran here before mcsd, is
 			// not mcsd's: it is published over.)
@@ -185,7 +191,7 @@ func (r *Reconciler) published(key registry.ServiceKey) (*registry.Export, *regi
 		}
 	}
 	var endpoints *registry.Endpoints
-	if e, ok := r.View.Endpoints(key)[r.ClusterID]; ok {
+	if e, ok := svc.Endpoints[cluster]; ok {
 		endpoints = &e
 	}
 	return export, endpoints
@@ -197,13 +203,16 @@ func (r *Reconciler) withdrawn(key registry.ServiceKey) bool {
 	if r.View == nil || !r.View.HasSynced() {
 		return false
 	}
-	export, endpoints := r.published(key)
+	// One read of the View: a refusal that ends between two reads would
+	// show the record in neither.
+	svc := r.View.Service(key)
+	export, endpoints := ownRecords(svc, r.ClusterID)
 	if export != nil || endpoints != nil {
 		return false
 	}
 	// Records the View refused (written under older rules, say) are still
 	// in the registry: they are withdrawn too.
-	return !slices.ContainsFunc(r.View.Rejected(key), func(rj registry.Rejection) bool { return rj.Record.Cluster == r.ClusterID })
+	return !slices.ContainsFunc(svc.Rejected, func(rj registry.Rejection) bool { return rj.Record.Cluster == r.ClusterID })
 }
 
 // setUnguarded records whether key may be published while its

@@ -458,22 +458,24 @@ func conditionsKey(c discoveryv1.EndpointConditions) string {
 // mcsd wants in it: its labels and annotations (others may add more; the
 // digest of its inputs may be stale, which costs each reconcile until the
 // slice's next write a comparison, not a write), its controller reference,
-// address type, ports and endpoints (in any order); their node hints only
-// when the API server keeps them (nodeHintsDropped false).
+// address type, ports and endpoints (in any order), with or without their
+// node hints where the API server drops them (nodeHintsDropped).
 func sliceUpToDate(have, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference, nodeHintsDropped bool) bool {
 	for k, v := range want.Annotations {
 		if got, ok := have.Annotations[k]; k != wellknown.AnnotationSliceInputs && (!ok || got != v) {
 			return false
 		}
 	}
-	wantEndpoints := want.Endpoints
-	if nodeHintsDropped {
-		wantEndpoints = withoutNodeHints(wantEndpoints)
+	if !sliceLabelsAndOwnerHold(have, want.Labels, owners) || have.AddressType != want.AddressType ||
+		!equality.Semantic.DeepEqual(normalSlicePorts(have.Ports), normalSlicePorts(want.Ports)) {
+		return false
 	}
-	return sliceLabelsAndOwnerHold(have, want.Labels, owners) &&
-		have.AddressType == want.AddressType &&
-		equality.Semantic.DeepEqual(normalSlicePorts(have.Ports), normalSlicePorts(want.Ports)) &&
-		equality.Semantic.DeepEqual(sortedEndpoints(have.Endpoints), sortedEndpoints(wantEndpoints))
+	haveEndpoints := sortedEndpoints(have.Endpoints)
+	// Where the API server drops node hints, a slice without them is as
+	// wanted too (one with them, as a server that keeps them again wrote
+	// it, as well).
+	return equality.Semantic.DeepEqual(haveEndpoints, sortedEndpoints(want.Endpoints)) ||
+		(nodeHintsDropped && equality.Semantic.DeepEqual(haveEndpoints, sortedEndpoints(withoutNodeHints(want.Endpoints))))
 }
 
 // sliceLabelsAndOwnerHold reports whether have carries labels (others may

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -366,4 +367,41 @@ func TestTrafficDistributionRefused(t *testing.T) {
 			e.steady("web")
 		})
 	}
+}
+
+// TestTrafficDistributionRefusedLater: another import with the refused
+// value gets its derived Service without it, and says so too; once the
+// refusal is older than tdRetry, the value is tried again, and kept where
+// the API server now takes it.
+func TestTrafficDistributionRefusedLater(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, namespace(testNS), node("n1", "a"), node("n2", "b"))
+	e.r.Now = func() time.Time { return now }
+	e.createHook, e.updateHook = refuseSameZone, refuseSameZone
+	publishHinted(e, corev1.ServiceTrafficDistributionPreferSameZone)
+	e.events()
+
+	api := export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))
+	api.Service.Name = "api"
+	api.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+	e.publish([]registry.Export{api})
+	// One create: none refused for the value, which is not asked again.
+	if w := e.reconcile("api"); len(slices.DeleteFunc(w, func(s string) bool { return !strings.HasPrefix(s, "create *v1.Service") })) != 1 {
+		t.Errorf("the refused value asked again for another import: %v", w)
+	}
+	if svc := e.service(DerivedServiceName("api")); svc == nil || svc.Spec.TrafficDistribution != nil {
+		t.Fatalf("api's derived Service %+v, want one without trafficDistribution", svc)
+	}
+	if ev := e.events(); !slices.ContainsFunc(ev, func(s string) bool { return strings.Contains(s, eventTrafficDistributionRefused) }) {
+		t.Errorf("api's events %v, want %s", ev, eventTrafficDistributionRefused)
+	}
+
+	// The cluster upgraded; past tdRetry, the next write takes the value.
+	e.createHook, e.updateHook = nil, nil
+	now = now.Add(tdRetry)
+	e.reconcile("web")
+	if td := e.service(DerivedServiceName("web")).Spec.TrafficDistribution; ptr.Deref(td, "") != corev1.ServiceTrafficDistributionPreferSameZone {
+		t.Errorf("trafficDistribution %v once the API server takes it, want PreferSameZone", td)
+	}
+	e.steady("web")
 }

@@ -112,7 +112,8 @@ type Reconciler struct {
 	nodeHintsDropped atomic.Bool
 
 	// tdRefused holds the trafficDistribution values the API server
-	// refused on a derived Service (withoutRefusedTD): they are left out.
+	// refused on a derived Service, with the time (withoutRefusedTD): they
+	// are left out for tdRetry.
 	tdRefused sync.Map
 
 	// clusterEvents limits the ClustersChanged events (see eventClusters);

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -133,10 +134,8 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 	}
 	desired := desiredService(s)
 	td := desired.Spec.TrafficDistribution
-	if td != nil {
-		if _, refused := r.tdRefused.Load(*td); refused {
-			desired.Spec.TrafficDistribution, td = nil, nil
-		}
+	if td != nil && r.tdRefusedLately(*td) {
+		desired.Spec.TrafficDistribution = nil
 	}
 
 	if s.svc != nil && needsRecreate(s.svc, s.res.Spec.IPFamilies) {
@@ -685,15 +684,29 @@ func (r *Reconciler) withoutRefusedTD(ctx context.Context, svc *corev1.Service, 
 	if td == nil || !trafficDistributionRefused(err) {
 		return err
 	}
-	r.tdRefused.Store(*td, true)
+	r.tdRefused.Store(*td, r.now())
 	ctrl.LoggerFrom(ctx).Info("API server refused the derived Service's trafficDistribution; writing it without", "service", klog.KObj(svc),
 		"trafficDistribution", *td, "reason", err.Error())
 	svc.Spec.TrafficDistribution = nil
 	return write(svc)
 }
 
+// tdRetry is how long a trafficDistribution the API server refused is left
+// out of the derived Services before one is written with it again (the
+// cluster upgraded, or its feature gate turned on, meanwhile).
+const tdRetry = 10 * time.Minute
+
+// tdRefusedLately reports whether the API server refused td less than
+// tdRetry ago.
+func (r *Reconciler) tdRefusedLately(td string) bool {
+	at, ok := r.tdRefused.Load(td)
+	return ok && r.now().Sub(at.(time.Time)) < tdRetry
+}
+
 // tdDropped says, on the ServiceImport, that the derived Service svc was
-// written without the trafficDistribution td it was given.
+// written without the trafficDistribution td the import has: at each write
+// of it, so that every import concerned says so, not only the one whose
+// write met the refusal.
 func (r *Reconciler) tdDropped(s *scope, td *string, svc *corev1.Service) {
 	if td != nil && svc.Spec.TrafficDistribution == nil {
 		r.importEventf(s, corev1.EventTypeWarning, eventTrafficDistributionRefused,

@@ -99,9 +99,14 @@ func sliceInputsHold(s *scope, cluster, digest string, have []*discoveryv1.Endpo
 	}
 	value := digest + "." + strconv.Itoa(len(have))
 	labels := sliceLabels(s, cluster)
+	// Slices written while the API server dropped node hints carry the
+	// digest of hints they lack: once it keeps them (as far as this
+	// controller knows), they are built and compared again.
+	nodes := s.hints.Nodes() && !s.nodeHintsDropped
 	for _, sl := range have {
 		if sl.Annotations[wellknown.AnnotationSliceInputs] != value || !writtenByMcsdAlone(sl) ||
-			!sliceLabelsAndOwnerHold(sl, labels, s.sliceOwners) {
+			!sliceLabelsAndOwnerHold(sl, labels, s.sliceOwners) ||
+			(nodes && len(sl.Endpoints) > 0 && !slices.ContainsFunc(sl.Endpoints, hasNodeHints)) {
 			return false
 		}
 	}
@@ -123,15 +128,10 @@ const sliceInputsVersion = "1"
 // sliceInputs is the digest of everything clusterSlices makes cluster's
 // slices from: the Service's name, the cluster and whether it is this
 // one, the import's type, ports and families, the ports the cluster
-// serves, its endpoints and its hints, and, when they name nodes, whether
-// the API server drops those: slices written while it did are written
-// again once it keeps them.
+// serves, its endpoints and its hints.
 func sliceInputs(s *scope, cluster string) string {
 	var d digest
 	d.str(sliceInputsVersion, s.key.Name, cluster, string(s.res.Spec.Type), s.hints.KeyFor(cluster))
-	if s.hints.Nodes() {
-		d.flag(s.nodeHintsDropped)
-	}
 	d.flag(cluster == s.localCluster)
 	d.num(len(s.res.Spec.Ports))
 	for _, p := range s.res.Spec.Ports {

@@ -168,3 +168,51 @@ func TestPlanSlicesSkipsUnchangedClusters(t *testing.T) {
 		t.Errorf("c001's digest stale: built %v, %d writes; want it compared, not written", p.built, writes(p))
 	}
 }
+
+// Slices written while the API server dropped node hints carry the digest
+// of the hints they lack: they are left alone while it drops them, and
+// built and written again once it keeps them; a slice that has its node
+// hints is as wanted either way.
+func TestPlanSlicesNodeHintsDropped(t *testing.T) {
+	s, _, _ := importFromClusters(2)
+	in := topology.Input{TrafficDistribution: corev1.ServiceTrafficDistributionPreferSameNode, LocalCluster: s.localCluster,
+		Endpoints: map[string][]registry.Endpoint{}}
+	for cluster, e := range s.endpoints {
+		g := e.Groups[0]
+		g.Endpoints = slices.Clone(g.Endpoints)
+		for i := range g.Endpoints {
+			g.Endpoints[i].Zone, g.Endpoints[i].NodeName = "z1", cluster+"-n1"
+		}
+		e.Groups = []registry.EndpointGroup{g}
+		s.endpoints[cluster] = e
+		in.Endpoints[cluster] = g.Endpoints
+	}
+	if s.hints = topology.Plan(in); !s.hints.Nodes() {
+		t.Fatalf("no node hints planned: %+v", s.hints.Condition)
+	}
+	writes := func(p slicePlan) int { return len(p.create) + len(p.update) + len(p.remove) + len(p.replace) }
+	var kept, dropped []discoveryv1.EndpointSlice
+	for _, sl := range planSlices(s, nil).create {
+		w := *sl.DeepCopy()
+		w.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: wellknown.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}
+		kept = append(kept, w)
+		w = *w.DeepCopy()
+		w.Endpoints = withoutNodeHints(w.Endpoints)
+		dropped = append(dropped, w)
+	}
+
+	s.nodeHintsDropped = true
+	if p := planSlices(s, dropped); writes(p) != 0 {
+		t.Errorf("the server drops node hints: %d writes of slices without them, want none", writes(p))
+	}
+	if p := planSlices(s, kept); writes(p) != 0 {
+		t.Errorf("the server drops node hints: %d writes of slices that have them, want none", writes(p))
+	}
+	s.nodeHintsDropped = false
+	if p := planSlices(s, dropped); len(p.update) != len(dropped) || writes(p) != len(dropped) {
+		t.Errorf("the server keeps node hints: %d updates (%d writes) of the slices without them, want %d", len(p.update), writes(p), len(dropped))
+	}
+	if p := planSlices(s, kept); writes(p) != 0 {
+		t.Errorf("the server keeps node hints: %d writes of slices that have them, want none", writes(p))
+	}
+}

@@ -244,8 +244,9 @@ func TestDecodeAWSControllerInstances(t *testing.T) {
 		t.Errorf("AWS controller records marked MCSD")
 	}
 	want := registry.Export{Cluster: "aws-1", Service: testKey, Order: 1665108775000, WrittenBy: awsInstanceController, Partial: true, Spec: registry.ServiceSpec{
-		Type:  registry.ClusterSetIP,
-		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		Type:       registry.ClusterSetIP,
+		Ports:      []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, // its endpoints'
 	}}
 	if diff := cmp.Diff(want, *r.Export); diff != "" {
 		t.Errorf("export (-want +got):\n%s", diff)

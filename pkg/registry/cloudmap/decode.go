@@ -105,6 +105,10 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 	out := make(map[string]*serviceRecords, len(byCluster))
 	for cluster, a := range byCluster {
 		r := &serviceRecords{MCSD: a.mcsd}
+		var groups []registry.EndpointGroup
+		if a.endpoints {
+			groups = a.eps.groups()
+		}
 		if a.record != nil {
 			if spec, ok := decodeSpec(a.record); ok {
 				order, _ := strconv.ParseInt(a.record[attrCreation], 10, 64)
@@ -119,11 +123,18 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 				spec.Type = registry.ClusterSetIP
 			}
 			spec.Ports = slices.SortedFunc(maps.Keys(a.awsPorts), comparePorts)
+			// Its families are those of its endpoints.
+			for _, g := range groups {
+				if f := corev1.IPFamily(g.AddressType); (f == corev1.IPv4Protocol || f == corev1.IPv6Protocol) && !slices.Contains(spec.IPFamilies, f) {
+					spec.IPFamilies = append(spec.IPFamilies, f)
+				}
+			}
+			slices.Sort(spec.IPFamilies) // IPv4 before IPv6
 			// The AWS controller records the type and ports alone.
 			r.Export = &registry.Export{Cluster: cluster, Service: key, Spec: spec, Order: a.awsOrder, WrittenBy: a.awsBy, Partial: true}
 		}
 		if a.endpoints {
-			r.Endpoints = &registry.Endpoints{Cluster: cluster, Service: key, Groups: a.eps.groups()}
+			r.Endpoints = &registry.Endpoints{Cluster: cluster, Service: key, Groups: groups}
 			if ms, err := strconv.ParseInt(a.record[attrEndpointsUpdated], 10, 64); err == nil && ms > 0 {
 				r.Endpoints.Updated = time.UnixMilli(ms).UTC()
 			}

@@ -39,8 +39,9 @@ func TestInteropAWSController(t *testing.T) {
 	rec := registrytest.StartWatch(t, b)
 	awsID := registry.RecordID{Cluster: "aws-east", Service: key}
 	wantExport := registry.Export{Cluster: "aws-east", Service: key, Order: 1665108776000, WrittenBy: awsInstanceController, Partial: true, Spec: registry.ServiceSpec{
-		Type:  registry.ClusterSetIP,
-		Ports: []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		Type:       registry.ClusterSetIP,
+		Ports:      []registry.Port{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, // its endpoints'
 	}}
 	wantGroups := []registry.EndpointGroup{{
 		AddressType: discoveryv1.AddressTypeIPv4,
