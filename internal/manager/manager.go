@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -304,6 +305,23 @@ func runWithLeadership(ctx context.Context, opts Options, api apiClients, id reg
 	return runErr
 }
 
+// CacheOptions are the manager's cache's: informers made by newInformer
+// (nil: controller-runtime's), and no managedFields kept (the API server's
+// record of who wrote which field: in clusters of thousands of Services
+// and Nodes, much of what the cache would hold, and read by nothing here)
+// but on EndpointSlices, whose field managers tell the import controller
+// whether mcsd alone wrote them. An update of an object without them
+// leaves the API server's as they are.
+func CacheOptions(newInformer func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer) cache.Options {
+	return cache.Options{
+		NewInformer:      newInformer,
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&discoveryv1.EndpointSlice{}: {Transform: func(o any) (any, error) { return o, nil }},
+		},
+	}
+}
+
 func runControllers(ctx context.Context, opts Options, api apiClients, id registry.Identity, h *health) error {
 	// Not ready until the registry is read and the caches have synced (a
 	// standby, ready until now, has just taken the lease).
@@ -325,7 +343,7 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: "0", // served by Run for its whole life
-		Cache:                  cache.Options{NewInformer: listErrs.newInformer},
+		Cache:                  CacheOptions(listErrs.newInformer),
 
 		LeaderElection: false,
 		// Run starts the controllers again in the same process when the
