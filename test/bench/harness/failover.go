@@ -215,15 +215,20 @@ func (f *failover) setUp(ctx context.Context) error {
 		return err
 	}
 	// Served by c2 only, on both addresses.
-	for _, ip := range []string{f.importIP, f.floorIP} {
-		if err := until(ctx, time.Minute, "requests to "+ip+" served by c2", func() (bool, error) {
-			got, err := f.probe(ctx, ip, 20, nil)
+	for _, target := range []struct{ what, ip string }{{"the import", f.importIP}, {"the floor's Service", f.floorIP}} {
+		var last map[string]int // the last probe's replies by pod ("" for none)
+		if err := until(ctx, time.Minute, "requests to "+target.what+" ("+target.ip+") served by c2", func() (bool, error) {
+			got, err := f.probe(ctx, target.ip, 20, nil)
 			if err != nil {
 				return false, err
 			}
+			last = map[string]int{}
+			for _, p := range got {
+				last[p.from]++
+			}
 			return slices.IndexFunc(got, func(p probe) bool { return p.from != f.pod2 }) < 0, nil
 		}); err != nil {
-			return err
+			return fmt.Errorf("%w; the last requests were answered by %v (c2's pod is %s)", err, last, f.pod2)
 		}
 	}
 	return nil
