@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/internal/topology"
 	"github.com/mcsd-io/mcsd/test/bench/report"
@@ -215,7 +216,10 @@ func (f *failover) setUp(ctx context.Context) error {
 		return err
 	}
 	// Served by c2 only, on both addresses.
-	for _, target := range []struct{ what, ip string }{{"the import", f.importIP}, {"the floor's Service", f.floorIP}} {
+	for _, target := range []struct{ what, ip, svc string }{
+		{"the import", f.importIP, imports.DerivedServiceName("web")},
+		{"the floor's Service", f.floorIP, "floor"},
+	} {
 		var last map[string]int // the last probe's replies by pod ("" for none)
 		if err := until(ctx, time.Minute, "requests to "+target.what+" ("+target.ip+") served by c2", func() (bool, error) {
 			got, err := f.probe(ctx, target.ip, 20, nil)
@@ -228,7 +232,8 @@ func (f *failover) setUp(ctx context.Context) error {
 			}
 			return slices.IndexFunc(got, func(p probe) bool { return p.from != f.pod2 }) < 0, nil
 		}); err != nil {
-			return fmt.Errorf("%w; the last requests were answered by %v (c2's pod is %s)", err, last, f.pod2)
+			return fmt.Errorf("%w; the last requests were answered by %v (c2's pod is %s)\n%s",
+				err, last, f.pod2, f.c2.ProxyReport(context.WithoutCancel(ctx), failoverNS, target.svc))
 		}
 	}
 	return nil

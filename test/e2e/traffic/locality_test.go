@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/controller/imports"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/internal/topology"
 	fw "github.com/mcsd-io/mcsd/test/framework"
@@ -169,6 +170,14 @@ func TestLocality(t *testing.T) {
 		fw.Export(t, cl, ns, "web")
 	}
 	pod := startClient(t, "c2", ns)
+	// A subtest that fails says how c2's kube-proxy routed the import then.
+	report := func(t *testing.T) {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Log(env.TB.Cluster("c2").ProxyReport(context.Background(), ns, imports.DerivedServiceName("web")))
+			}
+		})
+	}
 	if z := env.TB.Cluster("c2").Zone(0); z != "zone-a" {
 		t.Fatalf("c2's node 0 is in %s: the testbed's zones are not shared", z)
 	}
@@ -179,6 +188,7 @@ func TestLocality(t *testing.T) {
 	notC2 := func(k string) bool { return !fromC2(k) }
 
 	t.Run("no preference: every cluster answers", func(t *testing.T) {
+		report(t)
 		poll.Until(t, timeout, "replies from c1, c2 and c3", func() (bool, string) {
 			got := tally(t, ns, pod, url, 30)
 			seen := map[string]bool{}
@@ -190,6 +200,7 @@ func TestLocality(t *testing.T) {
 	})
 
 	t.Run("PreferSameZone: zone-a's pods of every cluster answer, the others when none is ready", func(t *testing.T) {
+		report(t)
 		for _, id := range localityClusters {
 			setService(t, id, ns, func(s *corev1.Service) {
 				s.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
@@ -206,6 +217,7 @@ func TestLocality(t *testing.T) {
 	})
 
 	t.Run("same-cluster preference: c2's pods, the others while c2 has none", func(t *testing.T) {
+		report(t)
 		for _, id := range localityClusters {
 			setService(t, id, ns, func(s *corev1.Service) { s.Spec.TrafficDistribution = nil })
 			setExport(t, id, ns, func(se *mcsv1beta1.ServiceExport) {
@@ -246,6 +258,7 @@ func TestLocality(t *testing.T) {
 	// kube-proxy picks per port: while a port rolls out, a zone whose pods
 	// do not serve it yet is served by this cluster's pods that do.
 	t.Run("a port rolling out: c2's pod that serves it, from any zone", func(t *testing.T) {
+		report(t)
 		for _, id := range localityClusters {
 			setService(t, id, ns, func(s *corev1.Service) {
 				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "admin", Port: 81, TargetPort: intstr.FromString("admin")})

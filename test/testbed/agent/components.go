@@ -32,7 +32,7 @@ func (a *Agent) startKubeProxy(ctx context.Context) error {
 		"--conntrack-max-per-core=0",
 		"--conntrack-tcp-timeout-established=0",
 		"--conntrack-tcp-timeout-close-wait=0",
-		"--v=1",
+		"--v=2",
 	}
 	a.children.run(ctx, "kube-proxy", filepath.Join(a.cfg.StateDir, "kube-proxy.log"), func() *exec.Cmd {
 		return exec.Command("ip", args...)
