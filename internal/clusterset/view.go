@@ -12,9 +12,13 @@ import (
 // View is the clusterset state delivered by a registry watch. It implements
 // registry.Handler; readers may call its methods from any goroutine.
 type View struct {
-	mu        sync.RWMutex
-	exports   map[registry.ServiceKey]map[string]registry.Export
-	endpoints map[registry.ServiceKey]map[string]registry.Endpoints
+	mu      sync.RWMutex
+	exports map[registry.ServiceKey]map[string]registry.Export
+	// byNamespace indexes exports' Services by namespace (a Service with
+	// an export record of any cluster, refused or not): Keys(namespace)
+	// reads that namespace's, not every Service of the clusterset.
+	byNamespace map[string]map[registry.ServiceKey]struct{}
+	endpoints   map[registry.ServiceKey]map[string]registry.Endpoints
 	// rejected holds the records that were refused, by Service, cluster
 	// and kind: while a cluster has one for a Service, none of its records
 	// of that Service count.
@@ -59,10 +63,11 @@ type Change struct {
 // NewView returns an empty view that has not synced yet.
 func NewView() *View {
 	return &View{
-		exports:   map[registry.ServiceKey]map[string]registry.Export{},
-		endpoints: map[registry.ServiceKey]map[string]registry.Endpoints{},
-		rejected:  map[registry.ServiceKey]map[string]rejections{},
-		subs:      map[int]func(Change){},
+		exports:     map[registry.ServiceKey]map[string]registry.Export{},
+		byNamespace: map[string]map[registry.ServiceKey]struct{}{},
+		endpoints:   map[registry.ServiceKey]map[string]registry.Endpoints{},
+		rejected:    map[registry.ServiceKey]map[string]rejections{},
+		subs:        map[int]func(Change){},
 	}
 }
 
@@ -202,19 +207,43 @@ func (v *View) Keys(namespace string) []registry.ServiceKey {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []registry.ServiceKey
-	for k, byCluster := range v.exports {
-		if namespace != "" && k.Namespace != namespace {
-			continue
-		}
-		for c := range byCluster {
+	shown := func(k registry.ServiceKey) {
+		for c := range v.exports[k] {
 			if _, refused := v.rejected[k][c]; !refused {
 				out = append(out, k)
-				break
+				return
 			}
+		}
+	}
+	if namespace == "" {
+		for k := range v.exports {
+			shown(k)
+		}
+	} else {
+		for k := range v.byNamespace[namespace] {
+			shown(k)
 		}
 	}
 	slices.SortFunc(out, registry.ServiceKey.Compare)
 	return out
+}
+
+// index makes byNamespace list k exactly when some cluster has an export
+// record of it. v.mu is held.
+func (v *View) index(k registry.ServiceKey) {
+	names := v.byNamespace[k.Namespace]
+	if len(v.exports[k]) > 0 {
+		if names == nil {
+			names = map[registry.ServiceKey]struct{}{}
+			v.byNamespace[k.Namespace] = names
+		}
+		names[k] = struct{}{}
+		return
+	}
+	delete(names, k)
+	if len(names) == 0 {
+		delete(v.byNamespace, k.Namespace)
+	}
 }
 
 // OnConnection implements registry.Handler. Subscribers hear when the View
@@ -382,6 +411,10 @@ func (v *View) replace(u registry.Update) (map[registry.ServiceKey]bool, []regis
 		}
 		setRejection(v.rejected, r)
 	}
+	v.byNamespace = map[string]map[registry.ServiceKey]struct{}{}
+	for k := range v.exports {
+		v.index(k)
+	}
 	changed := map[registry.ServiceKey]bool{}
 	diff(changed, oldExports, v.exports, exportEqual)
 	diff(changed, oldEndpoints, v.endpoints, endpointsOneEqual)
@@ -481,6 +514,18 @@ func (v *View) apply(u registry.Update) (map[registry.ServiceKey]bool, map[regis
 			delete(endpointsOf, k) // more than endpoints changed
 		} else {
 			changed[k] = true
+		}
+	}
+	// Every export record u added or removed, shown or hidden.
+	for _, id := range u.DeletedExports {
+		v.index(id.Service)
+	}
+	for _, e := range u.Exports {
+		v.index(e.Service)
+	}
+	for _, r := range u.Rejected {
+		if r.Kind == registry.KindExport {
+			v.index(r.Record.Service)
 		}
 	}
 	return changed, endpointsOf, newly

@@ -2,6 +2,8 @@ package clusterset
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -317,4 +319,65 @@ func mapped[T, U any](in []T, f func(T) U) []U {
 		out[i] = f(x)
 	}
 	return out
+}
+
+// TestKeysByNamespace: Keys(namespace), read from the namespace index,
+// lists what a pass over every Service would (Keys("") of that namespace)
+// after any sequence of full and incremental updates: exports added and
+// deleted, records refused (export or endpoints) and refusals ended.
+func TestKeysByNamespace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	namespaces := []string{"a", "b", "c"}
+	clusters := []string{"east", "west", "north"}
+	spec := registry.ServiceSpec{Type: registry.ClusterSetIP}
+	key := func() registry.ServiceKey {
+		return registry.ServiceKey{Namespace: namespaces[rng.IntN(len(namespaces))], Name: fmt.Sprint("s", rng.IntN(4))}
+	}
+	id := func() registry.RecordID {
+		return registry.RecordID{Cluster: clusters[rng.IntN(len(clusters))], Service: key()}
+	}
+	endpoints := func(id registry.RecordID) registry.Endpoints {
+		return registry.Endpoints{Cluster: id.Cluster, Service: id.Service, Groups: []registry.EndpointGroup{{
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []registry.Endpoint{{Addresses: []string{"10.1.0.1"}, Ready: true}},
+		}}}
+	}
+	random := func(full bool) registry.Update {
+		u := registry.Update{Full: full}
+		for range rng.IntN(6) {
+			switch id := id(); rng.IntN(5) {
+			case 0, 1:
+				u.Exports = append(u.Exports, registry.Export{Cluster: id.Cluster, Service: id.Service, Spec: spec})
+			case 2:
+				u.Endpoints = append(u.Endpoints, endpoints(id))
+			case 3:
+				kind := []registry.RecordKind{registry.KindExport, registry.KindEndpoints}[rng.IntN(2)]
+				u.Rejected = append(u.Rejected, registry.Rejection{Kind: kind, Record: id, Reason: registry.RejectUnreadable, Message: "bad json"})
+			case 4:
+				if !full {
+					u.DeletedExports = append(u.DeletedExports, id)
+					u.DeletedEndpoints = append(u.DeletedEndpoints, id)
+				}
+			}
+		}
+		return u
+	}
+	v := NewView()
+	for i := range 2000 {
+		v.OnUpdate(random(i%50 == 0))
+		all := v.Keys("")
+		for _, ns := range namespaces {
+			want := slices.DeleteFunc(slices.Clone(all), func(k registry.ServiceKey) bool { return k.Namespace != ns })
+			if got := v.Keys(ns); !slices.Equal(got, want) {
+				t.Fatalf("update %d: Keys(%q) = %v, want %v", i, ns, got, want)
+			}
+		}
+		for ns, names := range v.byNamespace {
+			for k := range names {
+				if k.Namespace != ns || len(v.exports[k]) == 0 {
+					t.Fatalf("update %d: the index lists %v under %q with %d export records", i, k, ns, len(v.exports[k]))
+				}
+			}
+		}
+	}
 }
