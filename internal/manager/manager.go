@@ -403,10 +403,13 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 	// which every API server and kubectl version shows.
 	recorder := mgr.GetEventRecorderFor("mcsd") //nolint:staticcheck // see above
 
-	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view.View, ClusterID: cluster, Recorder: recorder}).SetupWithManager(ctx, mgr); err != nil {
+	// The export controller hands this cluster's endpoints to its imports
+	// directly, beside the registry.
+	local := clusterset.NewLocal()
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view.View, ClusterID: cluster, Recorder: recorder, Local: local}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up export controller: %w", err)
 	}
-	if err := (&imports.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), View: view.View, ClusterID: cluster, Recorder: recorder, RetireGrace: takeoverGrace}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&imports.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), View: view.View, ClusterID: cluster, Recorder: recorder, RetireGrace: takeoverGrace, Local: local}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up import controller: %w", err)
 	}
 	return view, nil

@@ -60,6 +60,10 @@ type Reconciler struct {
 	View *clusterset.View
 	// ClusterID is this cluster's id, as the registry knows it.
 	ClusterID string
+	// Local receives this cluster's endpoints of each exported Service as
+	// they are published (or would be, when the registry cannot be read),
+	// for this cluster's imports; nil is none.
+	Local *clusterset.Local
 	// Recorder records Warning events on ServiceExports; nil records none.
 	Recorder record.EventRecorder
 
@@ -258,6 +262,15 @@ func (r *Reconciler) applyRecords(ctx context.Context, s *scope) error {
 	case s.invalidEndpoints != nil:
 		return r.withholdEndpoints(ctx, s)
 	}
+	if err := r.unreachable(); err != nil {
+		// No write is tried: it would wait out the registry's request
+		// timeout, and this Service's next changes behind it. This
+		// cluster's imports take its endpoints all the same, and the
+		// registry's return brings every export back (changeToExport).
+		r.Local.Set(s.key, s.groups)
+		_ = r.registryFailed(s.se, err)
+		return nil
+	}
 	if err := r.publish(ctx, s); err != nil {
 		if isRejected(err) {
 			if len(s.groups) > 0 {
@@ -273,6 +286,18 @@ func (r *Reconciler) applyRecords(ctx context.Context, s *scope) error {
 	}
 	r.registrySucceeded(s.se)
 	r.updateConflict(s.se, s.key, s.spec)
+	return nil
+}
+
+// unreachable returns why the registry cannot be read, as the View
+// reports it, or nil: nil too before the View's first report.
+func (r *Reconciler) unreachable() error {
+	if r.View == nil {
+		return nil
+	}
+	if connected, err := r.View.Connected(); !connected && err != nil {
+		return fmt.Errorf("unreachable, not written until it is back: %w", err)
+	}
 	return nil
 }
 

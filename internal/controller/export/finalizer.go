@@ -16,6 +16,7 @@ import (
 // reconcileDelete withdraws the export of a ServiceExport being deleted
 // and removes mcsd's finalizer (and the AWS controller's) from it.
 func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
+	r.Local.Delete(key)
 	if !controllerutil.ContainsFinalizer(se, Finalizer) {
 		// Deleted (another party's finalizer keeps it) before mcsd's
 		// finalizer was added, perhaps after it was published.

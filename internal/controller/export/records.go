@@ -21,6 +21,7 @@ import (
 // fails; once the records are gone, Conflict no longer applies and is
 // removed (while they stay, the other clusters still see the conflict).
 func (r *Reconciler) withdraw(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
+	r.Local.Delete(key)
 	if !r.withdrawn(key) {
 		if err := r.Registry.DeleteExport(ctx, key); err != nil {
 			return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
@@ -44,6 +45,9 @@ func (r *Reconciler) removeConflict(se *mcsv1beta1.ServiceExport) {
 // Ready.
 func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 	log := ctrl.LoggerFrom(ctx)
+	// This cluster's imports take its endpoints from here, whether or not
+	// the registry takes them now.
+	r.Local.Set(s.key, s.groups)
 	// A new or changed export is written with its endpoints, in one write
 	// where the backend can: importers see the export whole, at once.
 	own, ownEndpoints := r.published(s.key)
@@ -96,6 +100,7 @@ const EventReasonRefused = "ExportRefused"
 // with why. The request is not retried: a change of the Service or its
 // endpoints brings it back.
 func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey, err error) error {
+	r.Local.Delete(key)
 	reason := refusalReason(err)
 	msg := fmt.Sprintf("not exported: every cluster would refuse this cluster's records (%v); limits: %d endpoints, %d bytes per record",
 		err, registry.MaxEndpoints, registry.MaxRecordBytes)
@@ -236,6 +241,7 @@ func (r *Reconciler) setUnguarded(key registry.ServiceKey, unguarded bool) {
 // the synced view shows (published by an earlier run whose finalizer never
 // landed). A Service with neither costs the registry nothing.
 func (r *Reconciler) withdrawGone(ctx context.Context, key registry.ServiceKey) error {
+	r.Local.Delete(key)
 	r.unguardedMu.Lock()
 	unguarded := r.unguarded[key]
 	r.unguardedMu.Unlock()

@@ -4,9 +4,11 @@
 // only) and one set of EndpointSlices per source cluster, all converged from
 // the registry view and repaired when edited or deleted by hand.
 //
-// It deletes nothing while the registry is unreachable or not yet read, and
-// it never touches a ServiceImport, Service or EndpointSlice it did not
-// create.
+// This cluster's own endpoints come from its export controller
+// (clusterset.Local), not through the registry; while the registry is
+// unreachable they are the one thing it keeps writing. It deletes nothing
+// while the registry is unreachable or not yet read, and it never touches a
+// ServiceImport, Service or EndpointSlice it did not create.
 //
 // Its Reconcile is package skeleton's five steps, in reconciler.go: fetch (the
 // ServiceImport and the View's records of the Service), finalize (the import

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,9 +70,15 @@ type Reconciler struct {
 	// View is the registry's state: every live cluster's exports and
 	// endpoints.
 	View *clusterset.View
-	// ClusterID is this cluster's id, for reference only: this cluster
-	// imports its own exports like any other cluster's, endpoints included.
+	// ClusterID is this cluster's id: this cluster imports its own exports
+	// like any other cluster's, but for its endpoints, read from Local.
 	ClusterID string
+	// Local holds this cluster's own endpoints of the Services it exports,
+	// as its export controller builds them (clusterset.Local): this
+	// cluster's part of an import follows them, with no round trip through
+	// the registry, and while the registry cannot be read. Nil is none:
+	// this cluster's endpoints come from the registry like the others'.
+	Local *clusterset.Local
 	// Recorder records events on ServiceImports; nil records none.
 	Recorder record.EventRecorder
 	// RetireGrace is how long the derived Services of an import taken over
@@ -190,6 +198,11 @@ type scope struct {
 	// view may be stale, so nothing is created, changed or deleted, and the
 	// status only says so.
 	unreachable error
+	// ownEndpointsOnly: while the registry cannot be read, the import's
+	// EndpointSlices are written from the View as last read, with this
+	// cluster's own endpoints from Local (the others' as they were); the
+	// ServiceImport and the derived Service are left as they are.
+	ownEndpointsOnly bool
 	// adopt is the derived Service written before the ServiceImport
 	// existed: it gets the ServiceImport as its owner at the same time as
 	// the status is written.
@@ -350,12 +363,41 @@ func (r *Reconciler) fetch(ctx context.Context, req ctrl.Request) (*scope, bool,
 		log.V(1).Info("Registry unreachable, keeping the import as last seen", "reason", connErr.Error())
 		s.unreachable = connErr
 		// The connection's return brings every import back
-		// (changeToImports), so nothing is retried meanwhile.
+		// (changeToImports), so nothing is retried meanwhile; but this
+		// cluster's own endpoints, which do not come through the
+		// registry, are kept current (ownEndpointsOnly).
+		if si != nil {
+			s.ownEndpointsOnly = r.readView(s)
+		}
 		return s, si != nil, nil
 	}
-	svc := r.View.Service(key)
-	s.exports, s.rejected, s.endpoints = svc.Exports, svc.Rejected, svc.Endpoints
+	r.readView(s)
 	return s, true, nil
+}
+
+// readView reads the Service's records from the View, with this cluster's
+// endpoints from Local where the View shows this cluster's export (a
+// refused record hides it, and it stays hidden), and reports whether Local
+// replaced them.
+func (r *Reconciler) readView(s *scope) bool {
+	svc := r.View.Service(s.key)
+	s.exports, s.rejected, s.endpoints = svc.Exports, svc.Rejected, svc.Endpoints
+	if !slices.ContainsFunc(s.exports, func(e registry.Export) bool { return e.Cluster == s.localCluster }) {
+		return false
+	}
+	own, ok := r.Local.Endpoints(s.localCluster, s.key)
+	if !ok {
+		return false
+	}
+	if v, inView := s.endpoints[s.localCluster]; inView && equality.Semantic.DeepEqual(v.Groups, own.Groups) {
+		return true // the registry's record, with its stamp
+	}
+	s.endpoints = maps.Clone(s.endpoints)
+	if s.endpoints == nil {
+		s.endpoints = map[string]registry.Endpoints{}
+	}
+	s.endpoints[s.localCluster] = own
+	return true
 }
 
 // finalize deletes the import of a Service that no cluster exports any
@@ -427,9 +469,11 @@ func (r *Reconciler) compute(ctx context.Context, s *scope) error {
 			Type:    conditions.RegistryReachable,
 			Status:  metav1.ConditionFalse,
 			Reason:  conditions.ReasonRegistryUnreachable,
-			Message: fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back.", conditions.Cap(s.unreachable.Error(), 512)),
+			Message: fmt.Sprintf("The registry is unreachable (%s). The import, its Service and its EndpointSlices are kept as last seen until it is back, but for this cluster's own endpoints, which follow its EndpointSlices.", conditions.Cap(s.unreachable.Error(), 512)),
 		})
-		return nil
+		if !s.ownEndpointsOnly {
+			return nil
+		}
 	}
 	s.res = merge.Merge(s.exports)
 	s.derivedName, s.retiring = derivedServiceOf(s.si, s.key), retirementOf(s.si)
@@ -440,6 +484,9 @@ func (r *Reconciler) compute(ctx context.Context, s *scope) error {
 // Service, the ServiceImport and the EndpointSlices (applyImport).
 func (r *Reconciler) apply(ctx context.Context, s *scope) error {
 	if s.unreachable != nil {
+		if s.ownEndpointsOnly {
+			return r.applyOwnEndpoints(ctx, s)
+		}
 		return nil
 	}
 	if s.foreign != nil {
@@ -586,6 +633,31 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 	}
 
 	return errors.Join(svcErr, importErr, slicesErr)
+}
+
+// applyOwnEndpoints writes, while the registry cannot be read, the
+// EndpointSlices of an import whose ServiceImport and derived Service are
+// kept as they are: from the View as last read, with this cluster's own
+// endpoints current (readView), so only this cluster's slices change.
+// Nothing is created but slices: an import without its derived Service
+// (or ServiceImport, for a headless one) waits for the registry.
+func (r *Reconciler) applyOwnEndpoints(ctx context.Context, s *scope) error {
+	if s.res.Spec.Type == mcsv1beta1.ClusterSetIP {
+		svc := &corev1.Service{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.key.Namespace, Name: s.derivedName}, svc); err != nil {
+			return client.IgnoreNotFound(fmt.Errorf("get derived Service: %w", err))
+		}
+		if !isOurService(svc, s.key.Name) || needsRecreate(svc, s.res.Spec.IPFamilies) {
+			return nil
+		}
+		s.svc = svc
+	}
+	setSliceOwners(s, false)
+	if len(s.sliceOwners) == 0 {
+		return nil
+	}
+	_, err := r.reconcileEndpointSlices(ctx, s)
+	return err
 }
 
 // writeStatus patches si's status from old (as the cache shows it) to its

@@ -23,6 +23,7 @@ import (
 	"github.com/mcsd-io/mcsd/internal/controller/kind"
 	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
+	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
 // MaxConcurrentReconciles is how many imports the controller reconciles at
@@ -72,7 +73,15 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	); err != nil {
 		return fmt.Errorf("build import controller: %w", err)
 	}
-	if err := b.WatchesRawSource(r.View.Source(r.changeToImports)).Complete(r); err != nil {
+	b = b.WatchesRawSource(r.View.Source(r.changeToImports))
+	if r.Local != nil {
+		// This cluster's own endpoints of a Service it exports changed: the
+		// namespace is here, the ServiceExport is in it.
+		b = b.WatchesRawSource(r.Local.Source(func(_ context.Context, k registry.ServiceKey) []reconcile.Request {
+			return []reconcile.Request{request(k.Namespace, k.Name)}
+		}))
+	}
+	if err := b.Complete(r); err != nil {
 		return fmt.Errorf("build import controller: %w", err)
 	}
 	r.metrics = metrics.NewImports(r.ClusterID)

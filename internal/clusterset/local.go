@@ -1,0 +1,127 @@
+package clusterset
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// Local holds this cluster's own endpoints of the Services it exports, as
+// its export controller last built them from the cluster's EndpointSlices,
+// whether or not the registry has them yet: the import controller reads
+// this cluster's part of an import from here, so that a rollout or a pod
+// turning not ready here reaches this cluster's imports without a round
+// trip through the registry, and while the registry cannot be read.
+//
+// A nil *Local holds nothing; its methods do nothing.
+type Local struct {
+	mu      sync.Mutex
+	records map[registry.ServiceKey][]registry.EndpointGroup
+	subs    map[int]func(registry.ServiceKey)
+	nextID  int
+}
+
+// NewLocal returns an empty Local.
+func NewLocal() *Local {
+	return &Local{records: map[registry.ServiceKey][]registry.EndpointGroup{}, subs: map[int]func(registry.ServiceKey){}}
+}
+
+// Set records the endpoints this cluster publishes for key (none, when it
+// withholds them) and tells the subscribers if they changed.
+func (l *Local) Set(key registry.ServiceKey, groups []registry.EndpointGroup) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	old, had := l.records[key]
+	if had && equality.Semantic.DeepEqual(old, groups) {
+		l.mu.Unlock()
+		return
+	}
+	l.records[key] = groups
+	subs := l.subscribers()
+	l.mu.Unlock()
+	for _, f := range subs {
+		f(key)
+	}
+}
+
+// Delete forgets key, which this cluster no longer exports (or exports
+// nothing of that importers would take), and tells the subscribers.
+func (l *Local) Delete(key registry.ServiceKey) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	_, had := l.records[key]
+	delete(l.records, key)
+	subs := l.subscribers()
+	l.mu.Unlock()
+	if had {
+		for _, f := range subs {
+			f(key)
+		}
+	}
+}
+
+// Endpoints returns this cluster's endpoints of key as an endpoints record
+// of cluster, and whether Local holds them. Its Updated stamp is zero: it
+// is no registry record, and propagation is not measured from it.
+func (l *Local) Endpoints(cluster string, key registry.ServiceKey) (registry.Endpoints, bool) {
+	if l == nil {
+		return registry.Endpoints{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	groups, ok := l.records[key]
+	if !ok {
+		return registry.Endpoints{}, false
+	}
+	return registry.Endpoints{Cluster: cluster, Service: key, Groups: groups}, true
+}
+
+// subscribers returns the current subscribers; l.mu is held.
+func (l *Local) subscribers() []func(registry.ServiceKey) {
+	out := make([]func(registry.ServiceKey), 0, len(l.subs))
+	for _, f := range l.subs {
+		out = append(out, f)
+	}
+	return out
+}
+
+// Source is Local as a controller-runtime source: from the controller's
+// start until it stops, it adds to the workqueue the requests toRequests
+// makes of each Service whose local endpoints changed. toRequests runs on
+// the goroutine that changed them (the export controller's) and must not
+// block.
+func (l *Local) Source(toRequests func(context.Context, registry.ServiceKey) []reconcile.Request) source.Source {
+	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		if l == nil {
+			return nil
+		}
+		l.mu.Lock()
+		id := l.nextID
+		l.nextID++
+		l.subs[id] = func(key registry.ServiceKey) {
+			if ctx.Err() != nil {
+				return
+			}
+			for _, req := range toRequests(ctx, key) {
+				q.Add(req)
+			}
+		}
+		l.mu.Unlock()
+		context.AfterFunc(ctx, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			delete(l.subs, id)
+		})
+		return nil
+	})
+}
