@@ -22,29 +22,38 @@ import (
 // A nil *Local holds nothing; its methods do nothing.
 type Local struct {
 	mu      sync.Mutex
-	records map[registry.ServiceKey][]registry.EndpointGroup
+	records map[registry.ServiceKey]localRecord
 	subs    map[int]func(registry.ServiceKey)
 	nextID  int
 }
 
+// localRecord is what Local holds of one Service: the endpoints and the
+// export's spec they were built with (ports are matched by name against it).
+type localRecord struct {
+	spec   registry.ServiceSpec
+	groups []registry.EndpointGroup
+}
+
 // NewLocal returns an empty Local.
 func NewLocal() *Local {
-	return &Local{records: map[registry.ServiceKey][]registry.EndpointGroup{}, subs: map[int]func(registry.ServiceKey){}}
+	return &Local{records: map[registry.ServiceKey]localRecord{}, subs: map[int]func(registry.ServiceKey){}}
 }
 
 // Set records the endpoints this cluster publishes for key (none, when it
-// withholds them) and tells the subscribers if they changed.
-func (l *Local) Set(key registry.ServiceKey, groups []registry.EndpointGroup) {
+// withholds them) with the spec of the export they go with, and tells the
+// subscribers if either changed.
+func (l *Local) Set(key registry.ServiceKey, spec registry.ServiceSpec, groups []registry.EndpointGroup) {
 	if l == nil {
 		return
 	}
+	rec := localRecord{spec: spec, groups: groups}
 	l.mu.Lock()
 	old, had := l.records[key]
-	if had && equality.Semantic.DeepEqual(old, groups) {
+	if had && equality.Semantic.DeepEqual(old.spec, spec) && equality.Semantic.DeepEqual(old.groups, groups) {
 		l.mu.Unlock()
 		return
 	}
-	l.records[key] = groups
+	l.records[key] = rec
 	subs := l.subscribers()
 	l.mu.Unlock()
 	for _, f := range subs {
@@ -71,19 +80,21 @@ func (l *Local) Delete(key registry.ServiceKey) {
 }
 
 // Endpoints returns this cluster's endpoints of key as an endpoints record
-// of cluster, and whether Local holds them. Its Updated stamp is zero: it
-// is no registry record, and propagation is not measured from it.
-func (l *Local) Endpoints(cluster string, key registry.ServiceKey) (registry.Endpoints, bool) {
+// of cluster, and whether Local holds them for an export of spec: endpoints
+// built for another spec (a port renamed since the registry's export) would
+// be matched against the wrong ports. Its Updated stamp is zero: it is no
+// registry record, and propagation is not measured from it.
+func (l *Local) Endpoints(cluster string, key registry.ServiceKey, spec registry.ServiceSpec) (registry.Endpoints, bool) {
 	if l == nil {
 		return registry.Endpoints{}, false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	groups, ok := l.records[key]
-	if !ok {
+	rec, ok := l.records[key]
+	if !ok || !equality.Semantic.DeepEqual(rec.spec, spec) {
 		return registry.Endpoints{}, false
 	}
-	return registry.Endpoints{Cluster: cluster, Service: key, Groups: groups}, true
+	return registry.Endpoints{Cluster: cluster, Service: key, Groups: rec.groups}, true
 }
 
 // subscribers returns the current subscribers; l.mu is held.

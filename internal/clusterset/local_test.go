@@ -24,6 +24,7 @@ func TestLocal(t *testing.T) {
 		}
 		return []registry.EndpointGroup{g}
 	}
+	spec := registry.ServiceSpec{Type: registry.ClusterSetIP, Ports: []registry.Port{{Name: "http", Protocol: "TCP", Port: 80}}}
 	l := NewLocal()
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()
@@ -44,22 +45,32 @@ func TestLocal(t *testing.T) {
 		return n
 	}
 
-	l.Set(key, groups("10.1.0.1"))
+	l.Set(key, spec, groups("10.1.0.1"))
 	if n := told(); n != 1 {
 		t.Errorf("first set: %d requests, want 1", n)
 	}
-	l.Set(key, groups("10.1.0.1"))
+	l.Set(key, spec, groups("10.1.0.1"))
 	if n := told(); n != 0 {
 		t.Errorf("same endpoints again: %d requests, want 0", n)
 	}
-	if rec, ok := l.Endpoints("east", key); !ok || rec.Cluster != "east" || rec.Service != key || len(rec.Groups) != 1 || !rec.Updated.IsZero() {
+	if rec, ok := l.Endpoints("east", key, spec); !ok || rec.Cluster != "east" || rec.Service != key || len(rec.Groups) != 1 || !rec.Updated.IsZero() {
 		t.Errorf("Endpoints = %+v, %t", rec, ok)
 	}
-	l.Set(key, nil)
+	// Built for another spec (a port renamed): not for this one's export.
+	renamed := spec
+	renamed.Ports = []registry.Port{{Name: "web", Protocol: "TCP", Port: 80}}
+	if _, ok := l.Endpoints("east", key, renamed); ok {
+		t.Error("endpoints built for one spec given for another")
+	}
+	l.Set(key, renamed, groups("10.1.0.1"))
+	if n := told(); n != 1 {
+		t.Errorf("same endpoints, another spec: %d requests, want 1", n)
+	}
+	l.Set(key, spec, nil)
 	if n := told(); n != 1 {
 		t.Errorf("endpoints withheld: %d requests, want 1", n)
 	}
-	if rec, ok := l.Endpoints("east", key); !ok || len(rec.Groups) != 0 {
+	if rec, ok := l.Endpoints("east", key, spec); !ok || len(rec.Groups) != 0 {
 		t.Errorf("withheld: Endpoints = %+v, %t; want held, with no groups", rec, ok)
 	}
 	l.Delete(key)
@@ -67,19 +78,19 @@ func TestLocal(t *testing.T) {
 	if n := told(); n != 1 {
 		t.Errorf("deleted twice: %d requests, want 1", n)
 	}
-	if _, ok := l.Endpoints("east", key); ok {
+	if _, ok := l.Endpoints("east", key, spec); ok {
 		t.Error("deleted, still held")
 	}
 	cancel()
-	l.Set(key, groups("10.1.0.2"))
+	l.Set(key, spec, groups("10.1.0.2"))
 	if n := told(); n != 0 {
 		t.Errorf("after the controller stopped: %d requests, want 0", n)
 	}
 
 	var none *Local
-	none.Set(key, groups("10.1.0.1"))
+	none.Set(key, spec, groups("10.1.0.1"))
 	none.Delete(key)
-	if _, ok := none.Endpoints("east", key); ok {
+	if _, ok := none.Endpoints("east", key, spec); ok {
 		t.Error("a nil Local holds endpoints")
 	}
 }

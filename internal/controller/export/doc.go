@@ -7,8 +7,8 @@
 //
 // The endpoints it publishes go to this cluster's imports too, directly
 // (clusterset.Local). While the View reports the registry unreachable it
-// writes nothing there (Ready=False says so); the registry's return brings
-// every export back.
+// publishes nothing there (Ready=False says so; withdrawals are still
+// tried); the registry's return brings every export back.
 //
 // EndpointSlices labelled endpointslice.kubernetes.io/managed-by with
 // wellknown.ManagedBy are the ones the import controller writes; they are

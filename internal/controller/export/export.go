@@ -262,16 +262,10 @@ func (r *Reconciler) applyRecords(ctx context.Context, s *scope) error {
 	case s.invalidEndpoints != nil:
 		return r.withholdEndpoints(ctx, s)
 	}
-	if err := r.unreachable(); err != nil {
-		// No write is tried: it would wait out the registry's request
-		// timeout, and this Service's next changes behind it. This
-		// cluster's imports take its endpoints all the same, and the
-		// registry's return brings every export back (changeToExport).
-		r.Local.Set(s.key, s.groups)
-		_ = r.registryFailed(s.se, err)
-		return nil
-	}
 	if err := r.publish(ctx, s); err != nil {
+		if errors.Is(err, errUnreachable) {
+			return nil
+		}
 		if isRejected(err) {
 			if len(s.groups) > 0 {
 				// The backend refused the records (an endpoints record

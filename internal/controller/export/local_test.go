@@ -11,9 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterset"
+	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
 // TestLocalFollowsPublishedEndpoints: the export controller hands this
@@ -36,9 +38,18 @@ func TestLocalFollowsPublishedEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var spec registry.ServiceSpec // as published
+	// told counts Local's changes.
+	var told int
+	if err := local.Source(func(context.Context, registry.ServiceKey) []reconcile.Request {
+		told++
+		return nil
+	}).Start(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
 	addresses := func() []string {
 		t.Helper()
-		rec, ok := local.Endpoints(thisID, webKey)
+		rec, ok := local.Endpoints(thisID, webKey, spec)
 		if !ok {
 			return nil
 		}
@@ -52,10 +63,11 @@ func TestLocalFollowsPublishedEndpoints(t *testing.T) {
 	}
 
 	e.mustReconcile()
+	spec, _ = e.reg.export(webKey)
 	if d := cmp.Diff([]string{"10.1.0.1", "10.1.0.2"}, addresses()); d != "" {
 		t.Errorf("Local after publishing (-want +got):\n%s", d)
 	}
-	if rec, _ := local.Endpoints(thisID, webKey); !cmp.Equal(e.reg.groups(webKey), rec.Groups) {
+	if rec, _ := local.Endpoints(thisID, webKey, spec); !cmp.Equal(e.reg.groups(webKey), rec.Groups) {
 		d := cmp.Diff(e.reg.groups(webKey), rec.Groups)
 		t.Errorf("Local differs from what was published (-registry +Local):\n%s", d)
 	}
@@ -76,8 +88,15 @@ func TestLocalFollowsPublishedEndpoints(t *testing.T) {
 	e.reg.setLargest(1)
 	setEndpoints(ep("10.1.0.3", nil), ep("10.1.0.4", nil))
 	e.mustReconcile()
-	if got, ok := local.Endpoints(thisID, webKey); !ok || len(got.Groups) != 0 {
+	if got, ok := local.Endpoints(thisID, webKey, spec); !ok || len(got.Groups) != 0 {
 		t.Errorf("Local with the endpoints withheld: %v (held: %t), want no endpoints", got.Groups, ok)
+	}
+	// Looked at again, unchanged: Local does not flap through the refused
+	// endpoints (each flap would have this cluster's imports written twice).
+	told = 0
+	e.mustReconcile()
+	if told != 0 {
+		t.Errorf("withheld endpoints reconciled again: Local changed %d times, want 0", told)
 	}
 	e.reg.setLargest(0)
 
@@ -106,7 +125,7 @@ func TestLocalFollowsPublishedEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mustReconcile()
-	if _, ok := local.Endpoints(thisID, webKey); ok {
+	if _, ok := local.Endpoints(thisID, webKey, spec); ok {
 		t.Error("Local still holds the endpoints of a Service no longer exported")
 	}
 }

@@ -45,9 +45,15 @@ func (r *Reconciler) removeConflict(se *mcsv1beta1.ServiceExport) {
 // Ready.
 func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 	log := ctrl.LoggerFrom(ctx)
-	// This cluster's imports take its endpoints from here, whether or not
-	// the registry takes them now.
-	r.Local.Set(s.key, s.groups)
+	if err := r.unreachable(); err != nil {
+		// No write is tried: it would wait out the registry's request
+		// timeout, and this Service's next changes behind it. This
+		// cluster's imports take its endpoints all the same, and the
+		// registry's return brings every export back (changeToExport).
+		r.Local.Set(s.key, s.spec, s.groups)
+		_ = r.registryFailed(s.se, err)
+		return errUnreachable
+	}
 	// A new or changed export is written with its endpoints, in one write
 	// where the backend can: importers see the export whole, at once.
 	own, ownEndpoints := r.published(s.key)
@@ -60,10 +66,13 @@ func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 	case endpointsStale:
 		err = r.Registry.PutEndpoints(ctx, s.key, s.groups)
 	}
+	if err != nil && isRejected(err) {
+		return err // the caller refuses the export, or withholds its endpoints
+	}
+	// This cluster's imports take its endpoints from here, whether or not
+	// the registry could be written now.
+	r.Local.Set(s.key, s.spec, s.groups)
 	if err != nil {
-		if isRejected(err) {
-			return err // the caller refuses the export, or withholds its endpoints
-		}
 		return r.registryFailed(s.se, fmt.Errorf("publish: %w", err))
 	}
 	switch {
@@ -154,6 +163,9 @@ func (r *Reconciler) withholdEndpoints(ctx context.Context, s *scope) error {
 	news := r.actFailure(s.se, msg)
 	s.groups = nil
 	if err := r.publish(ctx, s); err != nil {
+		if errors.Is(err, errUnreachable) {
+			return nil
+		}
 		if isRejected(err) {
 			// The export itself refused.
 			return ignoreRefused(r.refuse(ctx, s.se, s.key, err))
@@ -171,6 +183,11 @@ func (r *Reconciler) withholdEndpoints(ctx context.Context, s *scope) error {
 
 // errRefused: the export was refused and withdrawn; Ready says why.
 var errRefused = errors.New("export refused")
+
+// errUnreachable: the registry cannot be read, and nothing was written to
+// it; Ready says why. Not retried: the View's return brings every export
+// back.
+var errUnreachable = errors.New("registry unreachable")
 
 // published returns what the view holds of this cluster's records of key, or
 // nils. The view may lag behind the registry; every change it sees brings

@@ -60,15 +60,21 @@ func TestOwnEndpointsFromLocal(t *testing.T) {
 		return n, others
 	}
 	westBefore := e.slices("web")["west"]
+	var east registry.ServiceSpec // east's export as the registry holds it
+	for _, x := range e.view.Exports(webKey) {
+		if x.Cluster == "east" {
+			east = x.Spec
+		}
+	}
 
 	// The same endpoints as the registry's: nothing to write.
-	e.r.Local.Set(webKey, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports,
+	e.r.Local.Set(webKey, east, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports,
 		ready("10.1.0.1"), registry.Endpoint{Addresses: []string{"10.1.0.2"}, Terminating: true, NodeName: "n1", Zone: "z1"})})
 	e.steady("web")
 
 	// 10.1.0.1 turns not ready and 10.1.0.3 comes, here: east's slice
 	// follows before the registry has heard of it.
-	e.r.Local.Set(webKey, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports,
+	e.r.Local.Set(webKey, east, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports,
 		registry.Endpoint{Addresses: []string{"10.1.0.1"}}, ready("10.1.0.3"))})
 	n, others := updatesOfEast(e.reconcile("web"))
 	if n != 1 || len(others) != 0 {
@@ -79,9 +85,24 @@ func TestOwnEndpointsFromLocal(t *testing.T) {
 	}
 	e.steady("web")
 
+	// Endpoints built for another spec of east's export (a port renamed,
+	// not yet in the registry): the registry's endpoints stay.
+	renamed := east
+	renamed.Ports = slices.Clone(east.Ports)
+	renamed.Ports[0].Name = "web"
+	e.r.Local.Set(webKey, renamed, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports, ready("10.1.0.7"))})
+	e.reconcile("web")
+	if d := cmp.Diff([]string{"10.1.0.1", "10.1.0.2 (not ready)"}, e.sliceAddresses("east")); d != "" {
+		t.Errorf("east's slice with Local built for another spec (-want +got):\n%s", d)
+	}
+	e.r.Local.Set(webKey, east, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports,
+		registry.Endpoint{Addresses: []string{"10.1.0.1"}}, ready("10.1.0.3"))})
+	e.reconcile("web")
+	e.steady("web")
+
 	// The registry goes: east's own endpoints still reach its import.
 	e.disconnect(errors.New("etcd: context deadline exceeded"))
-	e.r.Local.Set(webKey, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports, ready("10.1.0.3"), ready("10.1.0.4"))})
+	e.r.Local.Set(webKey, east, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports, ready("10.1.0.3"), ready("10.1.0.4"))})
 	n, others = updatesOfEast(e.reconcile("web"))
 	if d := cmp.Diff([]string{"patch/status *v1beta1.ServiceImport web"}, others); n != 1 || d != "" {
 		t.Errorf("writes while disconnected: %d updates of east's slice (want 1), others (-want +got):\n%s", n, d)
@@ -109,7 +130,7 @@ func TestOwnEndpointsFromLocal(t *testing.T) {
 
 	// Back: Local still comes before the registry's record of east (whose
 	// controller does not publish in this test).
-	e.r.Local.Set(webKey, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports, ready("10.1.0.5"))})
+	e.r.Local.Set(webKey, east, []registry.EndpointGroup{group(discoveryv1.AddressTypeIPv4, ports, ready("10.1.0.5"))})
 	e.reconnect()
 	n, others = updatesOfEast(e.reconcile("web"))
 	if d := cmp.Diff([]string{"patch/status *v1beta1.ServiceImport web"}, others); n != 1 || d != "" {

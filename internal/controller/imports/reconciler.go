@@ -377,15 +377,16 @@ func (r *Reconciler) fetch(ctx context.Context, req ctrl.Request) (*scope, bool,
 
 // readView reads the Service's records from the View, with this cluster's
 // endpoints from Local where the View shows this cluster's export (a
-// refused record hides it, and it stays hidden), and reports whether Local
-// replaced them.
+// refused record hides it, and it stays hidden) as Local's were built for,
+// and reports whether Local gave them.
 func (r *Reconciler) readView(s *scope) bool {
 	svc := r.View.Service(s.key)
 	s.exports, s.rejected, s.endpoints = svc.Exports, svc.Rejected, svc.Endpoints
-	if !slices.ContainsFunc(s.exports, func(e registry.Export) bool { return e.Cluster == s.localCluster }) {
+	i := slices.IndexFunc(s.exports, func(e registry.Export) bool { return e.Cluster == s.localCluster })
+	if i < 0 {
 		return false
 	}
-	own, ok := r.Local.Endpoints(s.localCluster, s.key)
+	own, ok := r.Local.Endpoints(s.localCluster, s.key, s.exports[i].Spec)
 	if !ok {
 		return false
 	}
@@ -516,6 +517,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope) (time.Duration, 
 		if err == nil {
 			r.metrics.Set(client.ObjectKeyFromObject(s.si), metrics.ImportRegistryUnreachable)
 		}
+		if d := r.lookAgainIn(s); d > 0 && (recheck == 0 || d < recheck) {
+			recheck = d // slices written from Local met a cache behind
+		}
 		return recheck, err
 	}
 	old := s.si.Status.DeepCopy()
@@ -638,7 +642,10 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 // applyOwnEndpoints writes, while the registry cannot be read, the
 // EndpointSlices of an import whose ServiceImport and derived Service are
 // kept as they are: from the View as last read, with this cluster's own
-// endpoints current (readView), so only this cluster's slices change.
+// endpoints current (readView). The other clusters' endpoints are as last
+// read; their slices change only where their hints follow this cluster's
+// (the same-cluster preference, when this cluster's ready endpoints come
+// or go), or where someone deleted or edited them.
 // Nothing is created but slices: an import without its derived Service
 // (or ServiceImport, for a headless one) waits for the registry.
 func (r *Reconciler) applyOwnEndpoints(ctx context.Context, s *scope) error {
@@ -656,7 +663,12 @@ func (r *Reconciler) applyOwnEndpoints(ctx context.Context, s *scope) error {
 	if len(s.sliceOwners) == 0 {
 		return nil
 	}
-	_, err := r.reconcileEndpointSlices(ctx, s)
+	inPlace, err := r.reconcileEndpointSlices(ctx, s)
+	if err == nil && !inPlace {
+		// A write met a cache behind it: its event, an echo of this
+		// write, is dropped, so look again.
+		s.recheckSoon()
+	}
 	return err
 }
 

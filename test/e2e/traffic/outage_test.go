@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/conditions"
@@ -22,7 +23,8 @@ import (
 // (two) with the same-cluster preference, and stops the registry: c2's
 // clients keep to c2's pods, and when one of them turns not ready (and
 // ready again) meanwhile, their requests follow it, since c2's own
-// endpoints reach its import without the registry; no request is lost.
+// endpoints reach its import without the registry; c2's export says the
+// registry is unreachable.
 func TestSameClusterDuringRegistryOutage(t *testing.T) {
 	const ns = "outage"
 	deploy := func(id string, n int) {
@@ -73,6 +75,9 @@ func TestSameClusterDuringRegistryOutage(t *testing.T) {
 	env.StopRegistry()
 	poll.Until(t, timeout, "c2's import to say the registry is unreachable", func() (bool, string) {
 		si := fw.GetImport(t, env.Client(t, "c2"), ns, "web")
+		if si == nil {
+			return false, "no import"
+		}
 		c := fw.Condition(si.Status.Conditions, conditions.RegistryReachable)
 		return c != nil && c.Status == metav1.ConditionFalse, fw.CondString(si.Status.Conditions)
 	})
@@ -95,12 +100,23 @@ func TestSameClusterDuringRegistryOutage(t *testing.T) {
 		got := tally(t, ns, pod, url, 20)
 		return only(got, fromC2) && got[zoneA] > 0 && got[zoneB] > 0, fmt.Sprint(got)
 	})
+	// c2's export was not written meanwhile, and says so.
+	se := &mcsv1beta1.ServiceExport{}
+	if err := env.Client(t, "c2").Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, se); err != nil {
+		t.Fatal(err)
+	}
+	if c := fw.Condition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady)); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "unreachable") {
+		t.Errorf("c2's ServiceExport during the outage: %s, want Ready=False saying the registry is unreachable", fw.CondString(se.Status.Conditions))
+	}
 
 	if err := env.StartRegistry(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, timeout, "c2's import reachable again", func() (bool, string) {
 		si := fw.GetImport(t, env.Client(t, "c2"), ns, "web")
+		if si == nil {
+			return false, "no import"
+		}
 		return fw.Condition(si.Status.Conditions, conditions.RegistryReachable) == nil && len(si.Status.Clusters) == 2,
 			fmt.Sprint(si.Status.Clusters, " ", fw.CondString(si.Status.Conditions))
 	})
