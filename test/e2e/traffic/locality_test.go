@@ -51,6 +51,27 @@ func deployZone(t *testing.T, id, ns string, n int) {
 	}
 }
 
+// deployWeb runs web in cluster id, one pod on each of its first n nodes
+// (deployZone), behind Service web (port 80), and exports it.
+func deployWeb(t *testing.T, id, ns string, n int) {
+	t.Helper()
+	cl := env.Client(t, id)
+	fw.EnsureNamespace(t, cl, ns)
+	for i := range n {
+		deployZone(t, id, ns, i)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if err := cl.Create(context.Background(), svc); err != nil {
+		t.Fatalf("create service in %s: %v", id, err)
+	}
+	waitPodsReady(t, id, ns, map[string]string{"app": "web"}, n, nil)
+	fw.Export(t, cl, ns, "web")
+}
+
 // localityPods maps every running web pod's name to "<cluster>/<zone>".
 func localityPods(t *testing.T, ns string) map[string]string {
 	t.Helper()
@@ -154,20 +175,7 @@ func flipReadiness(t *testing.T, ns, pod, url, who string, flipped, instead func
 func TestLocality(t *testing.T) {
 	const ns = "locality"
 	for _, id := range localityClusters {
-		cl := env.Client(t, id)
-		fw.EnsureNamespace(t, cl, ns)
-		deployZone(t, id, ns, 0)
-		deployZone(t, id, ns, 1)
-		svc := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
-				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-		}
-		if err := cl.Create(context.Background(), svc); err != nil {
-			t.Fatalf("create service in %s: %v", id, err)
-		}
-		waitPodsReady(t, id, ns, map[string]string{"app": "web"}, 2, nil)
-		fw.Export(t, cl, ns, "web")
+		deployWeb(t, id, ns, 2)
 	}
 	pod := startClient(t, "c2", ns)
 	// A subtest that fails says how c2's kube-proxy routed the import then.

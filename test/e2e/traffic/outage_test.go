@@ -6,9 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -28,21 +26,7 @@ import (
 func TestSameClusterDuringRegistryOutage(t *testing.T) {
 	const ns = "outage"
 	deploy := func(id string, n int) {
-		cl := env.Client(t, id)
-		fw.EnsureNamespace(t, cl, ns)
-		for i := range n {
-			deployZone(t, id, ns, i)
-		}
-		svc := &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
-				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-		}
-		if err := cl.Create(context.Background(), svc); err != nil {
-			t.Fatalf("create service in %s: %v", id, err)
-		}
-		waitPodsReady(t, id, ns, map[string]string{"app": "web"}, n, nil)
-		fw.Export(t, cl, ns, "web")
+		deployWeb(t, id, ns, n)
 		setExport(t, id, ns, func(se *mcsv1beta1.ServiceExport) {
 			se.Spec.ExportedAnnotations = map[string]string{topology.AnnotationPreference: topology.PreferSameCluster}
 		})
