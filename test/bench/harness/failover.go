@@ -46,7 +46,7 @@ const (
 // change to each step on the way.
 const (
 	StageSourceSlice   = "1 c2's own EndpointSlice shows it (Kubernetes' EndpointSlice controller)"
-	StageImportedSlice = "2 c2's imported EndpointSlice shows it (mcsd: export, registry, import)"
+	StageImportedSlice = "2 c2's imported EndpointSlice shows it (mcsd: export, then import; a cluster's own endpoints skip the registry)"
 )
 
 // Failover probing: the client pod sends one request every probeGap, at
