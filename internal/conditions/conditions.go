@@ -78,8 +78,9 @@ func IsTrue(conds []metav1.Condition, t string) bool {
 // Conditions of a ServiceImport besides the mcs-api Ready condition.
 const (
 	// RegistryReachable is False while the registry cannot be read: the
-	// import, its Service and its EndpointSlices are then kept as last seen.
-	// It is removed once the registry is reachable again.
+	// import, its Service and its EndpointSlices are then kept as last seen
+	// (but for this cluster's own endpoints, which do not come through the
+	// registry). It is removed once the registry is reachable again.
 	RegistryReachable = "RegistryReachable"
 	// ReasonRegistryUnreachable is the reason of RegistryReachable=False.
 	ReasonRegistryUnreachable = "RegistryUnreachable"
