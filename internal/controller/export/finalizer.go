@@ -16,7 +16,6 @@ import (
 // reconcileDelete withdraws the export of a ServiceExport being deleted
 // and removes mcsd's finalizer (and the AWS controller's) from it.
 func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
-	r.Local.Delete(key)
 	if !controllerutil.ContainsFinalizer(se, Finalizer) {
 		// Deleted (another party's finalizer keeps it) before mcsd's
 		// finalizer was added, perhaps after it was published.
@@ -30,6 +29,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, se *mcsv1beta1.Service
 		// waits for the registry.
 		return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
 	}
+	r.forgetLocal(key)
 	ctrl.LoggerFrom(ctx).Info("Withdrew export of deleted ServiceExport")
 	base := se.DeepCopy()
 	controllerutil.RemoveFinalizer(se, Finalizer)

@@ -120,10 +120,20 @@ func TestLocalFollowsPublishedEndpoints(t *testing.T) {
 	}
 	assertCondition(t, e.serviceExport(), readyType, metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonExported))
 
-	// Unexported: forgotten.
+	// Unexported: kept while the registry fails the withdrawal (the View
+	// still shows the export, with endpoints no fresher than these), then
+	// forgotten.
 	if err := e.c.Delete(context.Background(), e.serviceExport()); err != nil {
 		t.Fatal(err)
 	}
+	e.reg.setErr(errors.New("etcd: context deadline exceeded"))
+	if err := e.reconcile(); err == nil {
+		t.Fatal("withdrawal succeeded with the registry failing")
+	}
+	if d := cmp.Diff([]string{"10.1.0.9"}, addresses()); d != "" {
+		t.Errorf("Local while the withdrawal waits for the registry (-want +got):\n%s", d)
+	}
+	e.reg.setErr(nil)
 	e.mustReconcile()
 	if _, ok := local.Endpoints(thisID, webKey, spec); ok {
 		t.Error("Local still holds the endpoints of a Service no longer exported")

@@ -21,13 +21,13 @@ import (
 // fails; once the records are gone, Conflict no longer applies and is
 // removed (while they stay, the other clusters still see the conflict).
 func (r *Reconciler) withdraw(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey) error {
-	r.Local.Delete(key)
 	if !r.withdrawn(key) {
 		if err := r.Registry.DeleteExport(ctx, key); err != nil {
 			return r.registryFailed(se, fmt.Errorf("withdraw export: %w", err))
 		}
 		ctrl.LoggerFrom(ctx).Info("Withdrew export")
 	}
+	r.forgetLocal(key)
 	r.removeConflict(se)
 	r.registrySucceeded(se)
 	return nil
@@ -109,7 +109,6 @@ const EventReasonRefused = "ExportRefused"
 // with why. The request is not retried: a change of the Service or its
 // endpoints brings it back.
 func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, key registry.ServiceKey, err error) error {
-	r.Local.Delete(key)
 	reason := refusalReason(err)
 	msg := fmt.Sprintf("not exported: every cluster would refuse this cluster's records (%v); limits: %d endpoints, %d bytes per record",
 		err, registry.MaxEndpoints, registry.MaxRecordBytes)
@@ -125,6 +124,7 @@ func (r *Reconciler) refuse(ctx context.Context, se *mcsv1beta1.ServiceExport, k
 			return err
 		}
 	}
+	r.forgetLocal(key)
 	r.removeConflict(se)
 	return errRefused
 }
@@ -258,12 +258,12 @@ func (r *Reconciler) setUnguarded(key registry.ServiceKey, unguarded bool) {
 // the synced view shows (published by an earlier run whose finalizer never
 // landed). A Service with neither costs the registry nothing.
 func (r *Reconciler) withdrawGone(ctx context.Context, key registry.ServiceKey) error {
-	r.Local.Delete(key)
 	r.unguardedMu.Lock()
 	unguarded := r.unguarded[key]
 	r.unguardedMu.Unlock()
 	synced := r.View != nil && r.View.HasSynced()
 	if !unguarded && (!synced || r.withdrawn(key)) {
+		r.forgetLocal(key)
 		return nil
 	}
 	if err := r.Registry.DeleteExport(ctx, key); err != nil {
@@ -271,5 +271,14 @@ func (r *Reconciler) withdrawGone(ctx context.Context, key registry.ServiceKey) 
 	}
 	ctrl.LoggerFrom(ctx).Info("Withdrew export of a ServiceExport deleted without mcsd's finalizer")
 	r.setUnguarded(key, false)
+	r.forgetLocal(key)
 	return nil
+}
+
+// forgetLocal drops this cluster's endpoints of key from Local once its
+// records are withdrawn (or were never written): until then the View still
+// shows its export, and this cluster's imports keep its endpoints as last
+// built, not the registry's older ones.
+func (r *Reconciler) forgetLocal(key registry.ServiceKey) {
+	r.Local.Delete(key)
 }
