@@ -45,10 +45,17 @@ const (
 	// ReasonEndpointsWithoutZone: a ready endpoint has no zone, so zone
 	// hints would be incomplete, which kube-proxy ignores silently.
 	ReasonEndpointsWithoutZone = "EndpointsWithoutZone"
-	// ReasonNodesWithoutZone: this cluster's nodes have no zone label, or
-	// more zones than a hint may name, so the same-cluster preference cannot
-	// be expressed as zone hints.
+	// ReasonEndpointsWithoutNode: a ready endpoint of this cluster has no
+	// node, so node hints would be incomplete (zone hints are still
+	// written).
+	ReasonEndpointsWithoutNode = "EndpointsWithoutNode"
+	// ReasonNodesWithoutZone: this cluster's nodes have no zone label, so
+	// the same-cluster preference cannot be expressed as zone hints.
 	ReasonNodesWithoutZone = "NodesWithoutZone"
+	// ReasonTooManyZones: this cluster's nodes have more zones than a hint
+	// may name (MaxHints), so the same-cluster preference cannot be
+	// expressed as zone hints.
+	ReasonTooManyZones = "TooManyZones"
 	// ReasonUnknownPreference: the traffic-preference annotation has a value
 	// mcsd does not know.
 	ReasonUnknownPreference = "UnknownTrafficPreference"
@@ -178,7 +185,11 @@ func Plan(in Input) Hints {
 	zones = slices.DeleteFunc(zones, func(z string) bool { return z == "" })
 	if same && (len(zones) == 0 || len(zones) > MaxHints) {
 		same = false
-		problem(ReasonNodesWithoutZone, fmt.Sprintf("This cluster's nodes have %d zones (label %s); same-cluster hints need 1 to %d: none are written.",
+		r := ReasonNodesWithoutZone
+		if len(zones) > MaxHints {
+			r = ReasonTooManyZones
+		}
+		problem(r, fmt.Sprintf("This cluster's nodes have %d zones (label %s); same-cluster hints need 1 to %d: none are written.",
 			len(zones), corev1.LabelTopologyZone, MaxHints))
 	}
 	if zone {
@@ -198,7 +209,7 @@ func Plan(in Input) Hints {
 		local := map[string][]registry.Endpoint{in.LocalCluster: in.Endpoints[in.LocalCluster]}
 		if missing := readyWithout(local, func(e registry.Endpoint) bool { return e.NodeName != "" }); len(missing) > 0 {
 			node = false
-			problem(ReasonEndpointsWithoutZone, fmt.Sprintf("Ready endpoints of this cluster (%s) without a node: no node hints.", strings.Join(missing, ", ")))
+			problem(ReasonEndpointsWithoutNode, fmt.Sprintf("Ready endpoints of this cluster (%s) without a node: no node hints.", strings.Join(missing, ", ")))
 		}
 	}
 	h := Hints{zone: zone, node: node, sameCluster: same, local: in.LocalCluster, localZones: zones}

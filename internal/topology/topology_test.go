@@ -138,6 +138,12 @@ func TestPlan(t *testing.T) {
 			"10.3.0.1": "a|" + el, "10.3.0.2": "b|" + el},
 		wantReason: ReasonHinted, wantStatus: metav1.ConditionTrue, wantMsg: "on the client's node",
 	}, {
+		name: "PreferSameNode with an endpoint of this cluster without a node: zone hints alone, and the condition says why",
+		in: Input{TrafficDistribution: "PreferSameNode", LocalCluster: "c2", Endpoints: map[string][]registry.Endpoint{
+			"c1": eps["c1"], "c2": {ep("10.2.0.1", "a", "c2-n0", true), ep("10.2.0.2", "b", "", true)}}},
+		want:       map[string]string{"10.1.0.1": "a|", "10.1.0.2": "b|", "10.2.0.1": "a|", "10.2.0.2": "b|"},
+		wantReason: ReasonEndpointsWithoutNode, wantStatus: metav1.ConditionFalse, wantMsg: "without a node: no node hints",
+	}, {
 		name: "PreferSameCluster: this cluster's endpoints serve its zones, the others none",
 		in:   Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"b", "a", "a"}, Endpoints: eps},
 		want: map[string]string{"10.1.0.1": el + "|", "10.1.0.2": el + "|", "10.2.0.1": "a,b|", "10.2.0.2": "a,b|",
@@ -202,7 +208,7 @@ func TestPlan(t *testing.T) {
 		in: Input{Preference: PreferSameCluster, LocalCluster: "c2", LocalZones: []string{"z1", "z2", "z3", "z4", "z5", "z6", "z7", "z8", "z9"},
 			Endpoints: eps},
 		want:       map[string]string{"10.1.0.1": "-", "10.1.0.2": "-", "10.2.0.1": "-", "10.2.0.2": "-", "10.3.0.1": "-", "10.3.0.2": "-"},
-		wantReason: ReasonNodesWithoutZone, wantStatus: metav1.ConditionFalse, wantMsg: "nodes have 9 zones",
+		wantReason: ReasonTooManyZones, wantStatus: metav1.ConditionFalse, wantMsg: "nodes have 9 zones",
 	}, {
 		name:       "unknown preference: said so, zone hints still written",
 		in:         Input{TrafficDistribution: "PreferSameZone", Preference: "Nearest", LocalCluster: "c2", Endpoints: eps},
