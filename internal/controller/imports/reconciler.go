@@ -195,8 +195,9 @@ type scope struct {
 	// (apply) or deleted with the export (finalize), another is left alone.
 	foreign *mcsv1beta1.ServiceImport
 	// unreachable is why the registry cannot be read, when it cannot: the
-	// view may be stale, so nothing is created, changed or deleted, and the
-	// status only says so.
+	// view may be stale, so nothing is created or deleted, nothing changed
+	// but this cluster's own endpoints (ownEndpointsOnly), and the status
+	// says so.
 	unreachable error
 	// ownEndpointsOnly: while the registry cannot be read, the import's
 	// EndpointSlices are written from the View as last read, with this
@@ -463,7 +464,8 @@ func (r *Reconciler) importToDelete(ctx context.Context, key registry.ServiceKey
 
 // compute merges the exports (package merge) and plans the endpoints'
 // topology hints (package topology). While the registry cannot be read it
-// only sets RegistryReachable=False.
+// sets RegistryReachable=False, and goes on only for this cluster's own
+// endpoints (ownEndpointsOnly).
 func (r *Reconciler) compute(ctx context.Context, s *scope) error {
 	if s.unreachable != nil {
 		conditions.Set(&s.si.Status.Conditions, s.si.Generation, metav1.Condition{
