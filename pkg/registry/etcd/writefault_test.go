@@ -419,21 +419,29 @@ func TestTwoWritersOfOneClusterStop(t *testing.T) {
 	aID := registry.RecordID{Cluster: "a", Service: web}
 	shows := func(rec *registrytest.Recorder, want registry.ServiceSpec) {
 		t.Helper()
-		rec.WaitFor(t, 10*time.Second, "the other writer's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		rec.WaitFor(t, 30*time.Second, "the writer's export", func(_ registrytest.Event, v *registrytest.View) bool {
 			x, ok := v.Exports[aID]
 			return ok && cmp.Equal(x.Spec, want)
 		})
 	}
 	var err error
 	rounds := 0
+	// Each write is waited for in both watches, its writer's first, so
+	// that each writer has seen the other's write (and knows its record
+	// changed) before it writes again. (A run under a loaded CI machine
+	// waited 10 s for one watch to show the other writer's export, and
+	// saw only its own: 30 s now, and the wait in the writer's own watch
+	// tells which of the two did not come.)
 	for ; rounds < 3*10 && err == nil; rounds++ {
 		if err = a1.PutExport(t.Context(), web, spec); err != nil {
 			break
 		}
+		shows(rec1, spec)
 		shows(rec2, spec)
 		if err = a2.PutExport(t.Context(), web, spec2); err != nil {
 			break
 		}
+		shows(rec2, spec2)
 		shows(rec1, spec2)
 	}
 	if err == nil {
