@@ -23,8 +23,7 @@ import (
 type Local struct {
 	mu      sync.Mutex
 	records map[registry.ServiceKey]localRecord
-	subs    map[int]func(registry.ServiceKey)
-	nextID  int
+	subs    subscribers[registry.ServiceKey]
 }
 
 // localRecord is what Local holds of one Service: the endpoints and the
@@ -36,7 +35,7 @@ type localRecord struct {
 
 // NewLocal returns an empty Local.
 func NewLocal() *Local {
-	return &Local{records: map[registry.ServiceKey]localRecord{}, subs: map[int]func(registry.ServiceKey){}}
+	return &Local{records: map[registry.ServiceKey]localRecord{}}
 }
 
 // Set records the endpoints this cluster publishes for key (none, when it
@@ -46,18 +45,13 @@ func (l *Local) Set(key registry.ServiceKey, spec registry.ServiceSpec, groups [
 	if l == nil {
 		return
 	}
-	rec := localRecord{spec: spec, groups: groups}
 	l.mu.Lock()
 	old, had := l.records[key]
-	if had && equality.Semantic.DeepEqual(old.spec, spec) && equality.Semantic.DeepEqual(old.groups, groups) {
-		l.mu.Unlock()
-		return
-	}
-	l.records[key] = rec
-	subs := l.subscribers()
+	changed := !had || !equality.Semantic.DeepEqual(old.spec, spec) || !equality.Semantic.DeepEqual(old.groups, groups)
+	l.records[key] = localRecord{spec: spec, groups: groups}
 	l.mu.Unlock()
-	for _, f := range subs {
-		f(key)
+	if changed {
+		l.notify(key)
 	}
 }
 
@@ -70,12 +64,16 @@ func (l *Local) Delete(key registry.ServiceKey) {
 	l.mu.Lock()
 	_, had := l.records[key]
 	delete(l.records, key)
-	subs := l.subscribers()
 	l.mu.Unlock()
 	if had {
-		for _, f := range subs {
-			f(key)
-		}
+		l.notify(key)
+	}
+}
+
+// notify tells every subscriber that key's endpoints changed.
+func (l *Local) notify(key registry.ServiceKey) {
+	for _, f := range l.subs.list() {
+		f(key)
 	}
 }
 
@@ -97,15 +95,6 @@ func (l *Local) Endpoints(cluster string, key registry.ServiceKey, spec registry
 	return registry.Endpoints{Cluster: cluster, Service: key, Groups: rec.groups}, true
 }
 
-// subscribers returns the current subscribers; l.mu is held.
-func (l *Local) subscribers() []func(registry.ServiceKey) {
-	out := make([]func(registry.ServiceKey), 0, len(l.subs))
-	for _, f := range l.subs {
-		out = append(out, f)
-	}
-	return out
-}
-
 // Source is Local as a controller-runtime source: from the controller's
 // start until it stops, it adds to the workqueue the requests toRequests
 // makes of each Service whose local endpoints changed. toRequests runs on
@@ -116,23 +105,7 @@ func (l *Local) Source(toRequests func(context.Context, registry.ServiceKey) []r
 		if l == nil {
 			return nil
 		}
-		l.mu.Lock()
-		id := l.nextID
-		l.nextID++
-		l.subs[id] = func(key registry.ServiceKey) {
-			if ctx.Err() != nil {
-				return
-			}
-			for _, req := range toRequests(ctx, key) {
-				q.Add(req)
-			}
-		}
-		l.mu.Unlock()
-		context.AfterFunc(ctx, func() {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			delete(l.subs, id)
-		})
+		context.AfterFunc(ctx, l.subs.add(enqueuer(ctx, q, toRequests)))
 		return nil
 	})
 }

@@ -19,14 +19,7 @@ import (
 // may read the View and the manager's cache, and must not block otherwise.
 func (v *View) Source(toRequests func(context.Context, Change) []reconcile.Request) source.Source {
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		add := func(c Change) {
-			if ctx.Err() != nil { // the controller stopped; unsubscribing follows
-				return
-			}
-			for _, req := range toRequests(ctx, c) {
-				q.Add(req)
-			}
-		}
+		add := enqueuer(ctx, q, toRequests)
 		// Subscribed before the replay: a change in between is added twice,
 		// and the queue keeps one.
 		context.AfterFunc(ctx, v.Subscribe(add))

@@ -33,9 +33,7 @@ type View struct {
 	loadedAll bool
 	loaded    map[string]bool
 
-	subsMu sync.Mutex
-	subs   map[int]func(Change)
-	nextID int
+	subs subscribers[Change]
 }
 
 var _ registry.Handler = (*View)(nil)
@@ -67,7 +65,6 @@ func NewView() *View {
 		byNamespace: map[string]map[registry.ServiceKey]struct{}{},
 		endpoints:   map[registry.ServiceKey]map[string]registry.Endpoints{},
 		rejected:    map[registry.ServiceKey]map[string]rejections{},
-		subs:        map[int]func(Change){},
 	}
 }
 
@@ -88,16 +85,7 @@ func (v *View) OnReject(f func(registry.Rejection)) {
 // function is called. f runs on the goroutine that delivers the registry's
 // watch, after the View has applied the change, and must not block.
 func (v *View) Subscribe(f func(Change)) (unsubscribe func()) {
-	v.subsMu.Lock()
-	defer v.subsMu.Unlock()
-	id := v.nextID
-	v.nextID++
-	v.subs[id] = f
-	return func() {
-		v.subsMu.Lock()
-		defer v.subsMu.Unlock()
-		delete(v.subs, id)
-	}
+	return v.subs.add(f)
 }
 
 // HasSynced reports whether the first full update arrived.
@@ -306,7 +294,7 @@ func (v *View) OnUpdate(u registry.Update) {
 	if len(changed) == 0 && len(newlyLoaded) == 0 && !becameUsable {
 		return
 	}
-	subs := v.subscribers()
+	subs := v.subs.list()
 	for k := range changed {
 		for _, f := range subs {
 			f(Change{Service: k, EndpointsOf: endpointsOf[k]})
@@ -563,20 +551,9 @@ func (v *View) hidden(id registry.RecordID) bool {
 
 // notify tells every subscriber of c.
 func (v *View) notify(c Change) {
-	for _, f := range v.subscribers() {
+	for _, f := range v.subs.list() {
 		f(c)
 	}
-}
-
-// subscribers returns the current subscribers, to call without the lock.
-func (v *View) subscribers() []func(Change) {
-	v.subsMu.Lock()
-	defer v.subsMu.Unlock()
-	subs := make([]func(Change), 0, len(v.subs))
-	for _, f := range v.subs {
-		subs = append(subs, f)
-	}
-	return subs
 }
 
 // diff marks in changed every Service whose records differ between old and

@@ -182,15 +182,19 @@ func Merge(exports []registry.Export) Result {
 		families := ipFamilies(withFamilies[0]) // a fresh slice
 		res.Spec.IPFamilies = families
 		var lacking []dissent
+		var partial []corev1.IPFamily // the import's families some export lacks
 		for _, e := range withFamilies[1:] {
-			if f := ipFamilies(e); slices.ContainsFunc(families, func(x corev1.IPFamily) bool { return !slices.Contains(f, x) }) {
+			f := ipFamilies(e)
+			missing := slices.DeleteFunc(slices.Clone(families), func(x corev1.IPFamily) bool { return slices.Contains(f, x) })
+			if len(missing) > 0 {
 				lacking = append(lacking, dissent{e.Cluster, formatFamilies(f)})
+				partial = append(partial, missing...)
 			}
 		}
 		if len(lacking) > 0 {
 			addNote(notes, mcsv1beta1.ServiceExportReasonIPFamilyConflict,
 				conflictNote("ipFamilies", formatFamilies(families), withFamilies[0].Cluster, "oldest export", lacking)+
-					"; "+partialFamilies(withFamilies, families)+" not exported by every cluster")
+					"; "+joinFamilies(slices.Compact(sortedFamilies(partial)))+" not exported by every cluster")
 		}
 	}
 
@@ -340,14 +344,11 @@ func sortedFamilies(fs []corev1.IPFamily) []corev1.IPFamily {
 	return out
 }
 
-// partialFamilies names the families of the import (families) that some
-// export lacks.
-func partialFamilies(ex []registry.Export, families []corev1.IPFamily) string {
-	var partial []string
-	for _, f := range sortedFamilies(families) {
-		if slices.ContainsFunc(ex, func(e registry.Export) bool { return !slices.Contains(e.Spec.IPFamilies, f) }) {
-			partial = append(partial, string(f))
-		}
+// joinFamilies joins fs with ", ".
+func joinFamilies(fs []corev1.IPFamily) string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = string(f)
 	}
-	return strings.Join(partial, ", ")
+	return strings.Join(out, ", ")
 }

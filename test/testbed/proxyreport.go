@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -80,17 +81,10 @@ func reportSlices(ctx context.Context, b *strings.Builder, cl client.Client, ns,
 					nodes = append(nodes, n.Name)
 				}
 			}
-			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
-			fmt.Fprintf(b, "  %v ready=%t zone=%s forZones=%v forNodes=%v\n", ep.Addresses, ready, deref(ep.Zone), zones, nodes)
+			fmt.Fprintf(b, "  %v ready=%t zone=%s forZones=%v forNodes=%v\n",
+				ep.Addresses, ptr.Deref(ep.Conditions.Ready, true), ptr.Deref(ep.Zone, ""), zones, nodes)
 		}
 	}
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // reportChains writes kube-proxy's nftables chains whose name holds key
