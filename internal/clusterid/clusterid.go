@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,4 +51,18 @@ func readOne(ctx context.Context, c client.Reader, name string) (string, error) 
 		return "", fmt.Errorf("%w: ClusterProperty %q: %w", ErrInvalid, name, err)
 	}
 	return p.Spec.Value, nil
+}
+
+// InstanceNamespace is the namespace whose UID tells one Kubernetes cluster
+// from another (registry.Identity.Instance): every cluster has it, and it
+// keeps its UID for the cluster's life.
+const InstanceNamespace = "kube-system"
+
+// Instance returns the UID of the cluster's kube-system namespace.
+func Instance(ctx context.Context, c client.Reader) (string, error) {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: InstanceNamespace}, ns); err != nil {
+		return "", fmt.Errorf("read namespace %s: %w", InstanceNamespace, err)
+	}
+	return string(ns.UID), nil
 }

@@ -159,20 +159,52 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer stop()
+	instance := readInstance(ctx, direct)
+	var inUse string // the last ErrClusterIDInUse logged
 	for {
 		h.notReady("waiting for the cluster identity (ClusterProperties cluster.clusterset.k8s.io and clusterset.k8s.io)")
 		id, err := waitForIdentity(ctx, direct, opts.IdentityRetry, h)
 		if err != nil {
 			return err
 		}
-		log.Info("cluster identity", "cluster", id.Cluster, "clusterSet", id.ClusterSet)
+		id.Instance = instance
+		log.Info("cluster identity", "cluster", id.Cluster, "clusterSet", id.ClusterSet, "instance", id.Instance)
 		err = runWithLeadership(ctx, opts, api, id, h)
-		if errors.Is(err, errIdentityChanged) {
+		switch {
+		case errors.Is(err, errIdentityChanged):
 			log.Info("cluster identity changed, restarting controllers")
+			inUse = ""
+			continue
+		case errors.Is(err, registry.ErrClusterIDInUse):
+			// Another cluster runs with this id: nothing is written until
+			// its records expire, or this cluster's id is changed (read
+			// again at each try). Said once, and by /readyz throughout.
+			h.notReady(err.Error())
+			if err.Error() != inUse {
+				inUse = err.Error()
+				log.Error(err, "Cluster id in use by another cluster; exporting and importing nothing, retrying", "retryIn", opts.IdentityRetry)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(opts.IdentityRetry):
+			}
 			continue
 		}
 		return err
 	}
+}
+
+// readInstance returns what tells this Kubernetes cluster apart from
+// another given the same cluster id (registry.Identity.Instance): the UID
+// of its kube-system namespace. Empty, and said, when it cannot be read:
+// the registry then cannot tell the two apart.
+func readInstance(ctx context.Context, c client.Reader) string {
+	uid, err := clusterid.Instance(ctx, c)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Cannot read the kube-system namespace; another cluster given this cluster's id would not be detected", "reason", err.Error())
+	}
+	return uid
 }
 
 // apiClients are what the clients of a Run share: the REST mapper, which

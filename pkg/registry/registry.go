@@ -261,6 +261,13 @@ var ErrMisconfigured = errors.New("registry misconfigured")
 // write what it needs; their messages say which grant is missing.
 var ErrForbidden = errors.New("registry access denied")
 
+// ErrClusterIDInUse is returned by a backend's open when the cluster id is
+// live in the registry under another Identity.Instance: another Kubernetes
+// cluster was given the same id. Nothing was written; opening again once
+// the other cluster's records have expired (it stopped, or was given its
+// own id) succeeds.
+var ErrClusterIDInUse = errors.New("cluster id in use by another cluster")
+
 // ErrClosed is returned by a backend that has been closed.
 var ErrClosed = errors.New("registry: closed")
 

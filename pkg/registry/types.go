@@ -2,6 +2,7 @@ package registry
 
 import (
 	"cmp"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,13 @@ import (
 type Identity struct {
 	ClusterSet string
 	Cluster    string
+	// Instance tells apart two Kubernetes clusters given one cluster id by
+	// mistake: mcsd sets the UID of the cluster's kube-system namespace,
+	// which every cluster has its own of for its whole life. A backend
+	// opened with an Instance refuses to open (ErrClusterIDInUse) while
+	// Cluster's records live under another Instance. Empty: unknown, not
+	// checked (and not a reason to refuse another).
+	Instance string
 }
 
 // Validate reports whether both ids follow the id rule (ValidateClusterSetID,
@@ -160,4 +168,22 @@ func ProtocolOrTCP(p corev1.Protocol) corev1.Protocol {
 		return corev1.ProtocolTCP
 	}
 	return p
+}
+
+// InUseBy returns ErrClusterIDInUse for a backend of id that found its
+// cluster's records live under instance other, since since (zero:
+// unknown).
+func (id Identity) InUseBy(other string, since time.Time) error {
+	live := ""
+	if !since.IsZero() {
+		live = ", live since " + since.UTC().Format(time.RFC3339)
+	}
+	return fmt.Errorf("%w: cluster id %q of clusterset %q belongs to the cluster whose kube-system namespace has uid %s%s, not to this one (uid %s); give each cluster its own id (ClusterProperty cluster.clusterset.k8s.io); this one waits until the other's records expire",
+		ErrClusterIDInUse, id.Cluster, id.ClusterSet, other, live, id.Instance)
+}
+
+// OtherInstance reports whether records written under instance other
+// belong to another cluster than id: both are known, and differ.
+func (id Identity) OtherInstance(other string) bool {
+	return id.Instance != "" && other != "" && other != id.Instance
 }

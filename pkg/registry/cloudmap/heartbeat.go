@@ -40,6 +40,8 @@ func beatServiceName(prefix string) string { return beatServicePrefix + prefix }
 type heartbeat struct {
 	ClusterSet string `json:"clusterSet"`
 	Cluster    string `json:"cluster"`
+	// Instance is registry.Identity.Instance of the cluster that wrote it.
+	Instance string `json:"instance,omitempty"`
 	// At is the Unix time in ms of the heartbeat.
 	At int64 `json:"at"`
 	// TTL is the cluster's TTL in ms: how long after At its records are
@@ -53,7 +55,7 @@ type heartbeat struct {
 // heartbeat is the description of the cluster's heartbeat service at Unix
 // time nowMs, with the given TTL, its records live since sinceMs.
 func (e encoder) heartbeat(nowMs, sinceMs int64, ttl time.Duration) string {
-	data, _ := json.Marshal(heartbeat{ClusterSet: e.id.ClusterSet, Cluster: e.id.Cluster, At: nowMs, TTL: ttl.Milliseconds(), Since: sinceMs})
+	data, _ := json.Marshal(heartbeat{ClusterSet: e.id.ClusterSet, Cluster: e.id.Cluster, Instance: e.id.Instance, At: nowMs, TTL: ttl.Milliseconds(), Since: sinceMs})
 	return beatDescPrefix + string(data)
 }
 

@@ -125,6 +125,14 @@ func TestConformance(t *testing.T) {
 	registrytest.RunReadOnly(t, factory, func(t *testing.T, id registry.Identity) registry.Watcher {
 		return openWatcher(t, motoOptions(srv, id, 0))
 	})
+	registrytest.RunInstances(t, func(t *testing.T, id registry.Identity, ttl time.Duration) (registry.Registry, error) {
+		b, err := New(t.Context(), motoOptions(srv, id, ttl))
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b, nil
+	})
 }
 
 func openWatcher(t *testing.T, opts Options) *Watcher {

@@ -34,14 +34,24 @@ func (b *Backend) start(ctx context.Context) error {
 	// The records live while the heartbeat is younger than the TTL the
 	// previous run published with it.
 	var last, since int64
+	var instance string
 	ttl := b.opts.TTL
 	if hb, ok := decodeHeartbeat(beatSvc.Desc); ok && hb.ClusterSet == b.opts.Identity.ClusterSet && hb.Cluster == b.opts.Identity.Cluster {
-		last, since = hb.At, hb.Since
+		last, since, instance = hb.At, hb.Since, hb.Instance
 		if hb.TTL > 0 {
 			ttl = time.Duration(hb.TTL) * time.Millisecond
 		}
 	}
 	alive := last > 0 && b.now().Sub(time.UnixMilli(last)) <= ttl
+	if alive && b.opts.Identity.OtherInstance(instance) {
+		// Another Kubernetes cluster was given this id, and runs: nothing
+		// of it is touched.
+		var sinceT time.Time
+		if since > 0 {
+			sinceT = time.UnixMilli(since)
+		}
+		return b.opts.Identity.InUseBy(instance, sinceT)
+	}
 	b.since = since
 	if !alive || since <= 0 {
 		b.since = b.now().UnixMilli()

@@ -56,6 +56,14 @@ func TestConformance(t *testing.T) {
 		return openWatcher(t, srv.ClientURL(), id)
 	})
 	t.Run("PublishTogether", func(t *testing.T) { registrytest.RunPublishTogether(t, factory) })
+	registrytest.RunInstances(t, func(t *testing.T, id registry.Identity, ttl time.Duration) (registry.Registry, error) {
+		b, err := etcd.New(t.Context(), etcd.Options{Identity: id, Endpoints: []string{srv.ClientURL()}, Prefix: prefix, TTL: ttl})
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b, nil
+	})
 }
 
 // TestWatcherWritesNothing opens a read-only watcher: it grants no lease and

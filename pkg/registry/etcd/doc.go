@@ -10,13 +10,15 @@
 //
 // All keys live under Options.Prefix (default "/mcsd"); values are JSON.
 //
-//	<prefix>/<clusterset>/clusters/<cluster>/alive                  {"cluster":"<cluster>","since":"<RFC 3339>","ttlSeconds":30}
+//	<prefix>/<clusterset>/clusters/<cluster>/alive                  {"cluster":"<cluster>","instance":"<uid>","since":"<RFC 3339>","ttlSeconds":30}
 //	<prefix>/<clusterset>/clusters/<cluster>/exports/<ns>/<name>    {"spec":{...}}                          (registry.ServiceSpec)
 //	<prefix>/<clusterset>/clusters/<cluster>/endpoints/<ns>/<name>  {"groups":[...],"updated":"<RFC 3339>"} ([]registry.EndpointGroup)
 //
 // The alive record's since is when the cluster's records last became live
 // (registry.Cluster.Since) and ttlSeconds its lease's TTL; both are written
-// with a new lease only. An endpoints record's updated is the publishing
+// with a new lease only. Its instance is registry.Identity.Instance: while
+// the alive record lives under another, New refuses to open
+// (registry.ErrClusterIDInUse) and writes nothing. An endpoints record's updated is the publishing
 // cluster's time of the last change of its groups (registry.Endpoints.Updated):
 // a put of the same groups writes nothing and keeps it.
 //

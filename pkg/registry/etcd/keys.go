@@ -87,6 +87,8 @@ func validID(s string) bool {
 // aliveValue is the value of a cluster's alive key.
 type aliveValue struct {
 	Cluster string `json:"cluster"`
+	// Instance is registry.Identity.Instance of the cluster that wrote it.
+	Instance string `json:"instance,omitempty"`
 	// Since is when the cluster's records last became live (registry.Cluster.Since).
 	Since time.Time `json:"since,omitzero"`
 	// TTLSeconds is the TTL of the cluster's lease.

@@ -30,9 +30,11 @@ func (b *Backend) start(ctx context.Context) error {
 	}
 	aliveKey := b.keys.alive(own)
 	var oldLease clientv3.LeaseID
+	var prev aliveValue
 	for _, kv := range resp.Kvs {
 		if string(kv.Key) == aliveKey {
 			oldLease = clientv3.LeaseID(kv.Lease)
+			prev, _ = decodeAlive(string(kv.Value))
 		}
 	}
 	// The old lease is reused if it lives and has the TTL asked for.
@@ -46,6 +48,11 @@ func (b *Backend) start(ctx context.Context) error {
 		// with less than a second left reads 0, and lives. An expired one
 		// reads -1.
 		oldLives = ttl.TTL >= 0
+		if oldLives && b.opts.Identity.OtherInstance(prev.Instance) {
+			// Another Kubernetes cluster was given this id, and runs:
+			// nothing of it is touched.
+			return b.opts.Identity.InUseBy(prev.Instance, prev.Since)
+		}
 		if oldLives && ttl.GrantedTTL == b.opts.ttlSeconds() {
 			b.lease = oldLease
 		}
@@ -93,7 +100,6 @@ func (b *Backend) start(ctx context.Context) error {
 	}
 	// The alive record is kept while the records never expired and it says
 	// what it should; a new lease or TTL, or an expiry, writes it again.
-	prev, _ := decodeAlive(b.stored[aliveKey])
 	since := prev.Since
 	if !oldLives || since.IsZero() {
 		since = b.now()
@@ -133,6 +139,7 @@ func (b *Backend) start(ctx context.Context) error {
 func (b *Backend) aliveRecord(since time.Time) (string, error) {
 	v, err := json.Marshal(aliveValue{
 		Cluster:    b.opts.Identity.Cluster,
+		Instance:   b.opts.Identity.Instance,
 		Since:      since.UTC().Truncate(time.Millisecond),
 		TTLSeconds: b.opts.ttlSeconds(),
 	})

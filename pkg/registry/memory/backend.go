@@ -51,7 +51,9 @@ func (s *Store) Open(opts Options) (*Registry, error) {
 	r := &Registry{Watcher: Watcher{s: s, id: opts.Identity, closed: make(chan struct{})}, stamp: opts.Stamp}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.join(s.set(opts.Identity.ClusterSet), opts.Identity, opts.TTL)
+	if err := s.join(s.set(opts.Identity.ClusterSet), opts.Identity, opts.TTL); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

@@ -27,6 +27,14 @@ func TestConformance(t *testing.T) {
 		return w
 	})
 	t.Run("PublishTogether", func(t *testing.T) { registrytest.RunPublishTogether(t, factory) })
+	registrytest.RunInstances(t, func(t *testing.T, id registry.Identity, ttl time.Duration) (registry.Registry, error) {
+		r, err := store.Open(memory.Options{Identity: id, TTL: ttl})
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		return r, nil
+	})
 }
 
 // events is a registry.Handler that passes each call on a channel.

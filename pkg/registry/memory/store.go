@@ -44,8 +44,10 @@ type clusterSet struct {
 // its records after the last one closed.
 type member struct {
 	cluster registry.Cluster
-	open    int
-	expiry  *time.Timer
+	// instance is registry.Identity.Instance of its last open.
+	instance string
+	open     int
+	expiry   *time.Timer
 }
 
 // set returns the clusterset named id, made on first use. s.mu is held.
@@ -64,9 +66,13 @@ func (s *Store) set(id string) *clusterSet {
 }
 
 // join makes cluster live in cs, or keeps it live if it still is (reopened
-// within its TTL: its records and Since stay). s.mu is held.
-func (s *Store) join(cs *clusterSet, id registry.Identity, ttl time.Duration) {
+// within its TTL: its records and Since stay), unless it lives under
+// another instance. s.mu is held.
+func (s *Store) join(cs *clusterSet, id registry.Identity, ttl time.Duration) error {
 	m := cs.members[id.Cluster]
+	if m != nil && id.OtherInstance(m.instance) {
+		return id.InUseBy(m.instance, m.cluster.Since)
+	}
 	if m != nil && m.expiry != nil {
 		m.expiry.Stop()
 		m.expiry = nil
@@ -76,7 +82,11 @@ func (s *Store) join(cs *clusterSet, id registry.Identity, ttl time.Duration) {
 		cs.members[id.Cluster] = m
 		cs.deliver(registry.Update{Clusters: []registry.Cluster{m.cluster}})
 	}
+	if id.Instance != "" {
+		m.instance = id.Instance
+	}
 	m.open++
+	return nil
 }
 
 // leave closes one of cluster's Registries; after the last, its records
