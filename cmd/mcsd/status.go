@@ -57,7 +57,8 @@ JSON output (-o json) is one object; fields are only ever added:
               import: type, ports[], clusters[] (oldest export first), published
               exports[]: cluster, rank (1 wins conflicts), type, ports[],
                          endpoints: total, ready, updated
-              conflict: winner, reasons[], message
+              conflict: winner (oldest export), winners (reason: cluster),
+                        reasons[], message
   local:      cluster,
               exports[]: namespace, name, conditions[] (type, status, reason,
                          message, lastTransitionTime), inRegistry

@@ -57,6 +57,14 @@ type Conflict struct {
 	// and (up to a few of) the clusters that disagree; empty without
 	// conflicts.
 	Message string
+	// Winners names, for each reason raised, the cluster whose value the
+	// import uses: the oldest export that carries the field (an export
+	// without it, such as the AWS controller's, takes no part). The
+	// import's ports are the union of all exports', a port in conflict the
+	// oldest export's with it: PortConflict has a winner only when one
+	// cluster's ports won every conflict on a value (not for a port some
+	// cluster lacks, or an unnamed port dropped). Nil without conflicts.
+	Winners map[mcsv1beta1.ServiceExportConditionReason]string
 }
 
 // Status is True when any conflict was raised.
@@ -112,7 +120,7 @@ func Merge(exports []registry.Export) Result {
 	}
 	var (
 		res   Result
-		notes = map[mcsv1beta1.ServiceExportConditionReason][]string{}
+		notes = conflictNotes{notes: map[mcsv1beta1.ServiceExportConditionReason][]string{}}
 	)
 	res.Clusters = make([]string, len(ex))
 	for i, e := range ex {
@@ -122,7 +130,8 @@ func Merge(exports []registry.Export) Result {
 	// Ports.
 	u := unionPorts(ex)
 	res.Spec.Ports = u.servicePorts()
-	notes[mcsv1beta1.ServiceExportReasonPortConflict] = u.notes()
+	notes.notes[mcsv1beta1.ServiceExportReasonPortConflict] = u.notes()
+	notes.win(mcsv1beta1.ServiceExportReasonPortConflict, u.winner())
 	res.Served = make(map[string][]string, len(ex))
 	for _, e := range ex {
 		res.Served[e.Cluster] = u.served(e)
@@ -131,7 +140,7 @@ func Merge(exports []registry.Export) Result {
 	// Type.
 	typ, n := resolve(ex, "type", exportType, eq, quote)
 	res.Spec.Type = mcsv1beta1.ServiceImportType(typ)
-	addNote(notes, mcsv1beta1.ServiceExportReasonTypeConflict, n)
+	notes.add(mcsv1beta1.ServiceExportReasonTypeConflict, n, ex)
 
 	// The other fields are compared among the exports that carry them
 	// (informed).
@@ -141,7 +150,7 @@ func Merge(exports []registry.Export) Result {
 	// only compared) when affinity is ClientIP.
 	affinity, n := resolve(known, "sessionAffinity", sessionAffinity, eq, quote)
 	res.Spec.SessionAffinity = affinity
-	addNote(notes, mcsv1beta1.ServiceExportReasonSessionAffinityConflict, n)
+	notes.add(mcsv1beta1.ServiceExportReasonSessionAffinityConflict, n, known)
 	if affinity == corev1.ServiceAffinityClientIP {
 		clientIP := slices.DeleteFunc(slices.Clone(known), func(e registry.Export) bool {
 			return sessionAffinity(e) != corev1.ServiceAffinityClientIP
@@ -150,26 +159,26 @@ func Merge(exports []registry.Export) Result {
 		res.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{
 			ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &timeout},
 		}
-		addNote(notes, mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict, n)
+		notes.add(mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict, n, clientIP)
 	}
 
 	// Exported labels and annotations.
 	labels, n := resolve(known, "exportedLabels", exportedLabels, mapsEqual, formatMap)
 	res.Labels = cloneMap(labels)
-	addNote(notes, mcsv1beta1.ServiceExportReasonLabelsConflict, n)
+	notes.add(mcsv1beta1.ServiceExportReasonLabelsConflict, n, known)
 	annotations, n := resolve(known, "exportedAnnotations", exportedAnnotations, mapsEqual, formatMap)
 	res.Annotations = cloneMap(annotations)
-	addNote(notes, mcsv1beta1.ServiceExportReasonAnnotationsConflict, n)
+	notes.add(mcsv1beta1.ServiceExportReasonAnnotationsConflict, n, known)
 
 	// Traffic policy and distribution.
 	itp, n := resolve(known, "internalTrafficPolicy", internalTrafficPolicy, eq, quote)
 	res.Spec.InternalTrafficPolicy = &itp
-	addNote(notes, mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, n)
+	notes.add(mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, n, known)
 	td, n := resolve(known, "trafficDistribution", trafficDistribution, eq, formatTrafficDistribution)
 	if td != "" {
 		res.Spec.TrafficDistribution = &td
 	}
-	addNote(notes, mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, n)
+	notes.add(mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, n, known)
 
 	// IP families: the list of the oldest export that has one, in its
 	// order (an export without, such as the AWS controller's without
@@ -192,20 +201,21 @@ func Merge(exports []registry.Export) Result {
 			}
 		}
 		if len(lacking) > 0 {
-			addNote(notes, mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+			notes.add(mcsv1beta1.ServiceExportReasonIPFamilyConflict,
 				conflictNote("ipFamilies", formatFamilies(families), withFamilies[0].Cluster, "oldest export", lacking)+
-					"; "+joinFamilies(slices.Compact(sortedFamilies(partial)))+" not exported by every cluster")
+					"; "+joinFamilies(slices.Compact(sortedFamilies(partial)))+" not exported by every cluster", withFamilies)
 		}
 	}
 
 	var msg []string
 	for _, r := range conditions.ConflictReasons {
-		if len(notes[r]) > 0 {
+		if len(notes.notes[r]) > 0 {
 			res.Conflict.Reasons = append(res.Conflict.Reasons, r)
-			msg = append(msg, notes[r]...)
+			msg = append(msg, notes.notes[r]...)
 		}
 	}
 	res.Conflict.Message = conditions.Cap(strings.Join(msg, ". "), maxMessageLen)
+	res.Conflict.Winners = notes.winners
 	return res
 }
 
@@ -254,10 +264,32 @@ func resolve[T any](ex []registry.Export, field string, get func(registry.Export
 	return win, conflictNote(field, format(win), ex[0].Cluster, "oldest export", diffs)
 }
 
-func addNote(notes map[mcsv1beta1.ServiceExportConditionReason][]string, r mcsv1beta1.ServiceExportConditionReason, note string) {
-	if note != "" {
-		notes[r] = append(notes[r], note)
+// conflictNotes gathers Merge's notes by reason, and the winner of each
+// reason decided by one field.
+type conflictNotes struct {
+	notes   map[mcsv1beta1.ServiceExportConditionReason][]string
+	winners map[mcsv1beta1.ServiceExportConditionReason]string // nil without conflicts
+}
+
+// add notes a conflict of reason r, unless note is empty; its winner is
+// the oldest of the exports compared, ex.
+func (c *conflictNotes) add(r mcsv1beta1.ServiceExportConditionReason, note string, ex []registry.Export) {
+	if note == "" {
+		return
 	}
+	c.notes[r] = append(c.notes[r], note)
+	c.win(r, ex[0].Cluster)
+}
+
+// win records cluster as the winner of reason r, unless cluster is "".
+func (c *conflictNotes) win(r mcsv1beta1.ServiceExportConditionReason, cluster string) {
+	if cluster == "" {
+		return
+	}
+	if c.winners == nil {
+		c.winners = map[mcsv1beta1.ServiceExportConditionReason]string{}
+	}
+	c.winners[r] = cluster
 }
 
 // Field accessors: each returns the value with Kubernetes defaults applied,

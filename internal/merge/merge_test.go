@@ -660,6 +660,45 @@ func TestMergePorts(t *testing.T) {
 	}
 }
 
+// TestMergePortConflictWinner: PortConflict has a winner only when one
+// cluster's ports won every conflict on a value.
+func TestMergePortConflictWinner(t *testing.T) {
+	tests := []struct {
+		name    string
+		exports []registry.Export
+		want    string // "" for none
+	}{{
+		name:    "one port's number: the oldest export with it",
+		exports: []registry.Export{export("c1", 1, ports(rp("http", tcp, 80))), export("c2", 2, ports(rp("http", tcp, 8080)))},
+		want:    "c1",
+	}, {
+		name: "a newer cluster's port wins over a newest one",
+		exports: []registry.Export{export("c1", 1, ports(rp("http", tcp, 80))), export("c2", 2, ports(rp("http", tcp, 80), rp("grpc", tcp, 9090))),
+			export("c3", 3, ports(rp("http", tcp, 80), rp("grpc", tcp, 9091)))},
+		want: "c2",
+	}, {
+		name: "ports of two clusters won",
+		exports: []registry.Export{export("c1", 1, ports(rp("http", tcp, 80))), export("c2", 2, ports(rp("http", tcp, 8080), rp("grpc", tcp, 9090))),
+			export("c3", 3, ports(rp("http", tcp, 80), rp("grpc", tcp, 9091)))},
+	}, {
+		name:    "a port some cluster lacks: no value lost",
+		exports: []registry.Export{export("c1", 1, ports(rp("http", tcp, 80))), export("c2", 2, ports(rp("http", tcp, 80), rp("grpc", tcp, 9090)))},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, in := range permutations(tt.exports) {
+				c := Merge(in).Conflict
+				if len(c.Reasons) == 0 || c.Reasons[0] != portConflict {
+					t.Fatalf("reasons %v, want a PortConflict", c.Reasons)
+				}
+				if got := c.Winners[portConflict]; got != tt.want {
+					t.Errorf("PortConflict winner %q, want %q (%s)", got, tt.want, c.Message)
+				}
+			}
+		})
+	}
+}
+
 func TestMergePortNotesCapped(t *testing.T) {
 	var older, newer []registry.Port
 	for i := range int32(10) {
@@ -784,6 +823,8 @@ func TestMergeManyConflicts(t *testing.T) {
 				`internalTrafficPolicy: using "Cluster" from cluster "west" (oldest export); cluster "east" has "Local"`,
 				`ipFamilies: using [IPv4, IPv6] from cluster "west" (oldest export); cluster "east" has [IPv4], cluster "north" has [IPv4]; IPv6 not exported by every cluster`,
 			}, ". "),
+			Winners: map[mcsv1beta1.ServiceExportConditionReason]string{typeConflict: "west", affinityConflict: "west",
+				labelsConflict: "west", trafficPolicyConflict: "west", ipFamilyConflict: "west"},
 		},
 	}
 	for _, p := range permutations(exports) {
@@ -990,7 +1031,9 @@ func TestMergePartialExport(t *testing.T) {
 		want       mcsv1beta1.ServiceImportSpec
 		wantLabels map[string]string
 		reasons    reasons
-		served     map[string][]string
+		// winners: of each reason but ports, the cluster whose value is used
+		winners map[mcsv1beta1.ServiceExportConditionReason]string
+		served  map[string][]string
 	}{{
 		name:       "the partial export oldest: the other's fields, no conflict",
 		exports:    []registry.Export{partial("aws", 1), export("c2", 2, full...)},
@@ -1015,6 +1058,7 @@ func TestMergePartialExport(t *testing.T) {
 		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 8080)},
 			SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{ipv4}, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
 		reasons: reasons{portConflict},
+		winners: map[mcsv1beta1.ServiceExportConditionReason]string{portConflict: "aws"},
 		served:  map[string][]string{"aws": {"http"}, "c2": nil},
 	}, {
 		name:    "its type still conflicts",
@@ -1022,6 +1066,7 @@ func TestMergePartialExport(t *testing.T) {
 		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
 			SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{ipv4}, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
 		reasons: reasons{typeConflict},
+		winners: map[mcsv1beta1.ServiceExportConditionReason]string{typeConflict: "aws"},
 		served:  map[string][]string{"aws": {"http"}, "c2": {"http"}},
 	}, {
 		name:    "the exports that carry a field still conflict on it",
@@ -1029,7 +1074,18 @@ func TestMergePartialExport(t *testing.T) {
 		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
 			SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{ipv6}, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
 		reasons: reasons{portConflict, ipFamilyConflict},
+		winners: map[mcsv1beta1.ServiceExportConditionReason]string{portConflict: "aws", ipFamilyConflict: "c2"},
 		served:  map[string][]string{"aws": {"http"}, "c2": {"http"}, "c3": {"http"}},
+	}, {
+		name: "the oldest export that carries a field wins it, not the partial oldest",
+		exports: []registry.Export{partial("aws", 1), export("c2", 2, labels(map[string]string{"tier": "web"})),
+			export("c3", 3, labels(map[string]string{"tier": "api"}))},
+		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
+			SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{ipv4}, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
+		wantLabels: map[string]string{"tier": "web"},
+		reasons:    reasons{labelsConflict},
+		winners:    map[mcsv1beta1.ServiceExportConditionReason]string{labelsConflict: "c2"},
+		served:     map[string][]string{"aws": {"http"}, "c2": {"http"}, "c3": {"http"}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1043,6 +1099,9 @@ func TestMergePartialExport(t *testing.T) {
 				}
 				if d := cmp.Diff(tt.reasons, got.Conflict.Reasons); d != "" {
 					t.Errorf("conflict reasons (-want +got):\n%s\nmessage: %s", d, got.Conflict.Message)
+				}
+				if d := cmp.Diff(tt.winners, got.Conflict.Winners); d != "" {
+					t.Errorf("conflict winners (-want +got):\n%s", d)
 				}
 				if d := cmp.Diff(tt.served, got.Served); d != "" {
 					t.Errorf("served (-want +got):\n%s", d)

@@ -193,6 +193,23 @@ func (u portUnion) notes() []string {
 	return notes
 }
 
+// winner is the cluster whose ports won every port conflict on a value,
+// when one did; "" when none was on a value (a port some cluster lacks, an
+// unnamed port dropped) or ports of several clusters won.
+func (u portUnion) winner() string {
+	w := ""
+	for _, ip := range u.ports {
+		if len(ip.diffs) == 0 {
+			continue
+		}
+		if w != "" && w != ip.origin {
+			return ""
+		}
+		w = ip.origin
+	}
+	return w
+}
+
 // setNote describes a port not every cluster exports, seen from the oldest
 // export: other clusters lack a port it has, or a newer cluster adds one it
 // lacks.

@@ -142,6 +142,12 @@ func buildService(key registry.ServiceKey, exports []registry.Export, endpoints 
 		c := &Conflict{Winner: res.Clusters[0], Reasons: []string{}, Message: res.Conflict.Message}
 		for _, reason := range res.Conflict.Reasons {
 			c.Reasons = append(c.Reasons, string(reason))
+			if w, ok := res.Conflict.Winners[reason]; ok {
+				if c.Winners == nil {
+					c.Winners = map[string]string{}
+				}
+				c.Winners[string(reason)] = w
+			}
 		}
 		svc.Conflict = c
 	}

@@ -94,7 +94,7 @@ func (p *printer) services(services []Service) {
 		for _, s := range services {
 			conflict := "-"
 			if c := s.Conflict; c != nil {
-				conflict = fmt.Sprintf("%s (%s wins)", strings.Join(c.Reasons, ","), c.Winner)
+				conflict = c.summary()
 			}
 			t.row(s.Namespace+"/"+s.Name, s.Import.Type, ports(s.Import.Ports), list(s.Import.Clusters), p.ago(s.Import.Published), conflict)
 		}
@@ -130,7 +130,7 @@ func (p *printer) conflicts(services []Service) {
 		t.row("CONFLICT", "WINNER", "REASONS", "MESSAGE")
 		for _, s := range services {
 			if c := s.Conflict; c != nil {
-				t.row(s.Namespace+"/"+s.Name, c.Winner, strings.Join(c.Reasons, ","), c.Message)
+				t.row(s.Namespace+"/"+s.Name, c.winnersCell(), strings.Join(c.Reasons, ","), c.Message)
 			}
 		}
 	})
@@ -302,4 +302,59 @@ func yesNo(v bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// byWinner groups c's reasons by the cluster that won them, in the order of
+// the reasons; the reasons without a winner come last, under "".
+func (c *Conflict) byWinner() (winners []string, reasons map[string][]string) {
+	reasons = map[string][]string{}
+	for _, r := range c.Reasons {
+		w := c.Winners[r]
+		if _, ok := reasons[w]; !ok && w != "" {
+			winners = append(winners, w)
+		}
+		reasons[w] = append(reasons[w], r)
+	}
+	if len(reasons[""]) > 0 {
+		winners = append(winners, "")
+	}
+	return winners, reasons
+}
+
+// summary is c's reasons, each group with the cluster that won it:
+// "PortConflict,TypeConflict (c1 wins); LabelsConflict (c2 wins)".
+func (c *Conflict) summary() string {
+	winners, reasons := c.byWinner()
+	parts := make([]string, 0, len(winners))
+	for _, w := range winners {
+		part := strings.Join(reasons[w], ",")
+		if w != "" {
+			part += " (" + w + " wins)"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// winnersCell names the cluster that won c's reasons, or, when they differ,
+// each with its reasons: "c1 (PortConflict), c2 (LabelsConflict)". "-"
+// when no reason has a winner.
+func (c *Conflict) winnersCell() string {
+	winners, reasons := c.byWinner()
+	named := slices.DeleteFunc(slices.Clone(winners), func(w string) bool { return w == "" })
+	switch {
+	case len(named) == 0:
+		return "-"
+	case len(winners) == 1:
+		return named[0]
+	}
+	parts := make([]string, 0, len(winners))
+	for _, w := range winners {
+		name := w
+		if w == "" {
+			name = "none"
+		}
+		parts = append(parts, name+" ("+strings.Join(reasons[w], ",")+")")
+	}
+	return strings.Join(parts, ", ")
 }

@@ -137,8 +137,13 @@ type Endpoints struct {
 
 // Conflict is the disagreement of a Service's exports.
 type Conflict struct {
-	// Winner is the cluster of the oldest export, whose values are used.
+	// Winner is the cluster of the oldest export, whose values are used
+	// where it carries them: Winners says whose, reason by reason.
 	Winner string `json:"winner"`
+	// Winners maps each reason to the cluster whose value the import uses
+	// (merge.Conflict.Winners); a PortConflict whose ports came from
+	// several clusters, or that lost no value, has none.
+	Winners map[string]string `json:"winners,omitempty"`
 	// Reasons are the mcs-api conflict reasons, e.g. PortConflict.
 	Reasons []string `json:"reasons"`
 	// Message is the Conflict condition message every export carries.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -155,8 +156,13 @@ func etcdConflict() Input {
 
 // cloudMap is a clusterset on Cloud Map, limited to one namespace: two mcsd
 // clusters with heartbeats, one overdue, and a cluster of the AWS
-// controller without one.
+// controller without one, whose export, the oldest, carries no labels:
+// the mcsd clusters' conflict on them is won by the older of the two.
 func cloudMap() Input {
+	labelled := func(s registry.ServiceSpec, tier string) registry.ServiceSpec {
+		s.ExportedLabels = map[string]string{"tier": tier}
+		return s
+	}
 	return Input{
 		ClusterSet: "prod",
 		Namespace:  "shop",
@@ -168,8 +174,9 @@ func cloudMap() Input {
 				{ID: "aws"},
 			},
 			Exports: []registry.Export{
-				{Cluster: "east", Service: web, Spec: spec(registry.ClusterSetIP, port("http", 80)), Order: 1700000000000},
-				{Cluster: "aws", Service: web, Spec: spec(registry.ClusterSetIP, port("http", 80)), Order: 1700000000000},
+				{Cluster: "east", Service: web, Spec: labelled(spec(registry.ClusterSetIP, port("http", 80)), "web"), Order: 1700000000000},
+				{Cluster: "aws", Service: web, Spec: spec(registry.ClusterSetIP, port("http", 80)), Order: 1700000000000, Partial: true},
+				{Cluster: "west", Service: web, Spec: labelled(spec(registry.ClusterSetIP, port("http", 8080)), "api"), Order: 1700000000700},
 				{Cluster: "west", Service: db, Spec: spec(registry.ClusterSetIP, port("pg", 5432)), Order: 1700000000500},
 			},
 			Endpoints: []registry.Endpoints{
@@ -233,6 +240,11 @@ func TestBuild(t *testing.T) {
 	web := r.Services[1]
 	if web.Name != "web" || web.Conflict == nil || web.Conflict.Winner != "c1" || web.Exports[0].Cluster != "c1" || web.Exports[0].Rank != 1 {
 		t.Errorf("shop/web = %+v, want c1 first and winning the conflict", web)
+	}
+	cm := Build(cloudMap()).Services[0]
+	if d := cmp.Diff(&Conflict{Winner: "aws", Winners: map[string]string{"PortConflict": "aws", "LabelsConflict": "east"}}, cm.Conflict,
+		cmpopts.IgnoreFields(Conflict{}, "Reasons", "Message")); d != "" {
+		t.Errorf("shop/web's conflict on Cloud Map (-want +got):\n%s", d)
 	}
 	if got, want := web.Import.Published, ago(15*time.Second); !got.Equal(want) {
 		t.Errorf("shop/web published %s, want the latest endpoints update %s", got, want)
