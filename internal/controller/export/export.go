@@ -284,19 +284,15 @@ func (r *Reconciler) applyRecords(ctx context.Context, s *scope) error {
 }
 
 // unreachable returns why the registry cannot be read, as the View
-// reports it, or nil: nil too before the View's first report, and when
-// the registry answers but refuses this identity its reads (a grant that
-// lets it write may still be in place: the write is tried, and its own
-// error said).
+// reports it, or nil: nil too before the View's first report.
 func (r *Reconciler) unreachable() error {
 	if r.View == nil {
 		return nil
 	}
-	connected, err := r.View.Connected()
-	if connected || err == nil || errors.Is(err, registry.ErrForbidden) {
-		return nil
+	if connected, err := r.View.Connected(); !connected && err != nil {
+		return fmt.Errorf("unreachable, not written until it is back: %w", err)
 	}
-	return fmt.Errorf("unreachable, not written until it is back: %w", err)
+	return nil
 }
 
 // ignoreRefused is err, but nil for errRefused: a refused export is not
