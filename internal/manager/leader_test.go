@@ -17,8 +17,10 @@ import (
 	"github.com/go-logr/logr/funcr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -122,7 +124,7 @@ func TestLeaseHeldUntilTheControllersStop(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		err := runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, &health{})
+		err := runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, &health{}, "")
 		returned.Store(true)
 		done <- err
 	}()
@@ -172,7 +174,7 @@ func TestIdentityChangeIsNoLossOfLeadership(t *testing.T) {
 		logged = append(logged, args)
 	}, funcr.Options{})
 	ctx := logr.NewContext(t.Context(), log)
-	err := runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, &health{})
+	err := runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, &health{}, "")
 	if !errors.Is(err, errIdentityChanged) {
 		t.Errorf("runWithLeadership = %v, want errIdentityChanged", err)
 	}
@@ -211,7 +213,7 @@ func TestLeaderNotReadyUntilItWorks(t *testing.T) {
 	h := &health{}
 	done := make(chan error, 1)
 	go func() {
-		done <- runWithLeadership(t.Context(), opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, h)
+		done <- runWithLeadership(t.Context(), opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, h, "")
 	}()
 	select {
 	case <-opening:
@@ -224,5 +226,53 @@ func TestLeaderNotReadyUntilItWorks(t *testing.T) {
 	close(release)
 	if err := <-done; err == nil {
 		t.Error("runWithLeadership = nil with a registry that cannot be opened")
+	}
+}
+
+// TestStandbyNotReadyWhileIDInUse: a replica whose last try found the
+// cluster id in use by another cluster is not ready while it waits for the
+// lease; one without is.
+func TestStandbyNotReadyWhileIDInUse(t *testing.T) {
+	for _, inUse := range []string{"", "cluster id in use by another cluster: …"} {
+		// Another replica holds the lease for the whole test.
+		holder := "other"
+		ls := &leaseServer{lease: &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder,
+			LeaseDurationSeconds: ptr.To[int32](3600), RenewTime: &metav1.MicroTime{Time: time.Now()}, AcquireTime: &metav1.MicroTime{Time: time.Now()}}}}
+		ls.lease.Name, ls.lease.Namespace, ls.lease.ResourceVersion = "mcsd-leader", "mcsd-system", "1"
+		srv := httptest.NewServer(ls)
+		opts := Options{
+			RESTConfig:     &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}},
+			LeaderElection: true,
+			OpenRegistry: func(context.Context, registry.Identity) (registry.Registry, error) {
+				return nil, errors.New("led while another replica holds the lease")
+			},
+		}
+		if err := opts.defaults(); err != nil {
+			t.Fatal(err)
+		}
+		h := &health{}
+		h.notReady("starting")
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, h, inUse)
+		}()
+		// The standby's readiness is set before it tries for the lease.
+		deadline := time.Now().Add(10 * time.Second)
+		for h.check() != nil && h.check().Error() == "starting" && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		err := h.check()
+		switch {
+		case inUse == "" && err != nil:
+			t.Errorf("standby: /readyz %v, want ok", err)
+		case inUse != "" && (err == nil || err.Error() != inUse):
+			t.Errorf("standby after the id was in use: /readyz %v, want %q", err, inUse)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runWithLeadership: %v", err)
+		}
+		srv.Close()
 	}
 }

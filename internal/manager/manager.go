@@ -159,7 +159,6 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer stop()
-	instance := readInstance(ctx, direct)
 	var inUse string // the last ErrClusterIDInUse logged
 	for {
 		h.notReady("waiting for the cluster identity (ClusterProperties cluster.clusterset.k8s.io and clusterset.k8s.io)")
@@ -167,9 +166,9 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return err
 		}
-		id.Instance = instance
+		id.Instance = readInstance(ctx, direct)
 		log.Info("cluster identity", "cluster", id.Cluster, "clusterSet", id.ClusterSet, "instance", id.Instance)
-		err = runWithLeadership(ctx, opts, api, id, h)
+		err = runWithLeadership(ctx, opts, api, id, h, inUse)
 		switch {
 		case errors.Is(err, errIdentityChanged):
 			log.Info("cluster identity changed, restarting controllers")
@@ -200,6 +199,8 @@ func Run(ctx context.Context, opts Options) error {
 // of its kube-system namespace. Empty, and said, when it cannot be read:
 // the registry then cannot tell the two apart.
 func readInstance(ctx context.Context, c client.Reader) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	uid, err := clusterid.Instance(ctx, c)
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).Info("Cannot read the kube-system namespace; another cluster given this cluster's id would not be detected", "reason", err.Error())
@@ -260,12 +261,21 @@ func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration, 
 	}
 }
 
-func runWithLeadership(ctx context.Context, opts Options, api apiClients, id registry.Identity, h *health) error {
+// runWithLeadership runs the controllers, under leader election if opts
+// ask for it. inUse is the error of the last try, when the cluster id was
+// in use by another cluster: until this replica leads, it is not ready for
+// that reason (otherwise a standby is).
+func runWithLeadership(ctx context.Context, opts Options, api apiClients, id registry.Identity, h *health, inUse string) error {
 	if !opts.LeaderElection {
 		return runControllers(ctx, opts, api, id, h)
 	}
 	// A standby replica is healthy and ready: it takes over when the leader goes.
-	h.set(func() error { return nil })
+	h.set(func() error {
+		if inUse != "" {
+			return errors.New(inUse)
+		}
+		return nil
+	})
 	log := logr.FromContextOrDiscard(ctx)
 	hostname, _ := os.Hostname()
 	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, opts.LeaderElectionNamespace,

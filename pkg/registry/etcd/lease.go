@@ -23,6 +23,24 @@ const maxTxnOps = 64
 // of the cluster's records is not attached yet. A restart within the TTL
 // writes nothing.
 func (b *Backend) start(ctx context.Context) error {
+	for tries := 1; ; tries++ {
+		err := b.startOnce(ctx)
+		if !errors.Is(err, errAliveRaced) || tries == 3 {
+			return err
+		}
+		// Another process wrote the cluster's alive record meanwhile: its
+		// records are read again (another cluster given this id is then
+		// refused; another replica of this one shares the lease).
+		b.lease = clientv3.NoLease
+		clear(b.stored)
+	}
+}
+
+// errAliveRaced: the cluster's alive record changed between start's read
+// and its write.
+var errAliveRaced = errors.New("alive record written by another process during start")
+
+func (b *Backend) startOnce(ctx context.Context) error {
 	own := b.opts.Identity.Cluster
 	resp, err := b.cli.Get(ctx, b.keys.cluster(own), clientv3.WithPrefix())
 	if err != nil {
@@ -31,10 +49,12 @@ func (b *Backend) start(ctx context.Context) error {
 	aliveKey := b.keys.alive(own)
 	var oldLease clientv3.LeaseID
 	var prev aliveValue
+	var aliveRev int64 // 0: no alive record
 	for _, kv := range resp.Kvs {
 		if string(kv.Key) == aliveKey {
 			oldLease = clientv3.LeaseID(kv.Lease)
 			prev, _ = decodeAlive(string(kv.Value))
+			aliveRev = kv.ModRevision
 		}
 	}
 	// The old lease is reused if it lives and has the TTL asked for.
@@ -119,7 +139,9 @@ func (b *Backend) start(ctx context.Context) error {
 	for _, k := range writes {
 		ops = append(ops, clientv3.OpPut(k, b.stored[k], clientv3.WithLease(b.lease)))
 	}
-	rev, err := b.commit(ctx, ops)
+	// The alive record must be the one read: two processes starting at
+	// once for one cluster id must not both take it.
+	rev, err := b.commit(ctx, ops, clientv3.Compare(clientv3.ModRevision(aliveKey), "=", aliveRev))
 	if err != nil {
 		return fmt.Errorf("attach records to lease: %w", err)
 	}
@@ -247,6 +269,20 @@ func (b *Backend) checkLease(id clientv3.LeaseID) error {
 // renewLeaseLocked replaces a lost lease: it grants a new one and writes
 // again everything this backend has stored.
 func (b *Backend) renewLeaseLocked(ctx context.Context) error {
+	// While this backend's lease was lost, another Kubernetes cluster given
+	// this id may have started under it: its records are not overwritten.
+	aliveKey := b.keys.alive(b.opts.Identity.Cluster)
+	resp, err := b.cli.Get(ctx, aliveKey)
+	if err != nil {
+		return fmt.Errorf("read alive record: %w", err)
+	}
+	var aliveRev int64
+	if len(resp.Kvs) > 0 {
+		aliveRev = resp.Kvs[0].ModRevision
+		if prev, _ := decodeAlive(string(resp.Kvs[0].Value)); b.opts.Identity.OtherInstance(prev.Instance) {
+			return b.opts.Identity.InUseBy(prev.Instance, prev.Since)
+		}
+	}
 	grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
 	if err != nil {
 		return fmt.Errorf("grant lease: %w", err)
@@ -256,7 +292,7 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.stored[b.keys.alive(b.opts.Identity.Cluster)] = alive
+	b.stored[aliveKey] = alive
 	keys := make([]string, 0, len(b.stored))
 	for k := range b.stored {
 		keys = append(keys, k)
@@ -269,7 +305,7 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 		ops = append(ops, clientv3.OpPut(k, b.stored[k], clientv3.WithLease(grant.ID)))
 	}
 	b.own.setLease(grant.ID)
-	rev, err := b.commit(ctx, ops)
+	rev, err := b.commit(ctx, ops, clientv3.Compare(clientv3.ModRevision(aliveKey), "=", aliveRev))
 	if err != nil {
 		return fmt.Errorf("write records again: %w", err)
 	}
@@ -284,12 +320,19 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 // commit writes ops in transactions of at most maxTxnOps, and returns the
 // revision of the first (0 when there was nothing to write): every write
 // is at that revision or later.
-func (b *Backend) commit(ctx context.Context, ops []clientv3.Op) (int64, error) {
+func (b *Backend) commit(ctx context.Context, ops []clientv3.Op, firstIf ...clientv3.Cmp) (int64, error) {
 	var first int64
 	for chunk := range slices.Chunk(ops, maxTxnOps) {
-		resp, err := b.cli.Txn(ctx).Then(chunk...).Commit()
+		txn := b.cli.Txn(ctx)
+		if first == 0 && len(firstIf) > 0 {
+			txn = txn.If(firstIf...)
+		}
+		resp, err := txn.Then(chunk...).Commit()
 		if err != nil {
 			return 0, err
+		}
+		if !resp.Succeeded {
+			return 0, errAliveRaced
 		}
 		if first == 0 {
 			first = resp.Header.Revision

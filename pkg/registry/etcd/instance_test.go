@@ -1,0 +1,89 @@
+package etcd_test
+
+import (
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
+)
+
+// TestLeaseLostWhileAnotherClusterTookTheID: east's backend loses its
+// lease in a partition longer than its TTL, and another Kubernetes cluster
+// given east's id starts meanwhile. When the partition ends, east's backend
+// does not take the id back: the other's alive record and export stay, and
+// east's backend says why.
+func TestLeaseLostWhileAnotherClusterTookTheID(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	proxy := newSwitchProxy(t, hostOf(t, srv.ClientURL()))
+	var (
+		mu   sync.Mutex
+		logs []string
+	)
+	logged := func(s string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range logs {
+			if strings.Contains(l, s) {
+				return true
+			}
+		}
+		return false
+	}
+	ctx := logr.NewContext(t.Context(), funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs = append(logs, prefix+" "+args)
+	}, funcr.Options{}))
+	const set = "tookid"
+	east, err := etcd.New(ctx, etcd.Options{Identity: registry.Identity{ClusterSet: set, Cluster: "east", Instance: "uid-first"},
+		Endpoints: []string{proxy.url()}, Prefix: prefix, TTL: 2 * time.Second, DialTimeout: time.Second, RequestTimeout: time.Second})
+	must(t, err)
+	t.Cleanup(func() { _ = east.Close() })
+	putWeb(t, east)
+	rec := registrytest.StartWatch(t, openWatcher(t, srv.ClientURL(), registry.Identity{ClusterSet: set}))
+	rid := registry.RecordID{Cluster: "east", Service: web}
+	rec.WaitFor(t, 15*time.Second, "east's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[rid]
+		return ok
+	})
+
+	// The partition: east's lease expires.
+	proxy.switchTo("127.0.0.1:1")
+	rec.WaitFor(t, 15*time.Second, "east expired", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, live := v.Clusters["east"]
+		return !live
+	})
+	other := open(t, srv.ClientURL(), registry.Identity{ClusterSet: set, Cluster: "east", Instance: "uid-other"})
+	must(t, other.PutExport(t.Context(), web, spec2))
+	rec.WaitFor(t, 15*time.Second, "the other cluster's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		return v.Exports[rid].Spec.Ports != nil && v.Exports[rid].Spec.Ports[0].Port == spec2.Ports[0].Port
+	})
+
+	// The partition ends: east's backend finds the id taken, and says so.
+	proxy.switchTo(hostOf(t, srv.ClientURL()))
+	poll.Until(t, 20*time.Second, "east's backend to find its id in use", func() (bool, string) {
+		return logged("in use by another cluster"), "not logged yet"
+	})
+	v := rec.View()
+	if x, ok := v.Exports[rid]; !ok || x.Spec.Ports[0].Port != spec2.Ports[0].Port {
+		t.Errorf("the other cluster's export after east's backend came back: %+v (present: %t)", x, ok)
+	}
+	if _, live := v.Clusters["east"]; !live {
+		t.Error("the other cluster is no longer live")
+	}
+	resp, err := client(t, srv.ClientURL()).Get(t.Context(), prefix+"/"+set+"/clusters/east/alive")
+	must(t, err)
+	if len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), `"instance":"uid-other"`) {
+		t.Errorf("east's alive record: %v, want the other cluster's", resp.Kvs)
+	}
+}
