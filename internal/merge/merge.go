@@ -138,24 +138,28 @@ func Merge(exports []registry.Export) Result {
 	}
 
 	// Type.
-	typ, n := resolve(ex, "type", exportType, eq, quote)
+	typ, n := resolve(ex, oldestExport, "type", exportType, eq, quote)
 	res.Spec.Type = mcsv1beta1.ServiceImportType(typ)
 	notes.add(mcsv1beta1.ServiceExportReasonTypeConflict, n, ex)
 
 	// The other fields are compared among the exports that carry them
 	// (informed).
 	known := informed(ex)
+	knownWhy := oldestExport
+	if len(known) < len(ex) {
+		knownWhy = "oldest export that carries it"
+	}
 
 	// Session affinity and its config. The config is only meaningful (and
 	// only compared) when affinity is ClientIP.
-	affinity, n := resolve(known, "sessionAffinity", sessionAffinity, eq, quote)
+	affinity, n := resolve(known, knownWhy, "sessionAffinity", sessionAffinity, eq, quote)
 	res.Spec.SessionAffinity = affinity
 	notes.add(mcsv1beta1.ServiceExportReasonSessionAffinityConflict, n, known)
 	if affinity == corev1.ServiceAffinityClientIP {
 		clientIP := slices.DeleteFunc(slices.Clone(known), func(e registry.Export) bool {
 			return sessionAffinity(e) != corev1.ServiceAffinityClientIP
 		})
-		timeout, n := resolve(clientIP, "sessionAffinityConfig", clientIPTimeout, eq, formatTimeout)
+		timeout, n := resolve(clientIP, knownWhy, "sessionAffinityConfig", clientIPTimeout, eq, formatTimeout)
 		res.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{
 			ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &timeout},
 		}
@@ -163,18 +167,18 @@ func Merge(exports []registry.Export) Result {
 	}
 
 	// Exported labels and annotations.
-	labels, n := resolve(known, "exportedLabels", exportedLabels, mapsEqual, formatMap)
+	labels, n := resolve(known, knownWhy, "exportedLabels", exportedLabels, mapsEqual, formatMap)
 	res.Labels = cloneMap(labels)
 	notes.add(mcsv1beta1.ServiceExportReasonLabelsConflict, n, known)
-	annotations, n := resolve(known, "exportedAnnotations", exportedAnnotations, mapsEqual, formatMap)
+	annotations, n := resolve(known, knownWhy, "exportedAnnotations", exportedAnnotations, mapsEqual, formatMap)
 	res.Annotations = cloneMap(annotations)
 	notes.add(mcsv1beta1.ServiceExportReasonAnnotationsConflict, n, known)
 
 	// Traffic policy and distribution.
-	itp, n := resolve(known, "internalTrafficPolicy", internalTrafficPolicy, eq, quote)
+	itp, n := resolve(known, knownWhy, "internalTrafficPolicy", internalTrafficPolicy, eq, quote)
 	res.Spec.InternalTrafficPolicy = &itp
 	notes.add(mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, n, known)
-	td, n := resolve(known, "trafficDistribution", trafficDistribution, eq, formatTrafficDistribution)
+	td, n := resolve(known, knownWhy, "trafficDistribution", trafficDistribution, eq, formatTrafficDistribution)
 	if td != "" {
 		res.Spec.TrafficDistribution = &td
 	}
@@ -188,6 +192,10 @@ func Merge(exports []registry.Export) Result {
 	// export with more conflicts with nothing.
 	withFamilies := slices.DeleteFunc(slices.Clone(ex), func(e registry.Export) bool { return len(e.Spec.IPFamilies) == 0 })
 	if len(withFamilies) > 0 {
+		ipWhy := oldestExport
+		if len(withFamilies) < len(ex) {
+			ipWhy = "oldest export that carries it"
+		}
 		families := ipFamilies(withFamilies[0]) // a fresh slice
 		res.Spec.IPFamilies = families
 		var lacking []dissent
@@ -202,7 +210,7 @@ func Merge(exports []registry.Export) Result {
 		}
 		if len(lacking) > 0 {
 			notes.add(mcsv1beta1.ServiceExportReasonIPFamilyConflict,
-				conflictNote("ipFamilies", formatFamilies(families), withFamilies[0].Cluster, "oldest export", lacking)+
+				conflictNote("ipFamilies", formatFamilies(families), withFamilies[0].Cluster, ipWhy, lacking)+
 					"; "+joinFamilies(slices.Compact(sortedFamilies(partial)))+" not exported by every cluster", withFamilies)
 		}
 	}
@@ -244,9 +252,13 @@ func byPrecedence(exports []registry.Export) []registry.Export {
 	})
 }
 
-// resolve returns the value of field in the oldest export and, if any other
-// export differs, a message naming the winner and the dissenters.
-func resolve[T any](ex []registry.Export, field string, get func(registry.Export) T, equal func(a, b T) bool, format func(T) string) (T, string) {
+// oldestExport is why the oldest export's value wins, in conflict notes.
+const oldestExport = "oldest export"
+
+// resolve returns the value of field in the oldest export of ex and, if any
+// other export differs, a message naming the winner (and why it wins) and
+// the dissenters.
+func resolve[T any](ex []registry.Export, why, field string, get func(registry.Export) T, equal func(a, b T) bool, format func(T) string) (T, string) {
 	var zero T
 	if len(ex) == 0 {
 		return zero, ""
@@ -261,7 +273,7 @@ func resolve[T any](ex []registry.Export, field string, get func(registry.Export
 	if len(diffs) == 0 {
 		return win, ""
 	}
-	return win, conflictNote(field, format(win), ex[0].Cluster, "oldest export", diffs)
+	return win, conflictNote(field, format(win), ex[0].Cluster, why, diffs)
 }
 
 // conflictNotes gathers Merge's notes by reason, and the winner of each

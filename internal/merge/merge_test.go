@@ -1034,6 +1034,7 @@ func TestMergePartialExport(t *testing.T) {
 		// winners: of each reason but ports, the cluster whose value is used
 		winners map[mcsv1beta1.ServiceExportConditionReason]string
 		served  map[string][]string
+		noteHas string // a part of the conflict message
 	}{{
 		name:       "the partial export oldest: the other's fields, no conflict",
 		exports:    []registry.Export{partial("aws", 1), export("c2", 2, full...)},
@@ -1086,6 +1087,7 @@ func TestMergePartialExport(t *testing.T) {
 		reasons:    reasons{labelsConflict},
 		winners:    map[mcsv1beta1.ServiceExportConditionReason]string{labelsConflict: "c2"},
 		served:     map[string][]string{"aws": {"http"}, "c2": {"http"}, "c3": {"http"}},
+		noteHas:    `exportedLabels: using {tier=web} from cluster "c2" (oldest export that carries it)`,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1102,6 +1104,9 @@ func TestMergePartialExport(t *testing.T) {
 				}
 				if d := cmp.Diff(tt.winners, got.Conflict.Winners); d != "" {
 					t.Errorf("conflict winners (-want +got):\n%s", d)
+				}
+				if !strings.Contains(got.Conflict.Message, tt.noteHas) {
+					t.Errorf("conflict message %q lacks %q", got.Conflict.Message, tt.noteHas)
 				}
 				if d := cmp.Diff(tt.served, got.Served); d != "" {
 					t.Errorf("served (-want +got):\n%s", d)
@@ -1138,7 +1143,7 @@ func TestMergeIPFamilies(t *testing.T) {
 		name:    "an export without families says nothing of them",
 		exports: []registry.Export{export("c1", 1, families()), export("c2", 2, families(ipv4)), export("c3", 3, families(ipv6))},
 		want:    []corev1.IPFamily{ipv4},
-		note:    `ipFamilies: using [IPv4] from cluster "c2" (oldest export); cluster "c3" has [IPv6]; IPv4 not exported by every cluster`,
+		note:    `ipFamilies: using [IPv4] from cluster "c2" (oldest export that carries it); cluster "c3" has [IPv6]; IPv4 not exported by every cluster`,
 	}, {
 		name:    "a partial export's families (its endpoints') count",
 		exports: []registry.Export{partial("aws", 1, families(ipv4)), export("c2", 2, families(ipv6))},
