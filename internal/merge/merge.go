@@ -146,8 +146,8 @@ func Merge(exports []registry.Export) Result {
 	// (informed).
 	known := informed(ex)
 	knownWhy := oldestExport
-	if len(known) < len(ex) {
-		knownWhy = "oldest export that carries it"
+	if known[0].Cluster != ex[0].Cluster {
+		knownWhy = carriesIt
 	}
 
 	// Session affinity and its config. The config is only meaningful (and
@@ -193,8 +193,8 @@ func Merge(exports []registry.Export) Result {
 	withFamilies := slices.DeleteFunc(slices.Clone(ex), func(e registry.Export) bool { return len(e.Spec.IPFamilies) == 0 })
 	if len(withFamilies) > 0 {
 		ipWhy := oldestExport
-		if len(withFamilies) < len(ex) {
-			ipWhy = "oldest export that carries it"
+		if withFamilies[0].Cluster != ex[0].Cluster {
+			ipWhy = carriesIt
 		}
 		families := ipFamilies(withFamilies[0]) // a fresh slice
 		res.Spec.IPFamilies = families
@@ -252,8 +252,12 @@ func byPrecedence(exports []registry.Export) []registry.Export {
 	})
 }
 
-// oldestExport is why the oldest export's value wins, in conflict notes.
-const oldestExport = "oldest export"
+// Why a value wins, in conflict notes: the oldest export's, or, where
+// older ones do not carry the field, the oldest of those that do.
+const (
+	oldestExport = "oldest export"
+	carriesIt    = "oldest export that carries it"
+)
 
 // resolve returns the value of field in the oldest export of ex and, if any
 // other export differs, a message naming the winner (and why it wins) and

@@ -667,6 +667,7 @@ func TestMergePortConflictWinner(t *testing.T) {
 		name    string
 		exports []registry.Export
 		want    string // "" for none
+		noteHas string // a part of the conflict message
 	}{{
 		name:    "one port's number: the oldest export with it",
 		exports: []registry.Export{export("c1", 1, ports(rp("http", tcp, 80))), export("c2", 2, ports(rp("http", tcp, 8080)))},
@@ -681,6 +682,12 @@ func TestMergePortConflictWinner(t *testing.T) {
 		exports: []registry.Export{export("c1", 1, ports(rp("http", tcp, 80))), export("c2", 2, ports(rp("http", tcp, 8080), rp("grpc", tcp, 9090))),
 			export("c3", 3, ports(rp("http", tcp, 80), rp("grpc", tcp, 9091)))},
 	}, {
+		name: "a partial export's port, its appProtocol another's: two winners",
+		exports: []registry.Export{partial("aws", 1, ports(rp("http", tcp, 80))),
+			export("c2", 2, ports(registry.Port{Name: "http", Protocol: tcp, Port: 80, AppProtocol: ptr("grpc")})),
+			export("c3", 3, ports(registry.Port{Name: "http", Protocol: tcp, Port: 80, AppProtocol: ptr("h2c")}))},
+		noteHas: `from cluster "aws" (oldest export with this port; its appProtocol from cluster "c2")`,
+	}, {
 		name:    "a port some cluster lacks: no value lost",
 		exports: []registry.Export{export("c1", 1, ports(rp("http", tcp, 80))), export("c2", 2, ports(rp("http", tcp, 80), rp("grpc", tcp, 9090)))},
 	}}
@@ -693,6 +700,9 @@ func TestMergePortConflictWinner(t *testing.T) {
 				}
 				if got := c.Winners[portConflict]; got != tt.want {
 					t.Errorf("PortConflict winner %q, want %q (%s)", got, tt.want, c.Message)
+				}
+				if !strings.Contains(c.Message, tt.noteHas) {
+					t.Errorf("message %q lacks %q", c.Message, tt.noteHas)
 				}
 			}
 		})
@@ -1088,6 +1098,17 @@ func TestMergePartialExport(t *testing.T) {
 		winners:    map[mcsv1beta1.ServiceExportConditionReason]string{labelsConflict: "c2"},
 		served:     map[string][]string{"aws": {"http"}, "c2": {"http"}, "c3": {"http"}},
 		noteHas:    `exportedLabels: using {tier=web} from cluster "c2" (oldest export that carries it)`,
+	}, {
+		name: "a newer partial export left out: the oldest export wins as such",
+		exports: []registry.Export{export("c1", 1, labels(map[string]string{"tier": "web"})), partial("aws", 2),
+			export("c3", 3, labels(map[string]string{"tier": "api"}))},
+		want: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{sp("http", tcp, 80)},
+			SessionAffinity: corev1.ServiceAffinityNone, IPFamilies: []corev1.IPFamily{ipv4}, InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster)},
+		wantLabels: map[string]string{"tier": "web"},
+		reasons:    reasons{labelsConflict},
+		winners:    map[mcsv1beta1.ServiceExportConditionReason]string{labelsConflict: "c1"},
+		served:     map[string][]string{"aws": {"http"}, "c1": {"http"}, "c3": {"http"}},
+		noteHas:    `exportedLabels: using {tier=web} from cluster "c1" (oldest export);`,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

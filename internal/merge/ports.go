@@ -51,8 +51,11 @@ type importPort struct {
 	// gives it its appProtocol.
 	appUnknown bool
 	origin     string
-	diffs      []dissent
-	lacking    []string
+	// appOrigin is the cluster whose appProtocol the port took, when
+	// another than origin (origin's appProtocol was unknown) and not none.
+	appOrigin string
+	diffs     []dissent
+	lacking   []string
 }
 
 // portUnion is the union of the ports of all exports.
@@ -93,6 +96,9 @@ func unionPorts(ex []registry.Export) portUnion {
 						ip.diffs = append(ip.diffs, dissent{e.Cluster, p.String()})
 					} else if ip.appUnknown && !e.Partial {
 						ip.appProtocol, ip.appUnknown = p.appProtocol, false
+						if p.appProtocol != "" {
+							ip.appOrigin = e.Cluster
+						}
 					}
 				case ip.port != p:
 					ip.diffs = append(ip.diffs, dissent{e.Cluster, p.String()})
@@ -177,7 +183,11 @@ func (u portUnion) notes() []string {
 	var notes []string
 	for _, ip := range u.ports {
 		if len(ip.diffs) > 0 {
-			notes = append(notes, conflictNote("ports", ip.String(), ip.origin, "oldest export with this port", ip.diffs))
+			why := "oldest export with this port"
+			if ip.appOrigin != "" {
+				why += "; its appProtocol from cluster " + quote(ip.appOrigin)
+			}
+			notes = append(notes, conflictNote("ports", ip.String(), ip.origin, why, ip.diffs))
 		}
 		if len(ip.lacking) > 0 {
 			notes = append(notes, u.setNote(ip))
@@ -195,14 +205,16 @@ func (u portUnion) notes() []string {
 
 // winner is the cluster whose ports won every port conflict on a value,
 // when one did; "" when none was on a value (a port some cluster lacks, an
-// unnamed port dropped) or ports of several clusters won.
+// unnamed port dropped), or ports of several clusters won (a port in
+// conflict whose appProtocol came from another cluster than the rest of
+// it counts as two).
 func (u portUnion) winner() string {
 	w := ""
 	for _, ip := range u.ports {
 		if len(ip.diffs) == 0 {
 			continue
 		}
-		if w != "" && w != ip.origin {
+		if ip.appOrigin != "" || (w != "" && w != ip.origin) {
 			return ""
 		}
 		w = ip.origin
