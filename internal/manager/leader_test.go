@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -30,6 +32,8 @@ type leaseServer struct {
 	mu    sync.Mutex
 	lease *coordinationv1.Lease
 	rv    int
+	// gate, when set, holds every request until it is closed.
+	gate chan struct{}
 }
 
 func (s *leaseServer) holder() string {
@@ -42,6 +46,9 @@ func (s *leaseServer) holder() string {
 }
 
 func (s *leaseServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.gate != nil {
+		<-s.gate
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -230,49 +237,79 @@ func TestLeaderNotReadyUntilItWorks(t *testing.T) {
 }
 
 // TestStandbyNotReadyWhileIDInUse: a replica whose last try found the
-// cluster id in use by another cluster is not ready while it waits for the
-// lease; one without is.
+// cluster id in use by another cluster is not ready until it leads (and
+// tries again) or another replica does; one without that is ready as a
+// standby at once.
 func TestStandbyNotReadyWhileIDInUse(t *testing.T) {
-	for _, inUse := range []string{"", "cluster id in use by another cluster: …"} {
-		// Another replica holds the lease for the whole test.
-		holder := "other"
-		ls := &leaseServer{lease: &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder,
-			LeaseDurationSeconds: ptr.To[int32](3600), RenewTime: &metav1.MicroTime{Time: time.Now()}, AcquireTime: &metav1.MicroTime{Time: time.Now()}}}}
-		ls.lease.Name, ls.lease.Namespace, ls.lease.ResourceVersion = "mcsd-leader", "mcsd-system", "1"
-		srv := httptest.NewServer(ls)
-		opts := Options{
-			RESTConfig:     &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}},
-			LeaderElection: true,
-			OpenRegistry: func(context.Context, registry.Identity) (registry.Registry, error) {
-				return nil, errors.New("led while another replica holds the lease")
-			},
-		}
-		if err := opts.defaults(); err != nil {
-			t.Fatal(err)
-		}
-		h := &health{}
-		h.notReady("starting")
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			done <- runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, h, inUse)
-		}()
-		// The standby's readiness is set before it tries for the lease.
-		deadline := time.Now().Add(10 * time.Second)
-		for h.check() != nil && h.check().Error() == "starting" && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		err := h.check()
-		switch {
-		case inUse == "" && err != nil:
-			t.Errorf("standby: /readyz %v, want ok", err)
-		case inUse != "" && (err == nil || err.Error() != inUse):
-			t.Errorf("standby after the id was in use: /readyz %v, want %q", err, inUse)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("runWithLeadership: %v", err)
-		}
-		srv.Close()
+	const inUse = "cluster id in use by another cluster: …"
+	for _, tc := range []struct {
+		name        string
+		inUse       string
+		heldByOther bool
+	}{
+		{"another replica leads", "", true},
+		{"in use, then another replica leads", inUse, true},
+		{"in use, then this replica leads", inUse, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ls := &leaseServer{gate: make(chan struct{})}
+			if tc.heldByOther {
+				holder := "other"
+				now := metav1.NewMicroTime(time.Now())
+				ls.lease = &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder,
+					LeaseDurationSeconds: ptr.To[int32](3600), RenewTime: &now, AcquireTime: &now}}
+				ls.lease.Name, ls.lease.Namespace, ls.lease.ResourceVersion = "mcsd-leader", "mcsd-system", "1"
+			}
+			srv := httptest.NewServer(ls)
+			defer srv.Close()
+			opened := make(chan struct{})
+			opts := Options{
+				RESTConfig:     &rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}},
+				LeaderElection: true,
+				OpenRegistry: func(context.Context, registry.Identity) (registry.Registry, error) {
+					close(opened)
+					return nil, errors.New("registry unreachable")
+				},
+			}
+			if err := opts.defaults(); err != nil {
+				t.Fatal(err)
+			}
+			h := &health{}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- runWithLeadership(ctx, opts, apiClients{}, registry.Identity{Cluster: "c1", ClusterSet: "set"}, h, tc.inUse)
+			}()
+			// Before the lease is read: ready as a standby, or not, for
+			// the id in use.
+			poll.Until(t, 10*time.Second, "the standby's readiness", func() (bool, string) {
+				err := h.check()
+				if tc.inUse == "" {
+					return err == nil, fmt.Sprint(err)
+				}
+				return err != nil && err.Error() == tc.inUse, fmt.Sprint(err)
+			})
+			close(ls.gate)
+			if tc.heldByOther {
+				poll.Until(t, 10*time.Second, "ready as a standby once another replica leads", func() (bool, string) {
+					err := h.check()
+					return err == nil, fmt.Sprint(err)
+				})
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("runWithLeadership: %v", err)
+				}
+				return
+			}
+			// This replica leads: it tries again, and is not ready meanwhile.
+			<-opened
+			if err := <-done; err == nil {
+				t.Error("runWithLeadership returned no error with the registry failing")
+			}
+			if err := h.check(); err == nil {
+				t.Error("ready after the leader's registry failed")
+			}
+		})
 	}
 }

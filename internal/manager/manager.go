@@ -159,14 +159,22 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer stop()
-	var inUse string // the last ErrClusterIDInUse logged
+	var (
+		inUse    string // the last ErrClusterIDInUse logged
+		instance string // the last kube-system UID read
+	)
 	for {
 		h.notReady("waiting for the cluster identity (ClusterProperties cluster.clusterset.k8s.io and clusterset.k8s.io)")
 		id, err := waitForIdentity(ctx, direct, opts.IdentityRetry, h)
 		if err != nil {
 			return err
 		}
-		id.Instance = readInstance(ctx, direct)
+		// A read that fails keeps the UID read before: the check must not
+		// lapse at one slow answer.
+		if uid := readInstance(ctx, direct); uid != "" {
+			instance = uid
+		}
+		id.Instance = instance
 		log.Info("cluster identity", "cluster", id.Cluster, "clusterSet", id.ClusterSet, "instance", id.Instance)
 		err = runWithLeadership(ctx, opts, api, id, h, inUse)
 		switch {
@@ -263,23 +271,29 @@ func waitForIdentity(ctx context.Context, c client.Reader, retry time.Duration, 
 
 // runWithLeadership runs the controllers, under leader election if opts
 // ask for it. inUse is the error of the last try, when the cluster id was
-// in use by another cluster: until this replica leads, it is not ready for
-// that reason (otherwise a standby is).
+// in use by another cluster: this replica is not ready for that reason
+// until it leads (and tries again) or another replica does.
 func runWithLeadership(ctx context.Context, opts Options, api apiClients, id registry.Identity, h *health, inUse string) error {
 	if !opts.LeaderElection {
 		return runControllers(ctx, opts, api, id, h)
 	}
-	// A standby replica is healthy and ready: it takes over when the leader goes.
+	// A standby replica is healthy and ready: it takes over when the leader
+	// goes.
+	var notReady atomic.Pointer[string]
+	if inUse != "" {
+		notReady.Store(&inUse)
+	}
 	h.set(func() error {
-		if inUse != "" {
-			return errors.New(inUse)
+		if why := notReady.Load(); why != nil {
+			return errors.New(*why)
 		}
 		return nil
 	})
 	log := logr.FromContextOrDiscard(ctx)
 	hostname, _ := os.Hostname()
+	me := hostname + "-" + fmt.Sprint(os.Getpid())
 	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, opts.LeaderElectionNamespace,
-		opts.LeaderElectionID, resourcelock.ResourceLockConfig{Identity: hostname + "-" + fmt.Sprint(os.Getpid())}, opts.RESTConfig, 10*time.Second)
+		opts.LeaderElectionID, resourcelock.ResourceLockConfig{Identity: me}, opts.RESTConfig, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("leader election lock: %w", err)
 	}
@@ -333,6 +347,13 @@ func runWithLeadership(ctx context.Context, opts Options, api apiClients, id reg
 			OnStoppedLeading: func() {
 				if ctx.Err() == nil && !ended.Load() {
 					log.Info("leadership lost")
+				}
+			},
+			OnNewLeader: func(identity string) {
+				if identity != me {
+					// Another replica leads: its readiness says how the
+					// cluster's controllers are; this one is a standby.
+					notReady.Store(nil)
 				}
 			},
 		},

@@ -52,6 +52,11 @@ type Backend struct {
 	// contents is the value of an endpoints key without its Updated stamp,
 	// by key, for the keys this backend wrote or compared since it started.
 	contents map[string]string
+	// fenced is set (registry.ErrClusterIDInUse) while a lost lease cannot
+	// be replaced because another Kubernetes cluster runs under this
+	// cluster id: every write and deletion is refused with it, since the
+	// keys are that cluster's now.
+	fenced error
 
 	// own is what the watch says etcd holds of the records in stored: a
 	// record someone else deleted or changed is written again by the next

@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -73,6 +74,21 @@ func TestLeaseLostWhileAnotherClusterTookTheID(t *testing.T) {
 	proxy.switchTo(hostOf(t, srv.ClientURL()))
 	poll.Until(t, 20*time.Second, "east's backend to find its id in use", func() (bool, string) {
 		return logged("in use by another cluster"), "not logged yet"
+	})
+	// Its writes and withdrawals are refused: the keys are the other's.
+	if err := east.PutExport(t.Context(), web, spec); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("east's put while the id is another's: %v, want ErrClusterIDInUse", err)
+	}
+	if err := east.DeleteExport(t.Context(), web); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("east's withdrawal while the id is another's: %v, want ErrClusterIDInUse", err)
+	}
+	// A marker written after them: once the watch has it, it has whatever
+	// east's calls did.
+	marker := registry.ServiceKey{Namespace: "barrier", Name: "b1"}
+	must(t, other.PutExport(t.Context(), marker, spec))
+	rec.WaitFor(t, 15*time.Second, "the marker", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[registry.RecordID{Cluster: "east", Service: marker}]
+		return ok
 	})
 	v := rec.View()
 	if x, ok := v.Exports[rid]; !ok || x.Spec.Ports[0].Port != spec2.Ports[0].Port {

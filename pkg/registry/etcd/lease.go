@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
@@ -36,9 +37,9 @@ func (b *Backend) start(ctx context.Context) error {
 	}
 }
 
-// errAliveRaced: the cluster's alive record changed between start's read
-// and its write.
-var errAliveRaced = errors.New("alive record written by another process during start")
+// errAliveRaced: the cluster's alive record changed between a read and
+// the write that relied on it (start, a lease repair).
+var errAliveRaced = errors.New("alive record written by another process meanwhile")
 
 func (b *Backend) startOnce(ctx context.Context) error {
 	own := b.opts.Identity.Cluster
@@ -229,6 +230,7 @@ func (b *Backend) keepAlive() {
 // recoverLease returns once lease id is known to live, or has been replaced.
 func (b *Backend) recoverLease(id clientv3.LeaseID) {
 	delay := retryMin
+	var said string // the last error logged
 	for {
 		err := b.checkLease(id)
 		if err == nil {
@@ -237,7 +239,12 @@ func (b *Backend) recoverLease(id clientv3.LeaseID) {
 		if b.ctx.Err() != nil {
 			return
 		}
-		b.log.Error(err, "cannot renew lease, retrying", "lease", leaseString(id), "retryIn", delay)
+		if !errors.Is(err, registry.ErrClusterIDInUse) || err.Error() != said {
+			// Another cluster's hold on the id is said once, not at
+			// every look.
+			b.log.Error(err, "cannot renew lease, retrying", "lease", leaseString(id), "retryIn", delay)
+			said = err.Error()
+		}
 		if !lifetime.Sleep(b.ctx, delay) {
 			return
 		}
@@ -280,7 +287,8 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	if len(resp.Kvs) > 0 {
 		aliveRev = resp.Kvs[0].ModRevision
 		if prev, _ := decodeAlive(string(resp.Kvs[0].Value)); b.opts.Identity.OtherInstance(prev.Instance) {
-			return b.opts.Identity.InUseBy(prev.Instance, prev.Since)
+			b.fenced = b.opts.Identity.InUseBy(prev.Instance, prev.Since)
+			return b.fenced
 		}
 	}
 	grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
@@ -307,8 +315,10 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	b.own.setLease(grant.ID)
 	rev, err := b.commit(ctx, ops, clientv3.Compare(clientv3.ModRevision(aliveKey), "=", aliveRev))
 	if err != nil {
+		b.own.setLease(b.lease)
 		return fmt.Errorf("write records again: %w", err)
 	}
+	b.fenced = nil
 	for _, k := range keys {
 		b.own.written(k, b.stored[k], rev)
 	}

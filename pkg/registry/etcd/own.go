@@ -265,6 +265,11 @@ func (b *Backend) repairAlive() error {
 		return err
 	}
 	defer unlock()
+	if b.fenced != nil {
+		// The alive record is another cluster's: the lease's recovery
+		// writes this one's again if the id becomes free.
+		return nil
+	}
 	key := b.keys.alive(b.opts.Identity.Cluster)
 	if err := b.putLocked(ctx, keyValue{key: key, value: b.stored[key]}); err != nil {
 		return fmt.Errorf("write alive record: %w", err)
