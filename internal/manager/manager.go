@@ -397,6 +397,7 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 		return fmt.Errorf("open registry: %w", err)
 	}
 	defer func() { _ = reg.Close() }()
+	fenced := fencedCheck(reg)
 	reg = metrics.InstrumentRegistry(reg, id.Cluster)
 
 	listErrs := &listErrors{}
@@ -429,6 +430,9 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 	// have synced: before that the controllers have not seen this cluster's
 	// objects or the clusterset's state.
 	h.set(func() error {
+		if err := fenced(); err != nil {
+			return err
+		}
 		if !view.HasSynced() {
 			return errors.New("registry not synced yet")
 		}
@@ -445,6 +449,16 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 		return errIdentityChanged
 	}
 	return err
+}
+
+// fencedCheck returns what makes the controllers not ready from the
+// backend's side: another cluster took the cluster id while the backend
+// ran (registry.Fencer); nil for a backend that cannot tell.
+func fencedCheck(reg registry.Registry) func() error {
+	if f, ok := reg.(registry.Fencer); ok {
+		return f.Fenced
+	}
+	return func() error { return nil }
 }
 
 // addControllers adds to mgr the export and import controllers over a new

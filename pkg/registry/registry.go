@@ -268,6 +268,14 @@ var ErrForbidden = errors.New("registry access denied")
 // own id) succeeds.
 var ErrClusterIDInUse = errors.New("cluster id in use by another cluster")
 
+// Fencer is implemented by a backend that can find, while it runs, that
+// another cluster has taken its cluster id (after a partition longer than
+// its TTL, say): Fenced returns ErrClusterIDInUse while that holds, and
+// the backend writes nothing meanwhile; nil otherwise.
+type Fencer interface {
+	Fenced() error
+}
+
 // ErrClosed is returned by a backend that has been closed.
 var ErrClosed = errors.New("registry: closed")
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,7 +21,10 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/writelock"
 )
 
-var _ registry.Registry = (*Backend)(nil)
+var (
+	_ registry.Registry = (*Backend)(nil)
+	_ registry.Fencer   = (*Backend)(nil)
+)
 
 // Name is the backend's name in metrics and logs, and its URL scheme
 // (etcds with TLS).
@@ -28,6 +32,14 @@ const Name = "etcd"
 
 // Backend implements registry.Registry.
 func (b *Backend) Backend() string { return Name }
+
+// Fenced implements registry.Fencer.
+func (b *Backend) Fenced() error {
+	if err := b.fenced.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
 
 // Backend is the etcd registry backend opened for one cluster.
 type Backend struct {
@@ -52,11 +64,12 @@ type Backend struct {
 	// contents is the value of an endpoints key without its Updated stamp,
 	// by key, for the keys this backend wrote or compared since it started.
 	contents map[string]string
-	// fenced is set (registry.ErrClusterIDInUse) while a lost lease cannot
-	// be replaced because another Kubernetes cluster runs under this
-	// cluster id: every write and deletion is refused with it, since the
-	// keys are that cluster's now.
-	fenced error
+
+	// fenced holds registry.ErrClusterIDInUse while a lost lease cannot be
+	// replaced because another Kubernetes cluster runs under this cluster
+	// id: every write and deletion is refused with it, since the keys are
+	// that cluster's now (Fenced). Set and cleared under sem.
+	fenced atomic.Pointer[error]
 
 	// own is what the watch says etcd holds of the records in stored: a
 	// record someone else deleted or changed is written again by the next

@@ -75,6 +75,9 @@ func TestLeaseLostWhileAnotherClusterTookTheID(t *testing.T) {
 	poll.Until(t, 20*time.Second, "east's backend to find its id in use", func() (bool, string) {
 		return logged("in use by another cluster"), "not logged yet"
 	})
+	if err := east.Fenced(); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("east's Fenced() = %v, want ErrClusterIDInUse", err)
+	}
 	// Its writes and withdrawals are refused: the keys are the other's.
 	if err := east.PutExport(t.Context(), web, spec); !errors.Is(err, registry.ErrClusterIDInUse) {
 		t.Errorf("east's put while the id is another's: %v, want ErrClusterIDInUse", err)

@@ -287,8 +287,9 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	if len(resp.Kvs) > 0 {
 		aliveRev = resp.Kvs[0].ModRevision
 		if prev, _ := decodeAlive(string(resp.Kvs[0].Value)); b.opts.Identity.OtherInstance(prev.Instance) {
-			b.fenced = b.opts.Identity.InUseBy(prev.Instance, prev.Since)
-			return b.fenced
+			err := b.opts.Identity.InUseBy(prev.Instance, prev.Since)
+			b.fenced.Store(&err)
+			return err
 		}
 	}
 	grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
@@ -318,7 +319,7 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 		b.own.setLease(b.lease)
 		return fmt.Errorf("write records again: %w", err)
 	}
-	b.fenced = nil
+	b.fenced.Store(nil)
 	for _, k := range keys {
 		b.own.written(k, b.stored[k], rev)
 	}

@@ -265,7 +265,7 @@ func (b *Backend) repairAlive() error {
 		return err
 	}
 	defer unlock()
-	if b.fenced != nil {
+	if b.Fenced() != nil {
 		// The alive record is another cluster's: the lease's recovery
 		// writes this one's again if the id becomes free.
 		return nil

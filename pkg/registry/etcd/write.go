@@ -191,8 +191,8 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 		return err
 	}
 	defer unlock()
-	if b.fenced != nil {
-		return fmt.Errorf("delete export %s: %w", key, b.fenced)
+	if err := b.Fenced(); err != nil {
+		return fmt.Errorf("delete export %s: %w", key, err)
 	}
 	exportKey := b.keys.export(b.opts.Identity.Cluster, key)
 	endpointsKey := b.keys.endpoints(b.opts.Identity.Cluster, key)
@@ -238,8 +238,8 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 // whose keys hold their values already. A record that the watch saw deleted
 // or changed by someone else is written again.
 func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
-	if b.fenced != nil {
-		return b.fenced
+	if err := b.Fenced(); err != nil {
+		return err
 	}
 	recs = slices.DeleteFunc(slices.Clone(recs), func(r keyValue) bool {
 		v, ok := b.stored[r.key]
