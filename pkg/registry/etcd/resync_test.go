@@ -231,8 +231,11 @@ func (d *deafWatcher) Watch(ctx context.Context, key string, opts ...clientv3.Op
 	go func() {
 		defer close(out)
 		for resp := range in {
+			// A response read after end() (it arrived while deaf, and
+			// this goroutine lagged) is dropped too: end() cancels ctx
+			// before it makes the watcher hear again, under d.mu.
 			d.mu.Lock()
-			deaf := d.deaf
+			deaf := d.deaf || ctx.Err() != nil
 			d.mu.Unlock()
 			if deaf {
 				continue
