@@ -42,14 +42,7 @@ func TestClusterIdentityMissingThenSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctrl := env.Controller("c3")
-	poll.Until(t, timeout, "c3's mcsd to say what is missing", func() (bool, string) {
-		code, body, err := ctrl.Readyz(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "cluster.clusterset.k8s.io"),
-			fmt.Sprintf("/readyz %d %q", code, body)
-	})
+	waitNotReadySaying(t, ctrl, "c3's mcsd to say what is missing", "cluster.clusterset.k8s.io")
 
 	// An export made now is not published.
 	ips := deployAndExport(t, "c3", fw.App{Namespace: ns, Name: "late", Replicas: 1})
@@ -109,14 +102,7 @@ func TestClusterIDInUse(t *testing.T) {
 	if err := setID("c1"); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, timeout, "c3's mcsd to refuse c1's id", func() (bool, string) {
-		code, body, err := ctrl.Readyz(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "in use by another cluster"),
-			fmt.Sprintf("/readyz %d %q", code, body)
-	})
+	waitNotReadySaying(t, ctrl, "c3's mcsd to refuse c1's id", "in use by another cluster")
 	// c1's export stays whole, in c1 and in every importer.
 	poll.Throughout(t, 5*time.Second, "c1's export untouched", func() (bool, string) {
 		for _, id := range []string{"c1", "c2", "c3"} {
@@ -139,4 +125,17 @@ func TestClusterIDInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitImportEverywhere(t, ns, "web", want)
+}
+
+// waitNotReadySaying waits until ctrl's /readyz fails with a body that
+// contains why.
+func waitNotReadySaying(t *testing.T, ctrl *fw.Controller, what, why string) {
+	t.Helper()
+	poll.Until(t, timeout, what, func() (bool, string) {
+		code, body, err := ctrl.Readyz(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusServiceUnavailable && strings.Contains(body, why), fmt.Sprintf("/readyz %d %q", code, body)
+	})
 }
