@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -38,6 +39,21 @@ type Backend struct {
 	own map[registry.ServiceKey]*ownService
 	// ownWatch follows what the watch reads of own (see guard).
 	ownWatch ownWatch
+
+	// lastBeat is the time of the last heartbeat written, in Unix ms.
+	lastBeat atomic.Int64
+	// fenced holds registry.ErrClusterIDInUse while another Kubernetes
+	// cluster given this cluster id runs under it, found after an outage
+	// longer than the TTL (refresh): nothing is written meanwhile.
+	fenced atomic.Pointer[error]
+}
+
+// Fenced implements registry.Fencer.
+func (b *Backend) Fenced() error {
+	if err := b.fenced.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // reader is what reading a clusterset takes; Backend and Watcher share it.

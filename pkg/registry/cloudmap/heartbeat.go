@@ -3,14 +3,19 @@ package cloudmap
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
 // A cluster's heartbeat is the description of a Cloud Map service of its
@@ -75,9 +80,28 @@ func (e encoder) heartbeatFits() bool {
 	return len(e.heartbeat(math.MaxInt64, math.MaxInt64, time.Duration(math.MaxInt64))) <= maxDescription
 }
 
+// live reports whether a heartbeat is younger, at now, than the TTL it
+// carries (def when it carries none).
+func (hb heartbeat) live(now time.Time, def time.Duration) bool {
+	ttl := def
+	if hb.TTL > 0 {
+		ttl = time.Duration(hb.TTL) * time.Millisecond
+	}
+	return hb.At > 0 && now.Sub(time.UnixMilli(hb.At)) <= ttl
+}
+
+// sinceTime is hb.Since as a time; zero when unknown.
+func (hb heartbeat) sinceTime() time.Time {
+	if hb.Since <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(hb.Since)
+}
+
 // beat writes the heartbeat with the current time.
 func (b *Backend) beat(ctx context.Context) error {
-	desc := b.enc.heartbeat(b.now().UnixMilli(), b.since, b.opts.TTL)
+	now := b.now().UnixMilli()
+	desc := b.enc.heartbeat(now, b.since, b.opts.TTL)
 	name := beatServiceName(b.enc.prefix)
 	err := b.describe(ctx, b.systemService(name), desc)
 	if isNotFound(err) {
@@ -88,7 +112,151 @@ func (b *Backend) beat(ctx context.Context) error {
 		}
 		err = b.describe(ctx, svc, desc)
 	}
+	if err == nil {
+		b.lastBeat.Store(now)
+	}
 	return err
+}
+
+// beatExpired reports whether the last heartbeat written is older than the
+// TTL: every watcher ignores the cluster's records, and another Kubernetes
+// cluster given this cluster id may have started under it meanwhile.
+func (b *Backend) beatExpired() bool {
+	return b.now().Sub(time.UnixMilli(b.lastBeat.Load())) > b.opts.TTL
+}
+
+// errBeatExpired: a write while the heartbeat has expired waits until the
+// heartbeat loop has looked for another cluster under this cluster's id
+// (refresh).
+var errBeatExpired = errors.New("the cluster's heartbeat has expired; writing again once it is refreshed")
+
+// writable returns why the backend may not write now: another cluster has
+// this cluster's id (Fenced), or the heartbeat has expired and the id is
+// not checked yet. Called with the write lock held.
+func (b *Backend) writable() error {
+	if err := b.Fenced(); err != nil {
+		return err
+	}
+	if b.beatExpired() {
+		return errBeatExpired
+	}
+	return nil
+}
+
+// readBeat reads the cluster's heartbeat as Cloud Map holds it; ok is false
+// when it holds none of this cluster's (a new service: the service's
+// description says it was created by mcsd).
+func (b *Backend) readBeat(ctx context.Context) (hb heartbeat, ok bool, err error) {
+	name := beatServiceName(b.enc.prefix)
+	var desc string
+	out, err := b.api.GetService(ctx, &sd.GetServiceInput{Id: aws.String(b.systemService(name).ID)})
+	switch {
+	case isNotFound(err):
+		// Deleted, and perhaps created again by another cluster under
+		// this id: looked up by name.
+		svc, err := b.recreateSystemService(ctx, name)
+		if err != nil {
+			return heartbeat{}, false, fmt.Errorf("read heartbeat: %w", err)
+		}
+		desc = svc.Desc
+	case err != nil:
+		return heartbeat{}, false, fmt.Errorf("read heartbeat: %w", err)
+	case out.Service != nil:
+		desc = aws.ToString(out.Service.Description)
+	}
+	hb, ok = decodeHeartbeat(desc)
+	id := b.opts.Identity
+	return hb, ok && hb.ClusterSet == id.ClusterSet && hb.Cluster == id.Cluster, nil
+}
+
+// refresh writes the heartbeat. After an outage longer than the TTL (the
+// last heartbeat written has expired), or while fenced, it reads the
+// heartbeat first: another Kubernetes cluster given this cluster id
+// (another kube-system UID, registry.Identity.Instance) may have started
+// under it meanwhile, deleting this cluster's records and writing its own.
+//
+//   - While that cluster's heartbeat lives, this backend writes nothing
+//     (Fenced returns registry.ErrClusterIDInUse; its writes and
+//     withdrawals are refused), and reads the heartbeat again at each
+//     interval.
+//   - Once it has expired (or at once, when that cluster has come and gone
+//     during the outage), the cluster's records are its leftovers or this
+//     backend's, deleted or replaced: retake deletes them and writes again
+//     what this backend last wrote, then the heartbeat.
+//
+// A heartbeat of this backend's own, or of no known instance, is refreshed
+// as usual: the records are as this backend left them.
+func (b *Backend) refresh(ctx context.Context) error {
+	if b.Fenced() == nil && !b.beatExpired() {
+		return b.beat(ctx)
+	}
+	hb, ok, err := b.readBeat(ctx)
+	if err != nil {
+		return err
+	}
+	id := b.opts.Identity
+	switch {
+	case ok && id.OtherInstance(hb.Instance) && hb.live(b.now(), b.opts.TTL):
+		err := id.InUseBy(hb.Instance, hb.sinceTime())
+		b.fenced.Store(&err)
+		return err
+	case (ok && id.OtherInstance(hb.Instance)) || b.Fenced() != nil:
+		return b.retake(b.ctx)
+	}
+	return b.beat(ctx)
+}
+
+// retake makes the cluster's records this backend's again once another
+// Kubernetes cluster given its id has run under it and its heartbeat has
+// expired: it reads every record of the cluster (that cluster's and this
+// one's), deletes them as a start after the TTL does, writes again what
+// this backend last wrote of each Service, and then the heartbeat, so that
+// watchers see the cluster come back whole. Writes wait meanwhile.
+func (b *Backend) retake(ctx context.Context) error {
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.unlock()
+	found, inherited, err := b.scanOwn(ctx, b.ownQuery())
+	if err != nil {
+		return fmt.Errorf("read the cluster's records: %w", err)
+	}
+	mine := b.own
+	b.own = map[registry.ServiceKey]*ownService{}
+	b.ownWatch.reset()
+	if err := b.dropExpired(ctx, found, inherited); err != nil {
+		b.own = mine // what is still to write again, at the next try
+		return err
+	}
+	written := 0
+	for _, key := range slices.SortedFunc(maps.Keys(mine), registry.ServiceKey.Compare) {
+		o := mine[key]
+		if o.st.Spec == nil && !o.st.HasEndpoints {
+			continue // the AWS controller's, taken over again above if still there
+		}
+		if n := b.own[key]; n != nil {
+			// The AWS controller's instances, taken over again.
+			n.created, n.st = o.created, o.st
+		} else {
+			b.own[key] = &ownService{svc: o.svc, created: o.created, st: o.st, stored: map[string]map[string]string{}}
+		}
+		if err := b.apply(ctx, key, o.st); err != nil {
+			for k, o := range mine {
+				if b.own[k] == nil {
+					b.own[k] = o
+				}
+			}
+			return fmt.Errorf("write again the records of %s: %w", key, err)
+		}
+		written++
+	}
+	b.since = b.now().UnixMilli()
+	if err := b.beat(ctx); err != nil {
+		return fmt.Errorf("write heartbeat: %w", err)
+	}
+	b.fenced.Store(nil)
+	b.log.Info("cluster id this cluster's again; its records written again", "services", written)
+	return nil
 }
 
 // describe sets the description of svc and waits until Cloud Map has
@@ -131,14 +299,14 @@ func (b *Backend) beatUntilStopped(ctx context.Context) (stop func()) {
 }
 
 // heartbeatLoop refreshes the heartbeat every TTL/3 until Close, and sooner
-// after a failure.
+// after a failure (refresh).
 func (b *Backend) heartbeatLoop() {
 	defer close(b.done)
 	interval := b.opts.heartbeatInterval()
 	retry := min(interval, time.Second)
 	t := time.NewTimer(interval)
 	defer t.Stop()
-	failing := false
+	failing, fenced := false, false
 	for {
 		select {
 		case <-b.ctx.Done():
@@ -146,20 +314,26 @@ func (b *Backend) heartbeatLoop() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(b.ctx, interval)
-		err := b.beat(ctx)
+		err := b.refresh(ctx)
 		cancel()
 		if b.ctx.Err() != nil {
 			return
 		}
 		next := interval
 		switch {
+		case errors.Is(err, registry.ErrClusterIDInUse):
+			// Read again at each interval, said once.
+			if !fenced {
+				b.log.Error(err, "another cluster took this cluster id while its heartbeat was expired; writing nothing until that cluster's heartbeat expires")
+			}
+			fenced = true
 		case err != nil:
 			b.log.Error(err, "cannot refresh heartbeat, retrying", "retryIn", retry)
 			next = retry
 			failing = true
-		case failing:
+		case failing || fenced:
 			b.log.Info("heartbeat refreshed again")
-			failing = false
+			failing, fenced = false, false
 		}
 		t.Reset(next)
 	}

@@ -37,6 +37,15 @@ func newOwnWatch() ownWatch {
 	}
 }
 
+// reset forgets what was written: the backend deleted every record of the
+// cluster, and writes them again (retake). No write is under way.
+func (o *ownWatch) reset() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	clear(o.written)
+	clear(o.lost)
+}
+
 // begin records a write of key under way, and reports whether key's records
 // were lost (and must all be written again).
 func (o *ownWatch) begin(key registry.ServiceKey) bool {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -30,30 +29,20 @@ func (b *Backend) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	query := map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet, attrClusterID: b.opts.Identity.Cluster}
 	// The records live while the heartbeat is younger than the TTL the
 	// previous run published with it.
-	var last, since int64
-	var instance string
-	ttl := b.opts.TTL
-	if hb, ok := decodeHeartbeat(beatSvc.Desc); ok && hb.ClusterSet == b.opts.Identity.ClusterSet && hb.Cluster == b.opts.Identity.Cluster {
-		last, since, instance = hb.At, hb.Since, hb.Instance
-		if hb.TTL > 0 {
-			ttl = time.Duration(hb.TTL) * time.Millisecond
-		}
+	hb, ok := decodeHeartbeat(beatSvc.Desc)
+	if !ok || hb.ClusterSet != b.opts.Identity.ClusterSet || hb.Cluster != b.opts.Identity.Cluster {
+		hb = heartbeat{}
 	}
-	alive := last > 0 && b.now().Sub(time.UnixMilli(last)) <= ttl
-	if alive && b.opts.Identity.OtherInstance(instance) {
+	alive := hb.live(b.now(), b.opts.TTL)
+	if alive && b.opts.Identity.OtherInstance(hb.Instance) {
 		// Another Kubernetes cluster was given this id, and runs: nothing
 		// of it is touched.
-		var sinceT time.Time
-		if since > 0 {
-			sinceT = time.UnixMilli(since)
-		}
-		return b.opts.Identity.InUseBy(instance, sinceT)
+		return b.opts.Identity.InUseBy(hb.Instance, hb.sinceTime())
 	}
-	b.since = since
-	if !alive || since <= 0 {
+	b.since = hb.Since
+	if !alive || hb.Since <= 0 {
 		b.since = b.now().UnixMilli()
 	}
 	if alive {
@@ -72,29 +61,65 @@ func (b *Backend) start(ctx context.Context) error {
 		// the TTL: the heartbeat is kept fresh meanwhile.
 		stopBeats = b.beatUntilStopped(ctx)
 	}
-	found, inherited, err := b.scanOwn(ctx, query)
+	found, inherited, err := b.scanOwn(ctx, b.ownQuery())
 	stopBeats()
 	if err != nil {
 		return err
 	}
-	stale, migrated, adopted := 0, 0, 0
+	if !alive {
+		// The heartbeat expired: mcsd's records go.
+		if err := b.dropExpired(ctx, found, inherited); err != nil {
+			return err
+		}
+		return b.firstBeat(ctx)
+	}
+	migrated, adopted := 0, 0
 	for _, key := range slices.SortedFunc(maps.Keys(found), registry.ServiceKey.Compare) {
 		o := found[key]
-		if alive {
-			b.takeOver(key, o)
-			adopted += len(inherited[key])
-			if _, legacy := o.stored[serviceRecordID(b.enc.prefix)]; legacy {
-				// Written by an mcsd that kept its service records beside
-				// the endpoints: move the record to the records service.
-				if err := b.apply(ctx, key, o.st); err != nil {
-					return fmt.Errorf("move the service record of %s: %w", key, err)
-				}
-				migrated++
+		b.takeOver(key, o)
+		adopted += len(inherited[key])
+		if _, legacy := o.stored[serviceRecordID(b.enc.prefix)]; legacy {
+			// Written by an mcsd that kept its service records beside
+			// the endpoints: move the record to the records service.
+			if err := b.apply(ctx, key, o.st); err != nil {
+				return fmt.Errorf("move the service record of %s: %w", key, err)
 			}
-			continue
+			migrated++
 		}
-		// The heartbeat expired: mcsd's records go. The AWS controller's
-		// are not subject to heartbeats: they are taken over (below).
+	}
+	b.log.Info("took over records", "services", len(b.own), "movedRecords", migrated)
+	b.adoptedAWS(adopted)
+	return b.firstBeat(ctx)
+}
+
+// firstBeat writes the heartbeat at the end of a start.
+func (b *Backend) firstBeat(ctx context.Context) error {
+	if err := b.beat(ctx); err != nil {
+		return fmt.Errorf("write heartbeat: %w", err)
+	}
+	return nil
+}
+
+// adoptedAWS says that the backend took over n instances the AWS
+// controller registered for this cluster.
+func (b *Backend) adoptedAWS(n int) {
+	if n > 0 {
+		// Replaced by mcsd's own at the next put of each Service, then
+		// deregistered (see applyTo); withdrawn if the Service is no
+		// longer exported.
+		b.log.Info("took over the AWS Cloud Map MCS controller's instances of this cluster", "instances", n)
+	}
+}
+
+// dropExpired deletes the cluster's records found (scanOwn), read while its
+// heartbeat was expired: every watcher ignores them, and they may be
+// another Kubernetes cluster's, given this id while this one was away. The
+// AWS controller's instances are not subject to heartbeats: they are taken
+// over.
+func (b *Backend) dropExpired(ctx context.Context, found map[registry.ServiceKey]*ownService, inherited map[registry.ServiceKey]map[string]map[string]string) error {
+	stale, adopted := 0, 0
+	for _, key := range slices.SortedFunc(maps.Keys(found), registry.ServiceKey.Compare) {
+		o := found[key]
 		ids := slices.Sorted(maps.Keys(o.stored))
 		ids = slices.DeleteFunc(ids, func(id string) bool { _, aws := inherited[key][id]; return aws })
 		err := b.parallel(ctx, len(ids), func(ctx context.Context, i int) error {
@@ -114,21 +139,17 @@ func (b *Backend) start(ctx context.Context) error {
 			adopted += len(aws)
 		}
 	}
-	if alive {
-		b.log.Info("took over records", "services", len(b.own), "movedRecords", migrated)
-	} else if stale > 0 {
+	if stale > 0 {
 		b.log.Info("deleted expired records", "instances", stale)
 	}
-	if adopted > 0 {
-		// Replaced by mcsd's own at the next put of each Service, then
-		// deregistered (see applyTo); withdrawn if the Service is no
-		// longer exported.
-		b.log.Info("took over the AWS Cloud Map MCS controller's instances of this cluster", "instances", adopted)
-	}
-	if err := b.beat(ctx); err != nil {
-		return fmt.Errorf("write heartbeat: %w", err)
-	}
+	b.adoptedAWS(adopted)
 	return nil
+}
+
+// ownQuery selects, in DiscoverInstances, the instances of this cluster:
+// mcsd's and the AWS controller's.
+func (b *Backend) ownQuery() map[string]string {
+	return map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet, attrClusterID: b.opts.Identity.Cluster}
 }
 
 // takeOver makes o the backend's record of what it wrote of key, and what

@@ -53,6 +53,9 @@ func (b *Backend) put(ctx context.Context, key registry.ServiceKey, spec *regist
 		return err
 	}
 	defer b.unlock()
+	if err := b.writable(); err != nil {
+		return fmt.Errorf("%s %s: %w", what, key, err)
+	}
 	st := b.current(key)
 	if spec != nil {
 		st.Spec = spec
@@ -77,6 +80,9 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 		return err
 	}
 	defer b.unlock()
+	if err := b.writable(); err != nil {
+		return fmt.Errorf("delete export %s: %w", key, err)
+	}
 	if err := b.apply(ctx, key, state{}); err != nil {
 		return fmt.Errorf("delete export %s: %w", key, err)
 	}

@@ -1,0 +1,170 @@
+package cloudmap
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
+)
+
+// addrsOf lists the addresses of the endpoints of id in v, sorted.
+func addrsOf(v *registrytest.View, id registry.RecordID) []string {
+	var out []string
+	for _, g := range v.Endpoints[id].Groups {
+		for _, e := range g.Endpoints {
+			out = append(out, e.Addresses...)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rawAddrs lists the IPv4 addresses of the instances of key in Cloud Map,
+// sorted.
+func rawAddrs(t *testing.T, c *sd.Client, key registry.ServiceKey) []string {
+	t.Helper()
+	var out []string
+	for _, at := range rawInstances(t, c, key.Namespace, key.Name) {
+		if a := at[attrIPv4]; a != "" {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// cutOff opens the backend of cluster east (kube-system UID uid-a) behind
+// a proxy, exporting a web Service, and a watcher of the clusterset; then
+// cuts east off Cloud Map until its records have expired for the watcher,
+// and opens, directly, another Kubernetes cluster given the same id
+// (uid-b), which deletes east's expired records and exports the same
+// Service with another endpoint, and a second one.
+func cutOff(t *testing.T) (proxy *throttlingProxy, a, b *Backend, rec *registrytest.Recorder, key, other registry.ServiceKey) {
+	t.Helper()
+	moto := moto(t)
+	proxy = newThrottlingProxy(t, moto.URL)
+	cs := randName("fence")
+	const ttl = 3 * time.Second
+
+	aOpts := motoOptions(moto, registry.Identity{ClusterSet: cs, Cluster: "east", Instance: "uid-a"}, ttl)
+	aOpts.Endpoint = proxy.URL
+	aOpts.MaxAttempts = 1
+	a = openBackend(t, aOpts)
+	rec = registrytest.StartWatch(t, openMember(t, moto, cs, "west", ttl))
+	key, other = randWebKey(), randWebKey()
+	putWeb(t, a, key, "10.0.0.1")
+	id := registry.RecordID{Cluster: "east", Service: key}
+	rec.WaitFor(t, 20*time.Second, "east's records", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
+	})
+
+	proxy.throttling.Store(true)
+	rec.WaitFor(t, 20*time.Second, "east's records expired", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[id]
+		return !ok
+	})
+	b = openBackend(t, motoOptions(moto, registry.Identity{ClusterSet: cs, Cluster: "east", Instance: "uid-b"}, ttl))
+	putWeb(t, b, key, "10.0.0.9")
+	putWeb(t, b, other, "10.0.0.8")
+	rec.WaitFor(t, 20*time.Second, "the other cluster's records under east", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.9"}) &&
+			slices.Equal(addrsOf(v, registry.RecordID{Cluster: "east", Service: other}), []string{"10.0.0.8"})
+	})
+	return proxy, a, b, rec, key, other
+}
+
+// TestHeartbeatExpiredWhileAnotherClusterTookTheID: a backend cut off
+// Cloud Map for longer than its TTL, while another Kubernetes cluster given
+// the same cluster id started under it, finds that cluster's heartbeat when
+// it can reach Cloud Map again: it is fenced (Fenced), refuses every write
+// and withdrawal, and leaves the other cluster's heartbeat and records
+// alone. Once that cluster has stopped and its heartbeat expired, the
+// backend deletes its leftovers and writes its own records again.
+func TestHeartbeatExpiredWhileAnotherClusterTookTheID(t *testing.T) {
+	proxy, a, b, rec, key, other := cutOff(t)
+	c := rawClient(t, moto(t))
+	ctx := t.Context()
+
+	proxy.throttling.Store(false)
+	poll.Until(t, 20*time.Second, "the first backend fenced", func() (bool, string) {
+		err := a.Fenced()
+		return errors.Is(err, registry.ErrClusterIDInUse), "Fenced() = " + errString(err)
+	})
+	if err := a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("put of a fenced backend: %v, want ErrClusterIDInUse", err)
+	}
+	if err := a.DeleteExport(ctx, key); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("withdrawal of a fenced backend: %v, want ErrClusterIDInUse", err)
+	}
+	out, err := c.GetService(ctx, &sd.GetServiceInput{Id: aws.String(b.systemService(beatServiceName(b.enc.prefix)).ID)})
+	mustDo(t, err)
+	if hb, _ := decodeHeartbeat(aws.ToString(out.Service.Description)); hb.Instance != "uid-b" {
+		t.Errorf("heartbeat of instance %q, want the other cluster's uid-b", hb.Instance)
+	}
+	if got := rawAddrs(t, c, key); !slices.Equal(got, []string{"10.0.0.9"}) {
+		t.Errorf("the other cluster's instances of %s: %v, want [10.0.0.9]", key, got)
+	}
+	if got := rawAddrs(t, c, other); !slices.Equal(got, []string{"10.0.0.8"}) {
+		t.Errorf("the other cluster's instances of %s: %v, want [10.0.0.8]", other, got)
+	}
+
+	// The other cluster stops: once its heartbeat has expired, the first
+	// takes its id back, whole.
+	mustDo(t, b.Close())
+	id := registry.RecordID{Cluster: "east", Service: key}
+	rec.WaitFor(t, 30*time.Second, "east back with the first cluster's records alone", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, otherLeft := v.Exports[registry.RecordID{Cluster: "east", Service: other}]
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"}) && !otherLeft
+	})
+	mustDo(t, a.Fenced())
+	if got := rawAddrs(t, c, other); len(got) > 0 {
+		t.Errorf("the other cluster's instances of %s left: %v", other, got)
+	}
+	putWeb(t, a, key, "10.0.0.1", "10.0.0.3")
+	rec.WaitFor(t, 20*time.Second, "the first cluster's put after the fence", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1", "10.0.0.3"})
+	})
+}
+
+// TestHeartbeatExpiredWhileAnotherClusterCameAndWent: the other cluster
+// given the id has stopped, and its heartbeat expired, before the first
+// can reach Cloud Map again: the first is not fenced, but deletes the other
+// cluster's leftovers under the id before it beats again, and writes its
+// own records again. Meanwhile its writes wait.
+func TestHeartbeatExpiredWhileAnotherClusterCameAndWent(t *testing.T) {
+	proxy, a, b, rec, key, other := cutOff(t)
+	c := rawClient(t, moto(t))
+	// Until the heartbeat is refreshed, nothing is written: not even tried.
+	if err := a.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.2")); !errors.Is(err, errBeatExpired) {
+		t.Errorf("put with the heartbeat expired: %v, want errBeatExpired", err)
+	}
+	mustDo(t, b.Close())
+	id := registry.RecordID{Cluster: "east", Service: key}
+	rec.WaitFor(t, 20*time.Second, "the other cluster's records expired", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[id]
+		return !ok
+	})
+	proxy.throttling.Store(false)
+	rec.WaitFor(t, 30*time.Second, "east back with the first cluster's records alone", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, otherLeft := v.Exports[registry.RecordID{Cluster: "east", Service: other}]
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"}) && !otherLeft
+	})
+	if got := rawAddrs(t, c, other); len(got) > 0 {
+		t.Errorf("the other cluster's instances of %s left: %v", other, got)
+	}
+	mustDo(t, a.Fenced())
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}
