@@ -169,13 +169,19 @@ func recordKey(attrs map[string]string) (registry.ServiceKey, bool) {
 // endpointInstanceID is the id of the instance of one address and port:
 // "<prefix>.<proto>-<address with . and : as _>-<port>" as the AWS controller
 // writes it after the prefix, "<prefix>.ip-<address>" without a port, and a
-// hash of that when it would be longer than Cloud Map allows.
-func endpointInstanceID(prefix, addr string, port *registry.EndpointPort) string {
+// hash of that when it would be longer than Cloud Map allows. named adds
+// the port's name, "-<name>": for the ports of a group that share their
+// protocol and number with another (two Service ports with one target
+// port), which would otherwise share one instance, one of them lost.
+func endpointInstanceID(prefix, addr string, port *registry.EndpointPort, named bool) string {
 	a := strings.NewReplacer(".", "_", ":", "_").Replace(addr)
 	var s string
-	if port == nil {
+	switch {
+	case port == nil:
 		s = "ip-" + a
-	} else {
+	case named:
+		s = fmt.Sprintf("%s-%s-%d-%s", strings.ToLower(string(registry.ProtocolOrTCP(port.Protocol))), a, port.Port, port.Name)
+	default:
 		s = fmt.Sprintf("%s-%s-%d", strings.ToLower(string(registry.ProtocolOrTCP(port.Protocol))), a, port.Port)
 	}
 	id := prefix + "." + s

@@ -130,6 +130,46 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestPortsSharingANumber: two Service ports with one target port give
+// EndpointSlice ports of one number and two names; each is its own
+// instance, and both are read back.
+func TestPortsSharingANumber(t *testing.T) {
+	enc := newEncoder(testID)
+	spec := testSpec()
+	groups := []registry.EndpointGroup{{
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []registry.EndpointPort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080},
+			{Name: "http-alt", Protocol: corev1.ProtocolTCP, Port: 8080},
+			{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090},
+		},
+		Endpoints: []registry.Endpoint{
+			{Addresses: []string{"10.0.0.1"}, Ready: true, Serving: true},
+			{Addresses: []string{"10.0.0.2"}, Ready: true, Serving: true},
+		},
+	}}
+	insts, err := enc.instances(state{Created: 1700000000123, Spec: &spec, HasEndpoints: true, Groups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 service record + 2 addresses × 3 ports.
+	if len(insts) != 7 {
+		t.Errorf("got %d instances, want 7: %v", len(insts), slices.Sorted(maps.Keys(insts)))
+	}
+	// A port whose number no other port has keeps the id the AWS
+	// controller's scheme gives it.
+	if _, ok := insts[enc.prefix+".tcp-10_0_0_1-9090"]; !ok {
+		t.Errorf("no instance %s.tcp-10_0_0_1-9090: %v", enc.prefix, slices.Sorted(maps.Keys(insts)))
+	}
+	r := decodeService(testID.ClusterSet, testKey, toList(insts))[testID.Cluster]
+	if r == nil || r.Endpoints == nil {
+		t.Fatalf("decoded no endpoints: %v", r)
+	}
+	if diff := cmp.Diff(groups, r.Endpoints.Groups, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("endpoints (-want +got):\n%s", diff)
+	}
+}
+
 func TestServiceRecordWithoutEndpoints(t *testing.T) {
 	enc := newEncoder(testID)
 	spec := registry.ServiceSpec{Type: registry.Headless}
@@ -208,11 +248,11 @@ func TestInstanceIDs(t *testing.T) {
 		t.Errorf("prefixes collide: %s %s %s", p1, p2, p3)
 	}
 	port := registry.EndpointPort{Protocol: corev1.ProtocolSCTP, Port: 65535}
-	id := endpointInstanceID(p1, "fd00:1111:2222:3333:4444:5555:6666:7777", &port)
+	id := endpointInstanceID(p1, "fd00:1111:2222:3333:4444:5555:6666:7777", &port, false)
 	if len(id) > maxInstanceID || !strings.HasPrefix(id, p1+".") {
 		t.Errorf("long id %q (%d chars)", id, len(id))
 	}
-	if got := endpointInstanceID("east-0011aabb", "10.0.0.1", &registry.EndpointPort{Protocol: corev1.ProtocolTCP, Port: 8080}); got != "east-0011aabb.tcp-10_0_0_1-8080" {
+	if got := endpointInstanceID("east-0011aabb", "10.0.0.1", &registry.EndpointPort{Protocol: corev1.ProtocolTCP, Port: 8080}, false); got != "east-0011aabb.tcp-10_0_0_1-8080" {
 		t.Errorf("id = %q", got)
 	}
 	// The AWS controller's ids have no dot.

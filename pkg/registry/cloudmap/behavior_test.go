@@ -168,7 +168,7 @@ func TestForeignAttributesDoNotCauseWrites(t *testing.T) {
 	if n := counting.get(OpRegisterInstance); n != 2 {
 		t.Errorf("one changed endpoint made %d registrations, want 2 (the endpoint, and the service record's stamp)", n)
 	}
-	inst := rawInstances(t, c, key.Namespace, key.Name)[endpointInstanceID(prefix, "10.0.0.1", &groups[0].Ports[0])]
+	inst := rawInstances(t, c, key.Namespace, key.Name)[endpointInstanceID(prefix, "10.0.0.1", &groups[0].Ports[0], false)]
 	if inst[attrReady] != "false" || inst["TEAM_TAG"] != "blue" {
 		t.Errorf("rewritten instance: %v, want READY=false and TEAM_TAG kept", inst)
 	}

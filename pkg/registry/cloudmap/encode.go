@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -92,6 +93,7 @@ func (e encoder) instances(st state) (map[string]instance, error) {
 		default:
 			return nil, fmt.Errorf("address type %q: %w", g.AddressType, registry.ErrInvalid)
 		}
+		shared := sharedPortNumbers(g.Ports)
 		for _, ep := range g.Endpoints {
 			for _, addr := range ep.Addresses {
 				ip, err := netip.ParseAddr(addr)
@@ -115,7 +117,7 @@ func (e encoder) instances(st state) (map[string]instance, error) {
 					if err := checkLimits(attrs); err != nil {
 						return nil, fmt.Errorf("endpoint %s: %w", addr, err)
 					}
-					id := endpointInstanceID(e.prefix, addr, nil)
+					id := endpointInstanceID(e.prefix, addr, nil, false)
 					out[id] = instance{ID: id, Attrs: attrs}
 					continue
 				}
@@ -125,7 +127,7 @@ func (e encoder) instances(st state) (map[string]instance, error) {
 					if err := checkLimits(pa); err != nil {
 						return nil, fmt.Errorf("endpoint %s port %d: %w", addr, p.Port, err)
 					}
-					id := endpointInstanceID(e.prefix, addr, &p)
+					id := endpointInstanceID(e.prefix, addr, &p, shared[portNumber{registry.ProtocolOrTCP(p.Protocol), p.Port}])
 					out[id] = instance{ID: id, Attrs: pa}
 				}
 			}
@@ -229,4 +231,28 @@ func validAttrValue(v string) bool {
 		}
 	}
 	return !strings.HasPrefix(v, " ")
+}
+
+// portNumber is an endpoint port without its name.
+type portNumber struct {
+	protocol corev1.Protocol
+	port     int32
+}
+
+// sharedPortNumbers returns the protocols and numbers that more than one of
+// ports has (two Service ports with one target port): their instances need
+// the port's name in their ids (endpointInstanceID).
+func sharedPortNumbers(ports []registry.EndpointPort) map[portNumber]bool {
+	seen := make(map[portNumber]int, len(ports))
+	var shared map[portNumber]bool
+	for _, p := range ports {
+		k := portNumber{registry.ProtocolOrTCP(p.Protocol), p.Port}
+		if seen[k]++; seen[k] == 2 {
+			if shared == nil {
+				shared = map[portNumber]bool{}
+			}
+			shared[k] = true
+		}
+	}
+	return shared
 }

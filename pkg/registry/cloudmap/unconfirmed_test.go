@@ -98,7 +98,7 @@ func unconfirmedEndpoint(t *testing.T, c *sd.Client, fault func(api *waitFailing
 	b, api := waitFailingBackend(t, id)
 	key := randWebKey()
 	putWeb(t, b, key, "10.0.0.1")
-	gone := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0])
+	gone := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0], false)
 	fault(api, gone, true)
 	if err := b.PutEndpoints(t.Context(), key, webGroups("10.0.0.1", "10.0.0.3")); err == nil {
 		t.Fatal("the put whose outcome was not seen succeeded")
@@ -206,7 +206,7 @@ func TestCodedAnswerEndpointWithdrawn(t *testing.T) {
 		b, api := waitFailingBackend(t, id)
 		key := randWebKey()
 		putWeb(t, b, key, "10.0.0.1")
-		dup := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0])
+		dup := endpointInstanceID(ownerPrefix(id), "10.0.0.3", &webGroups("x")[0].Ports[0], false)
 		api.answerWith(dup, func(out *sd.RegisterInstanceOutput) error {
 			return &types.DuplicateRequest{Message: aws.String("in progress"), DuplicateOperationId: out.OperationId}
 		})
@@ -233,7 +233,7 @@ func TestUnconfirmedRewriteKeepsOthersAttributes(t *testing.T) {
 	putWeb(t, b, key, "10.0.0.1")
 	svcID := b.own[key].svc.ID
 	groups := webGroups("10.0.0.1")
-	inst := endpointInstanceID(ownerPrefix(id), "10.0.0.1", &groups[0].Ports[0])
+	inst := endpointInstanceID(ownerPrefix(id), "10.0.0.1", &groups[0].Ports[0], false)
 	at := rawInstances(t, c, key.Namespace, key.Name)[inst]
 	at["TEAM_TAG"] = "blue"
 	_, err := c.RegisterInstance(ctx, &sd.RegisterInstanceInput{ServiceId: aws.String(svcID), InstanceId: aws.String(inst), Attributes: at})

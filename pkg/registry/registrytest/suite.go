@@ -60,6 +60,7 @@ func Run(t *testing.T, f Factory) {
 		{"EndpointsUpdated", testEndpointsUpdated},
 		{"ClusterLiveness", testClusterLiveness},
 		{"ScopedWatch", testScopedWatch},
+		{"PortsSharingANumber", testPortsSharingANumber},
 	}
 	t.Run("Conformance", func(t *testing.T) {
 		for _, tc := range tests {
@@ -274,6 +275,19 @@ func testWatchDeliversOtherClusters(t *testing.T, f Factory) {
 	if x.Cluster != "a" || x.Service != web {
 		t.Errorf("export names cluster %q service %v, want a %v", x.Cluster, x.Service, web)
 	}
+}
+
+// testPortsSharingANumber: two Service ports with one target port give
+// endpoint ports of one number and two names; both reach the other
+// clusters.
+func testPortsSharingANumber(t *testing.T, f Factory) {
+	_, a, _, rec := openPair(t, f, longTTL)
+	s := spec(80)
+	s.Ports = append(s.Ports, registry.Port{Name: "http-alt", Protocol: corev1.ProtocolTCP, Port: 8080})
+	groups := endpoints("10.0.0.1", "10.0.0.2")
+	groups[0].Ports = append(groups[0].Ports, registry.EndpointPort{Name: "http-alt", Protocol: corev1.ProtocolTCP, Port: 8080})
+	put(t, a, web, s, groups)
+	waitRecords(t, rec, "a's endpoints with both ports", rid("a", web), s, groups)
 }
 
 func testWatchStartedAfterWrites(t *testing.T, f Factory) {
