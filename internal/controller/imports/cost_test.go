@@ -41,7 +41,7 @@ func BenchmarkImportFromClusters(b *testing.B) {
 					// planSlices applies the update to existing, as the
 					// write would.
 					plan := planSlices(s, existing)
-					if len(plan.update) != 1 || len(plan.create)+len(plan.remove)+len(plan.replace) != 0 {
+					if len(plan.grow)+len(plan.update) != 1 || len(plan.create)+len(plan.remove)+len(plan.replace) != 0 {
 						b.Fatalf("plan %+v, want one update", plan)
 					}
 					if want := map[bool]int{true: 1, false: n}[digests]; len(plan.built) != want {

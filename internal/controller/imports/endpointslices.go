@@ -65,12 +65,14 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	})
 	// One write per slice that differs, all at the same time: a new import
 	// from k clusters has k slices, which one after the other took k round
-	// trips. A cluster's slices are created first, then updated, then
-	// deleted, each step only once its previous one is written: an
-	// endpoint that moves to another slice (a set grown past a slice, a
-	// port added, a set split per port) is never in none, which kube-proxy
-	// would take for gone. A create refused for want of room (a quota on
-	// EndpointSlices) holds nothing back: the deletes make the room.
+	// trips. A cluster's slices are created, and those that gain an
+	// endpoint updated, first; then the other updates; then the deletes,
+	// each step only once its previous one is written: an endpoint that
+	// moves to another slice (a set grown past a slice, a port added, a
+	// set split per port, a slice emptied into the others) is never in
+	// none, which kube-proxy would take for gone. A create refused for
+	// want of room (a quota on EndpointSlices) holds nothing back: the
+	// deletes make the room.
 	var creates, updates, removes []sliceWriteOf
 	for _, x := range plan.replace {
 		// The address type is immutable.
@@ -86,15 +88,21 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	for _, want := range plan.create {
 		creates = append(creates, sliceWriteOf{sliceCluster(want), func() (sliceWrite, error) { return r.createSlice(ctx, want) }})
 	}
-	for _, have := range plan.update {
-		updates = append(updates, sliceWriteOf{sliceCluster(have), func() (sliceWrite, error) {
+	update := func(have *discoveryv1.EndpointSlice) sliceWriteOf {
+		return sliceWriteOf{sliceCluster(have), func() (sliceWrite, error) {
 			sent := slices.ContainsFunc(have.Endpoints, hasNodeHints)
 			if err := r.Client.Update(ctx, have); err != nil {
 				return sliceWrite{}, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
 			}
 			r.noteNodeHints(sent, have)
 			return sliceWrite{updated: true}, nil
-		}})
+		}}
+	}
+	for _, have := range plan.grow {
+		creates = append(creates, update(have))
+	}
+	for _, have := range plan.update {
+		updates = append(updates, update(have))
 	}
 	for _, have := range plan.remove {
 		removes = append(removes, sliceWriteOf{sliceCluster(have), func() (sliceWrite, error) {
@@ -104,8 +112,9 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 			return sliceWrite{deleted: true}, nil
 		}})
 	}
-	// heldUpdates are the clusters whose creates did not all land: their
-	// updates may take endpoints out for the new slices to carry.
+	// heldUpdates are the clusters whose creates (and growing updates) did
+	// not all land: their other updates may take endpoints out for those
+	// slices to carry.
 	heldUpdates := map[string]bool{}
 	done, errs := runSliceWrites(creates, nil, heldUpdates, held)
 	d, e := runSliceWrites(updates, heldUpdates, held)
@@ -240,7 +249,8 @@ func setSliceOwners(s *scope, replacing bool) {
 // clusterSlices returns the EndpointSlices of s's import for one exporting
 // cluster (this one included) given its endpoints: one set of slices per
 // address type and port list, each with at most maxEndpointsPerSlice
-// endpoints, split deterministically (endpoints sorted by address). A slice
+// endpoints, each endpoint kept in the slice of have (the cluster's
+// existing slices) that holds it (packChunks). A slice
 // carries only the ports its cluster serves (merge.Result.Served) under the
 // import's port names, with the cluster's own port numbers; the slices of a
 // cluster that serves none of the import's ports list its endpoints without
@@ -251,7 +261,7 @@ func setSliceOwners(s *scope, replacing bool) {
 // without ports, as Kubernetes' EndpointSlice controller keeps a
 // placeholder. Endpoints whose hints differ by port get a set of slices for
 // each set of ports hinted alike (topology.Hints.PortSets).
-func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints) []*discoveryv1.EndpointSlice {
+func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints, have []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
 	importPorts := s.res.Spec.Ports
 	headless := s.res.Spec.Type == mcsv1beta1.Headless
 	served := s.res.Served[cluster]
@@ -304,12 +314,112 @@ func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints) []*di
 			out = append(out, newSlice(s, cluster, string(at)+"|", 0, at, nil, nil))
 		}
 	}
+	haveByName := make(map[string]*discoveryv1.EndpointSlice, len(have))
+	for _, sl := range have {
+		haveByName[sl.Name] = sl
+	}
 	for _, id := range slices.Sorted(maps.Keys(sets)) {
 		st := sets[id]
 		slices.SortFunc(st.endpoints, compareEndpoints)
-		for chunk := 0; chunk*maxEndpointsPerSlice < len(st.endpoints); chunk++ {
-			part := st.endpoints[chunk*maxEndpointsPerSlice : min((chunk+1)*maxEndpointsPerSlice, len(st.endpoints))]
-			out = append(out, newSlice(s, cluster, id, chunk, st.addressType, part, st.ports))
+		// The chunks of the set that exist, and what they hold: looked
+		// for among as many chunk numbers as the cluster has slices and
+		// the set could need (new chunks take the lowest free numbers).
+		held := map[int]map[string]bool{}
+		for chunk := range len(have) + (len(st.endpoints)+maxEndpointsPerSlice-1)/maxEndpointsPerSlice {
+			sl := haveByName[sliceName(s.key.Name, cluster, id, chunk)]
+			if sl == nil || sl.AddressType != st.addressType {
+				continue
+			}
+			held[chunk] = map[string]bool{}
+			for _, e := range sl.Endpoints {
+				held[chunk][endpointKey(e)] = true
+			}
+		}
+		chunks := packChunks(st.endpoints, held, maxEndpointsPerSlice)
+		for _, chunk := range slices.Sorted(maps.Keys(chunks)) {
+			out = append(out, newSlice(s, cluster, id, chunk, st.addressType, chunks[chunk], st.ports))
+		}
+	}
+	return out
+}
+
+// endpointKey tells an endpoint apart from the others of a set: its
+// addresses.
+func endpointKey(e discoveryv1.Endpoint) string { return strings.Join(e.Addresses, ",") }
+
+// packChunks places eps (sorted) in numbered chunks of at most max, as
+// Kubernetes' EndpointSlice controller keeps endpoints where they are: an
+// endpoint that chunk c holds now (held[c], by endpointKey) stays in c; the
+// others go, in order, to the chunks held with room, lowest first, then to
+// new chunks at the lowest free numbers. A change of one endpoint so
+// changes one slice. Endpoints move from one existing chunk to others only
+// when it can go: when fewer chunks can hold them all (the emptiest
+// goes); reconcileEndpointSlices writes the slices that gain endpoints
+// before those that lose some. It returns
+// the endpoints of each chunk that holds any (each in eps's order); a held
+// chunk left empty is not returned.
+func packChunks(eps []discoveryv1.Endpoint, held map[int]map[string]bool, max int) map[int][]discoveryv1.Endpoint {
+	numbers := slices.Sorted(maps.Keys(held))
+	where := map[string]int{} // the lowest chunk that holds each key
+	for _, chunk := range slices.Backward(numbers) {
+		for k := range held[chunk] {
+			where[k] = chunk
+		}
+	}
+	out := map[int][]discoveryv1.Endpoint{}
+	var rest []discoveryv1.Endpoint
+	for _, e := range eps {
+		if chunk, ok := where[endpointKey(e)]; ok && len(out[chunk]) < max {
+			out[chunk] = append(out[chunk], e)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	// More chunks in use than the endpoints need: the emptiest (the
+	// highest numbered of equals) goes, its endpoints to the others. The
+	// count stays the least the endpoints need, and a chunk is emptied
+	// only when the others can take every endpoint.
+	dissolved := map[int]bool{}
+	for {
+		used := slices.DeleteFunc(slices.Clone(numbers), func(c int) bool { return len(out[c]) == 0 })
+		if len(used) <= (len(eps)+max-1)/max {
+			break
+		}
+		least := used[len(used)-1]
+		for _, c := range slices.Backward(used) {
+			if len(out[c]) < len(out[least]) {
+				least = c
+			}
+		}
+		rest = append(rest, out[least]...)
+		delete(out, least)
+		dissolved[least] = true
+	}
+	slices.SortFunc(rest, compareEndpoints)
+	// The others fill the chunks in use, then those held empty, lowest
+	// first.
+	fill := slices.DeleteFunc(slices.Clone(numbers), func(c int) bool { return len(out[c]) == 0 })
+	fill = append(fill, slices.DeleteFunc(slices.Clone(numbers), func(c int) bool { return len(out[c]) > 0 || dissolved[c] })...)
+	for _, chunk := range fill {
+		n := min(max-len(out[chunk]), len(rest))
+		if n > 0 {
+			out[chunk] = append(out[chunk], rest[:n]...)
+			rest = rest[n:]
+		}
+	}
+	for chunk := 0; len(rest) > 0; chunk++ {
+		if _, ok := held[chunk]; ok {
+			continue
+		}
+		n := min(max, len(rest))
+		out[chunk] = rest[:n:n]
+		rest = rest[n:]
+	}
+	for chunk, eps := range out {
+		if len(eps) == 0 {
+			delete(out, chunk)
+		} else {
+			slices.SortFunc(eps, compareEndpoints)
 		}
 	}
 	return out

@@ -19,8 +19,10 @@ import (
 // them clusterSlices' for every source cluster.
 type slicePlan struct {
 	create []*discoveryv1.EndpointSlice
-	// update are existing slices with what mcsd wants applied.
-	update []*discoveryv1.EndpointSlice
+	// grow and update are existing slices with what mcsd wants applied:
+	// grow those that gain an endpoint (one that another slice may
+	// lose), update the others.
+	grow, update []*discoveryv1.EndpointSlice
 	// replace are slices whose address type (immutable) changed: have is
 	// deleted, want created.
 	replace []sliceReplacement
@@ -60,7 +62,7 @@ func planSlices(s *scope, existing []discoveryv1.EndpointSlice) slicePlan {
 			continue
 		}
 		plan.built = append(plan.built, cluster)
-		want := clusterSlices(s, cluster, s.endpoints[cluster])
+		want := clusterSlices(s, cluster, s.endpoints[cluster], byCluster[cluster])
 		value := digest + "." + strconv.Itoa(len(want))
 		for _, sl := range want {
 			sl.Annotations[wellknown.AnnotationSliceInputs] = value
@@ -77,14 +79,28 @@ func planSlices(s *scope, existing []discoveryv1.EndpointSlice) slicePlan {
 		case !ok:
 			plan.create = append(plan.create, want)
 		case !sliceUpToDate(have, want, s.sliceOwners, s.nodeHintsDropped):
+			gains := gainsEndpoint(have, want)
 			applySlice(have, want)
-			plan.update = append(plan.update, have)
+			if gains {
+				plan.grow = append(plan.grow, have)
+			} else {
+				plan.update = append(plan.update, have)
+			}
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		plan.remove = append(plan.remove, byName[name])
 	}
 	return plan
+}
+
+// gainsEndpoint reports whether want lists an endpoint that have does not.
+func gainsEndpoint(have, want *discoveryv1.EndpointSlice) bool {
+	keys := make(map[string]bool, len(have.Endpoints))
+	for _, e := range have.Endpoints {
+		keys[endpointKey(e)] = true
+	}
+	return slices.ContainsFunc(want.Endpoints, func(e discoveryv1.Endpoint) bool { return !keys[endpointKey(e)] })
 }
 
 // sliceInputsHold reports whether cluster's existing slices are those its

@@ -122,14 +122,17 @@ func TestPlanSlicesSkipsUnchangedClusters(t *testing.T) {
 			return sl.Labels[mcsv1beta1.LabelSourceCluster] == cluster
 		})
 	}
-	writes := func(p slicePlan) int { return len(p.create) + len(p.update) + len(p.remove) + len(p.replace) }
+	writes := func(p slicePlan) int {
+		return len(p.create) + len(p.grow) + len(p.update) + len(p.remove) + len(p.replace)
+	}
+	updates := func(p slicePlan) int { return len(p.grow) + len(p.update) }
 
 	if p := planSlices(s, existing); len(p.built) != 0 || writes(p) != 0 {
 		t.Errorf("nothing changed: built %v, %d writes; want none", p.built, writes(p))
 	}
 
 	flip()
-	if p := planSlices(s, existing); !slices.Equal(p.built, []string{"c002"}) || len(p.update) != 1 || writes(p) != 1 {
+	if p := planSlices(s, existing); !slices.Equal(p.built, []string{"c002"}) || updates(p) != 1 || writes(p) != 1 {
 		t.Errorf("c002 changed: built %v, %d writes; want c002's slice alone updated", p.built, writes(p))
 	}
 
@@ -137,7 +140,7 @@ func TestPlanSlicesSkipsUnchangedClusters(t *testing.T) {
 	edited := &existing[of("c000")]
 	edited.Endpoints = edited.Endpoints[1:]
 	edited.ManagedFields = append(edited.ManagedFields, metav1.ManagedFieldsEntry{Manager: "someone-else", Operation: metav1.ManagedFieldsOperationUpdate})
-	if p := planSlices(s, existing); !slices.Equal(p.built, []string{"c000"}) || len(p.update) != 1 || len(edited.Endpoints) != 10 {
+	if p := planSlices(s, existing); !slices.Equal(p.built, []string{"c000"}) || updates(p) != 1 || len(edited.Endpoints) != 10 {
 		t.Errorf("c000's slice edited: built %v, %d writes, %d endpoints; want it mended", p.built, writes(p), len(edited.Endpoints))
 	}
 	edited.ManagedFields = edited.ManagedFields[:1]
@@ -146,7 +149,7 @@ func TestPlanSlicesSkipsUnchangedClusters(t *testing.T) {
 	// not mcsd's.
 	edited.Endpoints = edited.Endpoints[1:]
 	edited.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl-create", Operation: metav1.ManagedFieldsOperationUpdate}}
-	if p := planSlices(s, existing); !slices.Equal(p.built, []string{"c000"}) || len(p.update) != 1 || len(edited.Endpoints) != 10 {
+	if p := planSlices(s, existing); !slices.Equal(p.built, []string{"c000"}) || updates(p) != 1 || len(edited.Endpoints) != 10 {
 		t.Errorf("c000's slice replaced: built %v, %d writes, %d endpoints; want it mended", p.built, writes(p), len(edited.Endpoints))
 	}
 	edited.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: wellknown.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}
@@ -190,7 +193,10 @@ func TestPlanSlicesNodeHintsDropped(t *testing.T) {
 	if s.hints = topology.Plan(in); !s.hints.Nodes() {
 		t.Fatalf("no node hints planned: %+v", s.hints.Condition)
 	}
-	writes := func(p slicePlan) int { return len(p.create) + len(p.update) + len(p.remove) + len(p.replace) }
+	writes := func(p slicePlan) int {
+		return len(p.create) + len(p.grow) + len(p.update) + len(p.remove) + len(p.replace)
+	}
+	updates := func(p slicePlan) int { return len(p.grow) + len(p.update) }
 	var kept, dropped []discoveryv1.EndpointSlice
 	for _, sl := range planSlices(s, nil).create {
 		w := *sl.DeepCopy()
@@ -209,8 +215,8 @@ func TestPlanSlicesNodeHintsDropped(t *testing.T) {
 		t.Errorf("the server drops node hints: %d writes of slices that have them, want none", writes(p))
 	}
 	s.nodeHintsDropped = false
-	if p := planSlices(s, dropped); len(p.update) != len(dropped) || writes(p) != len(dropped) {
-		t.Errorf("the server keeps node hints: %d updates (%d writes) of the slices without them, want %d", len(p.update), writes(p), len(dropped))
+	if p := planSlices(s, dropped); updates(p) != len(dropped) || writes(p) != len(dropped) {
+		t.Errorf("the server keeps node hints: %d updates (%d writes) of the slices without them, want %d", updates(p), writes(p), len(dropped))
 	}
 	if p := planSlices(s, kept); writes(p) != 0 {
 		t.Errorf("the server keeps node hints: %d writes of slices that have them, want none", writes(p))
