@@ -103,10 +103,13 @@ func newConn(ctx context.Context, cli *clientv3.Client, opts Options) (conn, con
 // members, and a member cut off from the others times out (after seconds)
 // while the others answer, so one failed try is not a failed request. Every
 // try but the last gets an equal share of RequestTimeout, at least a second
-// (or all of it, if less); the last gets what ctx leaves (callers that need
-// a bound, the watch's reads, set one). Only errors that say no answer came
-// (a timeout, an unavailable member, no leader) are tried again; a refused
-// permission or a missing lease is an answer. It returns the last try's
+// (or all of it, if less); the last gets what ctx leaves, or RequestTimeout
+// when ctx has no deadline: etcd's client waits for a connection rather
+// than failing without one, and a write under the write lock, from a
+// controller whose context has no deadline, would otherwise wait out a
+// whole outage, and every write and withdrawal behind it. Only errors that
+// say no answer came (a timeout, an unavailable member, no leader) are
+// tried again; a refused permission or a missing lease is an answer. It returns the last try's
 // error.
 func (c *conn) eachMember(ctx context.Context, f func(context.Context) error) error {
 	tries := max(1, len(c.cli.Endpoints()))
@@ -115,8 +118,10 @@ func (c *conn) eachMember(ctx context.Context, f func(context.Context) error) er
 	var err error
 	for i := range tries {
 		tctx, cancel := ctx, context.CancelFunc(func() {})
-		if i < tries-1 {
+		if _, bounded := ctx.Deadline(); i < tries-1 {
 			tctx, cancel = context.WithTimeout(ctx, perTry)
+		} else if !bounded {
+			tctx, cancel = context.WithTimeout(ctx, budget)
 		}
 		err = f(tctx)
 		cancel()

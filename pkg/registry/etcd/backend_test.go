@@ -556,6 +556,18 @@ func waitRecords(t *testing.T, rec *registrytest.Recorder, what string, id regis
 	})
 }
 
+// mustEventually makes the write f until it succeeds, for at most 30 s: a
+// write fails within the backend's request timeout while etcd is out of
+// reach (a restart just made), and is tried again, as the controllers do.
+func mustEventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	var last error
+	poll.Until(t, 30*time.Second, what, func() (bool, string) {
+		last = f()
+		return last == nil, fmt.Sprint(last)
+	})
+}
+
 // putWeb exports web from reg, with spec and groups.
 func putWeb(t *testing.T, reg registry.Registry) {
 	t.Helper()

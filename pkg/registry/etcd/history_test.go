@@ -151,14 +151,20 @@ func TestRestoredBackupOwnRecordsWrittenAgain(t *testing.T) {
 	at := func(addr string) []registry.EndpointGroup {
 		return []registry.EndpointGroup{{AddressType: "IPv4", Endpoints: []registry.Endpoint{{Addresses: []string{addr}, Ready: true, Serving: true}}}}
 	}
+	// Each tried again when it fails within the request timeout (the
+	// first, while the client reconnects), as the controllers do.
+	put := func(g []registry.EndpointGroup) {
+		t.Helper()
+		mustEventually(t, "a's put", func() error { return a.PutEndpoints(t.Context(), web, g) })
+	}
 	for range 20 {
-		must(t, a.PutEndpoints(t.Context(), web, at("10.0.0.2")))
-		must(t, a.PutEndpoints(t.Context(), web, groups))
+		put(at("10.0.0.2"))
+		put(groups)
 	}
 	// The last, an address of its own: the events after it are the
 	// restore's.
 	moved := at("10.0.0.3")
-	must(t, a.PutEndpoints(t.Context(), web, moved))
+	put(moved)
 	rec.WaitFor(t, 10*time.Second, "the moved endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Endpoints[id].Groups, moved)
 	})
@@ -169,7 +175,7 @@ func TestRestoredBackupOwnRecordsWrittenAgain(t *testing.T) {
 	rec.WaitFor(t, 20*time.Second, "the backup's endpoints", func(e registrytest.Event, v *registrytest.View) bool {
 		return e.Update != nil && cmp.Equal(v.Endpoints[id].Groups, groups)
 	})
-	must(t, a.PutEndpoints(t.Context(), web, moved))
+	put(moved)
 	if kv := getKey(t, client(t, url), prefix+"/set1/clusters/a/endpoints/shop/web"); !strings.Contains(string(kv.Value), "10.0.0.3") {
 		t.Errorf("after the put of the moved endpoints, etcd holds the backup's: %s", kv.Value)
 	}

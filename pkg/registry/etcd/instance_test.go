@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -104,5 +106,79 @@ func TestLeaseLostWhileAnotherClusterTookTheID(t *testing.T) {
 	must(t, err)
 	if len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), `"instance":"uid-other"`) {
 		t.Errorf("east's alive record: %v, want the other cluster's", resp.Kvs)
+	}
+}
+
+// TestWithdrawalAfterLeaseLostBeforeRepair: east's lease is lost (revoked
+// here, as an expiry would), and another Kubernetes cluster given east's id
+// starts and exports web before east's backend has noticed (its lease
+// renewals come every TTL/3). East's withdrawal of web then deletes
+// nothing of the other's: its own records went with its lease.
+func TestWithdrawalAfterLeaseLostBeforeRepair(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	const set = "withdrawlost"
+	id := registry.Identity{ClusterSet: set, Cluster: "east", Instance: "uid-first"}
+	east := open(t, srv.ClientURL(), id)
+	putWeb(t, east)
+	raw := client(t, srv.ClientURL())
+	alive := prefix + "/" + set + "/clusters/east/alive"
+	resp, err := raw.Get(t.Context(), alive)
+	must(t, err)
+	if len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("east's alive record: %v, want one under a lease", resp.Kvs)
+	}
+	_, err = raw.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease))
+	must(t, err)
+
+	id.Instance = "uid-other"
+	other := open(t, srv.ClientURL(), id)
+	must(t, other.PutExport(t.Context(), web, spec2))
+	if err := east.DeleteExport(t.Context(), web); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("east's withdrawal with its lease lost and the id another's: %v, want ErrClusterIDInUse", err)
+	}
+	got, err := raw.Get(t.Context(), prefix+"/"+set+"/clusters/east/exports/shop/web")
+	must(t, err)
+	if len(got.Kvs) != 1 {
+		t.Error("east's withdrawal deleted the other cluster's export")
+	}
+}
+
+// TestWritesBoundedInAnOutage: with etcd out of reach, a write or a
+// withdrawal whose context has no deadline (a controller's reconcile)
+// fails within the request timeout, rather than waiting for etcd to come
+// back while holding the backend's write lock.
+func TestWritesBoundedInAnOutage(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	proxy := newSwitchProxy(t, hostOf(t, srv.ClientURL()))
+	east, err := etcd.New(t.Context(), etcd.Options{Identity: registry.Identity{ClusterSet: "outage", Cluster: "east"},
+		Endpoints: []string{proxy.url()}, Prefix: prefix, TTL: 30 * time.Second, DialTimeout: time.Second, RequestTimeout: time.Second})
+	must(t, err)
+	t.Cleanup(func() { _ = east.Close() })
+	putWeb(t, east)
+
+	proxy.switchTo("127.0.0.1:1")
+	t.Cleanup(func() { proxy.switchTo(hostOf(t, srv.ClientURL())) }) // unblocks a write still waiting
+	for name, write := range map[string]func() error{
+		"PutEndpoints": func() error {
+			return east.PutEndpoints(context.Background(), web, []registry.EndpointGroup{{AddressType: "IPv4"}})
+		},
+		"DeleteExport": func() error { return east.DeleteExport(context.Background(), web) },
+	} {
+		done := make(chan error, 1)
+		go func() { done <- write() }()
+		var got error
+		poll.Until(t, 15*time.Second, name+" to return in the outage", func() (bool, string) {
+			select {
+			case got = <-done:
+				return true, ""
+			default:
+				return false, "still waiting"
+			}
+		})
+		if got == nil {
+			t.Errorf("%s succeeded with etcd out of reach", name)
+		}
 	}
 }

@@ -56,9 +56,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// RequestTimeout bounds each request the backend makes on its own: the
 	// start, lease renewals and repairs, the watch's reads and health
-	// checks. Publisher calls are bounded by their context. A read or write
-	// that gets no answer is tried once per endpoint, every try but the
-	// last with an equal share of RequestTimeout, at least a second (see
+	// checks, and each write of a publisher call whose context has no
+	// deadline (one that has one is bounded by it). A read or write that
+	// gets no answer is tried once per endpoint, every try but the last
+	// with an equal share of RequestTimeout, at least a second (see
 	// eachMember). Default 10s.
 	RequestTimeout time.Duration
 	// TTL is how long the cluster's records outlive its controller: the

@@ -29,6 +29,10 @@ type ownRecord struct {
 	// rev is the revision of the last write; 0 while a write is under way
 	// or unknown.
 	rev int64
+	// before is, while a write is under way, the revision of the write
+	// before it: what the watch delivers of that one (it may come after
+	// the new write began) is this backend's own, no loss.
+	before int64
 	// lost: etcd holds no longer what this backend wrote, or may not (a
 	// write whose outcome is unknown); the next put writes it again.
 	lost bool
@@ -71,7 +75,7 @@ func (o *ownRecords) writing(key, value string) {
 	defer o.mu.Unlock()
 	r := o.recs[key]
 	if r.value != value {
-		o.recs[key] = ownRecord{value: value, lost: r.lost, lostAt: r.lostAt, absent: r.absent, contention: r.contention}
+		o.recs[key] = ownRecord{value: value, before: max(r.rev, r.before), lost: r.lost, lostAt: r.lostAt, absent: r.absent, contention: r.contention}
 	}
 }
 
@@ -137,9 +141,10 @@ func (o *ownRecords) check(key string, kv *mvccpb.KeyValue, rev int64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.recs[key]
-	if !ok || rev < r.rev || (r.lost && rev <= r.lostAt) {
-		// Not written by this backend, older than its write, or a loss
-		// already known at this revision or later.
+	if !ok || rev < r.rev || (r.rev == 0 && rev <= r.before) || (r.lost && rev <= r.lostAt) {
+		// Not written by this backend, older than its write (or, while
+		// one is under way, no later than the one before: that one's
+		// echo), or a loss already known at this revision or later.
 		return false
 	}
 	if kv != nil && string(kv.Value) == r.value && clientv3.LeaseID(kv.Lease) == o.lease {

@@ -75,3 +75,32 @@ func TestContention(t *testing.T) {
 		t.Error("still contended a window after the last loss")
 	}
 }
+
+// TestEchoOfTheWriteBeforeIsNoLoss: the watch delivers a write of this
+// backend's after the next write of the record has begun (endpoints that
+// change faster than the registry's round trip): that echo is no loss, and
+// no contention; another writer's change after it still is.
+func TestEchoOfTheWriteBeforeIsNoLoss(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	o := &ownRecords{recs: map[string]ownRecord{}, now: func() time.Time { return now }}
+	rev := int64(10)
+	o.writing("k", "v0")
+	o.written("k", "v0", rev)
+	for i := range 2 * contendFlaps {
+		value := "v" + string(rune('a'+i))
+		o.writing("k", value)
+		if o.check("k", &mvccpb.KeyValue{Key: []byte("k"), Value: []byte("previous"), ModRevision: rev}, rev) {
+			t.Fatalf("write %d: the echo of the write before it reported as a loss", i)
+		}
+		rev++
+		o.written("k", value, rev)
+		now = now.Add(100 * time.Millisecond)
+	}
+	if n, ok := o.contended("k"); ok || n != 0 {
+		t.Errorf("contended = %d, %t after echoes alone", n, ok)
+	}
+	o.writing("k", "mine")
+	if !o.check("k", &mvccpb.KeyValue{Key: []byte("k"), Value: []byte("theirs"), ModRevision: rev + 1}, rev+1) {
+		t.Error("another writer's change during a write: not reported")
+	}
+}

@@ -196,7 +196,7 @@ func TestShortOutageIsNotReported(t *testing.T) {
 
 	srv.Close()
 	restart()
-	must(t, a.PutExport(t.Context(), web, spec2))
+	mustEventually(t, "a's put after the restart", func() error { return a.PutExport(t.Context(), web, spec2) })
 	events := rec.WaitFor(t, 30*time.Second, "a's change after the restart", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Exports[id].Spec, spec2)
 	})

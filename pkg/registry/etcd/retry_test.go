@@ -68,8 +68,20 @@ func TestEachMember(t *testing.T) {
 	if n, err := try(rpctypes.ErrNoLeader, rpctypes.ErrNoLeader, rpctypes.ErrNoLeader); n != 3 || !errors.Is(err, rpctypes.ErrNoLeader) {
 		t.Errorf("no leader thrice: %d tries, %v", n, err)
 	}
-	if len(deadlines) != 2 {
-		t.Errorf("%d tries had a deadline, want all but the last", len(deadlines))
+	if len(deadlines) != 3 || deadlines[2] > 6*time.Second || deadlines[2] < 5*time.Second {
+		t.Errorf("deadlines %v, want 3: the last, its context having none, RequestTimeout", deadlines)
+	}
+	// A context with a deadline bounds the last try alone.
+	deadlines = nil
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	_ = c.eachMember(ctx, func(ctx context.Context) error {
+		d, _ := ctx.Deadline()
+		deadlines = append(deadlines, time.Until(d))
+		return rpctypes.ErrNoLeader
+	})
+	if len(deadlines) != 3 || deadlines[2] < 59*time.Minute {
+		t.Errorf("deadlines %v, want 3: the last the context's", deadlines)
 	}
 	if n, err := try(rpctypes.ErrPermissionDenied); n != 1 || !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Errorf("permission denied: %d tries, %v", n, err)

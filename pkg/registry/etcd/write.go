@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -200,17 +201,35 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	// whose reply was lost may have landed, and another controller of the
 	// cluster (two overlap in a rollout) may have written them. Callers
 	// withdraw what a reader shows, so this costs a write per withdrawal.
-	err = b.eachMember(ctx, func(ctx context.Context) error {
-		_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
-		return err
-	})
-	// Forgotten even when the delete failed (it may have landed): a lease
-	// repair must not write them back, and the next DeleteExport deletes
-	// them whatever this backend holds.
+	// Forgotten even when the delete fails (it may land): a lease repair
+	// must not write them back, and the next DeleteExport deletes them
+	// whatever this backend holds.
 	delete(b.stored, exportKey)
 	delete(b.stored, endpointsKey)
 	delete(b.contents, endpointsKey)
 	b.own.forget(exportKey, endpointsKey)
+	// Only while the cluster's alive record is under this backend's lease:
+	// once the lease is lost, its records went with it, and the keys of
+	// the cluster are another's (another Kubernetes cluster given this id
+	// may have started meanwhile, before the lease repair could tell).
+	aliveKey := b.keys.alive(b.opts.Identity.Cluster)
+	del := func(ctx context.Context) error {
+		resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(aliveKey), "=", b.lease)).
+			Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
+		if err == nil && !resp.Succeeded {
+			return errLeaseGone
+		}
+		return err
+	}
+	err = b.eachMember(ctx, del)
+	if errors.Is(err, errLeaseGone) {
+		// Repaired first (or refused, ErrClusterIDInUse, when the id is
+		// another cluster's now), then deleted under the new lease.
+		if err := b.renewLeaseLocked(ctx); err != nil {
+			return fmt.Errorf("delete export %s: %w", key, err)
+		}
+		err = b.eachMember(ctx, del)
+	}
 	if err != nil {
 		return fmt.Errorf("delete export %s: %w", key, b.permissionHint(err))
 	}
@@ -312,6 +331,10 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 	}
 	return nil
 }
+
+// errLeaseGone: the cluster's alive record is not under this backend's
+// lease (DeleteExport).
+var errLeaseGone = errors.New("the cluster's alive record is not under this backend's lease")
 
 // checkSize refuses a value that readers would refuse as too large.
 func checkSize(value []byte) error {
