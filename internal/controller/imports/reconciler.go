@@ -123,6 +123,11 @@ type Reconciler struct {
 	// refused on a derived Service, with the time (withoutRefusedTD): they
 	// are left out for tdRetry.
 	tdRefused sync.Map
+	// familyRefused holds the IP families the API server refused on a
+	// derived Service, with the time (createService): a family the
+	// cluster is not configured for is left out of the next creates for
+	// familyRetry, rather than refused again at each.
+	familyRefused sync.Map
 
 	// clusterEvents limits the ClustersChanged events (see eventClusters);
 	// SetupWithManager sets it, nil is no limit.

@@ -750,10 +750,34 @@ func TestIPFamilyFallback(t *testing.T) {
 
 func TestIPFamilyNoneSupported(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
-	e.createHook = refuseIPv6
-	e.publish([]registry.Export{export("east", registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80))},
-		endpoints("east", group(discoveryv1.AddressTypeIPv6, []registry.EndpointPort{epPort("http", 8080)}, ready("fd00:1::1"))))
+	var creates atomic.Int32
+	e.createHook = func(o client.Object) error {
+		if _, ok := o.(*corev1.Service); ok {
+			creates.Add(1)
+		}
+		return refuseIPv6(o)
+	}
+	exports := []registry.Export{export("east", registry.ClusterSetIP, v6, port("http", corev1.ProtocolTCP, 80))}
+	e.publish(exports, endpoints("east", group(discoveryv1.AddressTypeIPv6, []registry.EndpointPort{epPort("http", 8080)}, ready("fd00:1::1"))))
 	e.reconcile("web")
+	// The import's next reconciles (its endpoints change) do not ask for
+	// the family again, nor say it again.
+	for _, addr := range []string{"fd00:1::2", "fd00:1::3"} {
+		e.publish(exports, endpoints("east", group(discoveryv1.AddressTypeIPv6, []registry.EndpointPort{epPort("http", 8080)}, ready(addr))))
+		e.reconcile("web")
+	}
+	if n := creates.Load(); n != 1 {
+		t.Errorf("%d creates of the derived Service, want 1 (refused)", n)
+	}
+	refusals := 0
+	for _, ev := range e.events() {
+		if strings.Contains(ev, "IPFamilyNotSupported") {
+			refusals++
+		}
+	}
+	if refusals != 1 {
+		t.Errorf("%d IPFamilyNotSupported events, want 1", refusals)
+	}
 	if e.service(DerivedServiceName("web")) != nil {
 		t.Error("derived Service created")
 	}

@@ -162,8 +162,11 @@ func (r *Reconciler) reconcileService(ctx context.Context, s *scope) error {
 		}
 		if svc == nil {
 			s.unsupported = refused
-			r.importEventf(s, corev1.EventTypeWarning, eventFamilyRefused,
-				"This cluster supports none of the import's IP families (%s): no derived Service, no cluster IP", joinFamilies(refused))
+			if !hasReadyReason(s.si, mcsv1beta1.ServiceImportReasonIPFamilyNotSupported) {
+				// Said once, as the import comes to say it.
+				r.importEventf(s, corev1.EventTypeWarning, eventFamilyRefused,
+					"This cluster supports none of the import's IP families (%s): no derived Service, no cluster IP", joinFamilies(refused))
+			}
 			return nil
 		}
 		r.familiesRefused(s, svc, refused)
@@ -306,8 +309,22 @@ func setFamilies(svc *corev1.Service, families []corev1.IPFamily) {
 // refuses and trying again. It returns the Service created and the families
 // dropped; no Service (and no error) when every family was refused.
 func (r *Reconciler) createService(ctx context.Context, desired *corev1.Service) (*corev1.Service, []corev1.IPFamily, error) {
+	// The families refused lately are not asked for again: a cluster
+	// that supports none of an import's families would otherwise be sent
+	// a create it refuses at every reconcile of it, and each new import of
+	// a dual-stack Service into a single-stack cluster one it refuses.
+	want := desired.Spec.IPFamilies
+	families := slices.DeleteFunc(slices.Clone(want), r.familyRefusedLately)
+	inOrder := func(refused []corev1.IPFamily) []corev1.IPFamily {
+		return slices.DeleteFunc(slices.Clone(want), func(f corev1.IPFamily) bool {
+			return slices.Contains(families, f) && !slices.Contains(refused, f)
+		})
+	}
+	if len(families) == 0 {
+		return nil, inOrder(nil), nil
+	}
 	var created *corev1.Service
-	refused, err := writeFamilies(ctx, desired.Spec.IPFamilies, false, func(families []corev1.IPFamily) error {
+	refused, err := writeFamilies(ctx, families, false, func(families []corev1.IPFamily) error {
 		svc := desired.DeepCopy()
 		setFamilies(svc, families)
 		if err := r.withoutRefusedTD(ctx, svc, func(svc *corev1.Service) error { return r.Client.Create(ctx, svc) }); err != nil {
@@ -316,10 +333,25 @@ func (r *Reconciler) createService(ctx context.Context, desired *corev1.Service)
 		created = svc
 		return nil
 	})
-	if err != nil {
-		return nil, refused, fmt.Errorf("create derived Service: %w", err)
+	for _, f := range refused {
+		r.familyRefused.Store(f, r.now())
 	}
-	return created, refused, nil
+	if err != nil {
+		return nil, inOrder(refused), fmt.Errorf("create derived Service: %w", err)
+	}
+	return created, inOrder(refused), nil
+}
+
+// familyRetry is how long an IP family the API server refused is left out
+// of the derived Services created, before one is created with it again (the
+// cluster made dual-stack meanwhile).
+const familyRetry = 10 * time.Minute
+
+// familyRefusedLately reports whether the API server refused f less than
+// familyRetry ago.
+func (r *Reconciler) familyRefusedLately(f corev1.IPFamily) bool {
+	at, ok := r.familyRefused.Load(f)
+	return ok && r.now().Sub(at.(time.Time)) < familyRetry
 }
 
 // writeFamilies calls write with families, then, while the API server

@@ -230,6 +230,16 @@ const (
 	clusterEventsQPS   = 1
 )
 
+// hasReadyReason reports whether si (nil: none yet) is not Ready for
+// reason.
+func hasReadyReason(si *mcsv1beta1.ServiceImport, reason mcsv1beta1.ServiceImportConditionReason) bool {
+	if si == nil {
+		return false
+	}
+	c := conditions.Get(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady))
+	return c != nil && c.Status != metav1.ConditionTrue && c.Reason == string(reason)
+}
+
 // importState is the state the metrics count an import in, from its Ready
 // condition.
 func importState(conds []metav1.Condition) metrics.ImportState {
