@@ -33,9 +33,14 @@ Each patch makes moto do what the Cloud Map API reference documents:
    UPDATE_DATE (BETWEEN two Unix times, seconds), and pages with MaxResults
    (default and at most 100) and NextToken (moto ignores all of them). Pages
    are in UpdateDate order, oldest first.
+7. RegisterInstance of a new instance in a service that holds 1,000 fails
+   with ResourceLimitExceeded: Cloud Map's quota of instances per service,
+   which cannot be raised (moto has no quota). MCSD_MOTO_INSTANCES_PER_SERVICE
+   sets another bound (0: none), for tests that fill a service quickly.
 """
 
 import json
+import os
 import sys
 import threading
 
@@ -75,10 +80,19 @@ def _target(self, op_id, service):
     self.operations[op_id].targets.update({"NAMESPACE": service.namespace_id, "SERVICE": service.id})
 
 
+_instances_per_service = int(os.environ.get("MCSD_MOTO_INSTANCES_PER_SERVICE", "1000"))
+
+
 def register_instance(self, service_id, instance_id, creator_request_id, attributes):
     with _instances_lock:
         service = self.get_service(service_id)
-        service.instances[:] = [i for i in service.instances if i.instance_id != instance_id]
+        others = [i for i in service.instances if i.instance_id != instance_id]
+        if 0 < _instances_per_service <= len(others) and len(others) == len(service.instances):
+            raise _Error(
+                "ResourceLimitExceeded",
+                "The operation can't be completed because you've reached the quota for the number of instances.",
+            )
+        service.instances[:] = others
         op = _register(self, service_id, instance_id, creator_request_id, attributes)
         _bump(service)
         _target(self, op, service)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -73,6 +74,10 @@ const (
 	// reads every instance of an exported Service's Cloud Map service as an
 	// endpoint.
 	recordsService = "records"
+	// maxRecordsServices bounds the records services: "records", then,
+	// once Cloud Map refuses it more instances (1,000 a service, a quota
+	// that cannot be raised), "records-1", "records-2", … (recordsName).
+	maxRecordsServices = 32
 	// createdBy is the description of the namespaces and services mcsd
 	// creates; CleanupEmpty deletes only those.
 	createdBy = "Created by mcsd (multi-cluster services)."
@@ -196,4 +201,22 @@ func endpointInstanceID(prefix, addr string, port *registry.EndpointPort, named 
 type instance struct {
 	ID    string
 	Attrs map[string]string
+}
+
+// recordsName is the name of the i-th records service.
+func recordsName(i int) string {
+	if i == 0 {
+		return recordsService
+	}
+	return recordsService + "-" + strconv.Itoa(i)
+}
+
+// isRecordsName reports whether name is that of a records service.
+func isRecordsName(name string) bool {
+	if name == recordsService {
+		return true
+	}
+	n, ok := strings.CutPrefix(name, recordsService+"-")
+	i, err := strconv.Atoi(n)
+	return ok && err == nil && i > 0 && i < maxRecordsServices && recordsName(i) == name
 }

@@ -3,6 +3,8 @@ package cloudmap
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,9 @@ type Backend struct {
 	own map[registry.ServiceKey]*ownService
 	// ownWatch follows what the watch reads of own (see guard).
 	ownWatch ownWatch
+	// recordsFull are the records services that refused a record for
+	// want of room (writeRecord). Guarded by sem.
+	recordsFull map[string]bool
 
 	// lastBeat is the time of the last heartbeat written, in Unix ms.
 	lastBeat atomic.Int64
@@ -126,6 +131,46 @@ func (r *reader) setSystemService(svc service) {
 	r.system[svc.Name] = svc
 }
 
+// recordsServices are the records services known, by name.
+func (r *reader) recordsServices() []service {
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	var out []service
+	for name, svc := range r.system {
+		if isRecordsName(name) && svc.ID != "" {
+			out = append(out, svc)
+		}
+	}
+	slices.SortFunc(out, func(a, b service) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// isRecordsService reports whether id is that of a records service known.
+func (r *reader) isRecordsService(id string) bool {
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	for name, svc := range r.system {
+		if isRecordsName(name) && svc.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// noteRecordsService records svc, listed in the system namespace, when it
+// is a records service, and reports whether it is one not known before, or
+// under a new id (created again): its records are to be read whole.
+func (r *reader) noteRecordsService(svc service) bool {
+	if !isRecordsName(svc.Name) {
+		return false
+	}
+	r.systemMu.Lock()
+	defer r.systemMu.Unlock()
+	known := r.system[svc.Name].ID
+	r.system[svc.Name] = svc
+	return known != svc.ID
+}
+
 // noteOp records the target of an operation of this cluster's own writes.
 func (r *reader) noteOp(id string, target opTarget) {
 	r.systemMu.Lock()
@@ -188,6 +233,9 @@ type ownService struct {
 	// Cloud Map holds it, nil when there is none; empty when one was sent
 	// but not seen to succeed.
 	record map[string]string
+	// recordIn is the name of the records service that holds record; ""
+	// when none does yet.
+	recordIn string
 }
 
 // New builds a Cloud Map client (see NewClient) and opens the backend for
@@ -225,6 +273,8 @@ func open(ctx context.Context, api API, opts Options) (*Backend, error) {
 		sem:      writelock.New(r.ctx.Done()),
 		own:      map[registry.ServiceKey]*ownService{},
 		ownWatch: newOwnWatch(),
+
+		recordsFull: map[string]bool{},
 	}
 	if err := b.start(ctx); err != nil {
 		cancel()

@@ -335,9 +335,9 @@ func TestThrottling(t *testing.T) {
 	}
 }
 
-// TestPaginationPast1000 checks that a Service with more than 1,000
-// instances, more than one DiscoverInstances call returns, is read in full
-// through ListInstances pages. It has a moto server of its own: every other
+// TestPaginationPast1000 checks that a Service with 1,000 instances (the
+// most Cloud Map holds in a service), as many as one DiscoverInstances call
+// returns at most, is read in full through ListInstances pages. It has a moto server of its own: every other
 // test's watchers would check the large service's revision, which moto
 // computes slowly.
 func TestPaginationPast1000(t *testing.T) {
@@ -356,7 +356,7 @@ func TestPaginationPast1000(t *testing.T) {
 		return o
 	}
 	a := openBackend(t, fast("a"))
-	const n = 1050
+	const n = 1000
 	addrs := make([]string, n)
 	for i := range addrs {
 		addrs[i] = fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)

@@ -105,9 +105,9 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 			op.handled = true
 			continue
 		}
-		switch t := op.target; t.service {
-		case b.systemService(recordsService).ID:
-			recordIDs[t.instance] = true
+		switch t := op.target; {
+		case b.isRecordsService(t.service):
+			recordIDs[recordRef(t.service, t.instance)] = true
 		default:
 			c, err := w.feedService(ctx, t.service)
 			if err != nil {
@@ -118,7 +118,7 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 				continue
 			}
 			if c.svc.NS.Name == b.opts.SystemNamespace {
-				recordIDs[t.instance] = true
+				recordIDs[recordRef(t.service, t.instance)] = true
 				continue
 			}
 			read = append(read, t.service)
@@ -181,12 +181,14 @@ func (w *watcher) feedService(ctx context.Context, id string) (*serviceCache, er
 		return nil, err
 	}
 	if svc.NS.Name == b.opts.SystemNamespace {
-		// Only the records service holds instances there.
-		if svc.Name == recordsService {
+		// Only the records services hold instances there.
+		if isRecordsName(svc.Name) {
 			if known := b.systemService(svc.Name).ID; known != svc.ID {
 				// A name is unique in a namespace: the records service
 				// known was deleted, and this one made in its place.
-				// Its records are read whole, not by the old id.
+				// Its records are read whole, not by the old id. A
+				// new one's are read by the operations that wrote
+				// them.
 				if known != "" {
 					w.log.Info("records service created again", "service", svc.ID, "previous", known)
 					b.dir.dropService(known)

@@ -126,7 +126,7 @@ func (b *Backend) dropExpired(ctx context.Context, found map[registry.ServiceKey
 			return b.deregister(ctx, o.svc, ids[i])
 		}, func(int) { stale++ })
 		if err == nil && o.record != nil {
-			if err = b.deleteRecord(ctx, key); err == nil {
+			if err = b.deleteRecord(ctx, o, key); err == nil {
 				stale++
 			}
 		}
@@ -143,6 +143,27 @@ func (b *Backend) dropExpired(ctx context.Context, found map[registry.ServiceKey
 		b.log.Info("deleted expired records", "instances", stale)
 	}
 	b.adoptedAWS(adopted)
+	return nil
+}
+
+// listRecordsServices finds the records services of the system namespace
+// (recordsName).
+func (b *Backend) listRecordsServices(ctx context.Context) error {
+	sys, ok := b.dir.namespaceNamed(b.opts.SystemNamespace)
+	if !ok {
+		return nil
+	}
+	svcs, err := listServices(ctx, b.api, sys)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list the records services: %w", err)
+	}
+	for _, svc := range svcs {
+		b.dir.addService(svc)
+		b.noteRecordsService(svc)
+	}
 	return nil
 }
 
@@ -237,18 +258,23 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 			}
 		}
 	}
-	recs, err := b.discover(ctx, b.systemService(recordsService), query)
-	if err != nil && !isNotFound(err) {
-		return nil, nil, fmt.Errorf("read own service records: %w", err)
+	if err := b.listRecordsServices(ctx); err != nil {
+		return nil, nil, err
 	}
-	for _, in := range recs {
-		key, ok := recordKey(in.Attrs)
-		if !ok || in.ID != recordID(b.enc.prefix, key) {
-			continue
+	for _, rs := range b.recordsServices() {
+		recs, err := b.discover(ctx, rs, query)
+		if err != nil && !isNotFound(err) {
+			return nil, nil, fmt.Errorf("read own service records: %w", err)
 		}
-		o := get(key)
-		o.record = in.Attrs
-		mine[key] = append(mine[key], in)
+		for _, in := range recs {
+			key, ok := recordKey(in.Attrs)
+			if !ok || in.ID != recordID(b.enc.prefix, key) {
+				continue
+			}
+			o := get(key)
+			o.record, o.recordIn = in.Attrs, rs.Name
+			mine[key] = append(mine[key], in)
+		}
 	}
 	for key, o := range out {
 		if o.svc.ID == "" && validName(key.Namespace) {

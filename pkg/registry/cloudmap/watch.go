@@ -72,8 +72,8 @@ type watcher struct {
 	// services caches what was read of each Cloud Map service that can
 	// hold exports, by id.
 	services map[string]*serviceCache
-	// records caches the service records of the records service, by
-	// instance id.
+	// records caches the service records of the records services, by
+	// recordRef.
 	records map[string]instance
 	// beats are the heartbeats read, by cluster.
 	beats       map[string]*beat
@@ -89,8 +89,8 @@ type watcher struct {
 	feedLatest time.Time
 	// sweptAt is when the last sweep started, zero before the first.
 	sweptAt time.Time
-	// recordsMoved: the feed found the records service under a new id;
-	// its next read of records reads them all.
+	// recordsMoved: the feed found a records service under a new id, or a
+	// new one; its next read of records reads them all.
 	recordsMoved bool
 	// delivered is what the handler has; nil before the full Update.
 	delivered *snapshot
@@ -218,10 +218,8 @@ func (w *watcher) sweep(ctx context.Context) error {
 			listedSvc[svc.ID] = true
 			b.dir.addService(svc)
 			switch {
-			case system && svc.Name == recordsService:
-				if b.systemService(svc.Name).ID != svc.ID {
-					b.setSystemService(svc)
-				}
+			case system && isRecordsName(svc.Name):
+				b.noteRecordsService(svc) // read whole below
 			case !system && validName(svc.Name):
 				inView[svc.ID] = svc
 			}
@@ -310,48 +308,50 @@ func (w *watcher) read(ctx context.Context, c *serviceCache, checkRevision bool)
 	return nil
 }
 
-// readAllRecords reads every service record of the records service.
+// recordRef is the key of a service record in watcher.records: its records
+// service's id and its instance id.
+func recordRef(service, instance string) string { return service + "/" + instance }
+
+// readAllRecords reads every service record of the records services.
 func (w *watcher) readAllRecords(ctx context.Context) error {
 	b := w.b
-	svc := b.systemService(recordsService)
-	if svc.ID == "" {
-		clear(w.records)
-		return nil
+	read := map[string]instance{}
+	for _, svc := range b.recordsServices() {
+		insts, err := b.discover(ctx, svc, map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet})
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read service records: %w", err)
+		}
+		for _, in := range insts {
+			read[recordRef(svc.ID, in.ID)] = in
+		}
 	}
-	insts, err := b.discover(ctx, svc, map[string]string{attrClusterSetID: b.opts.Identity.ClusterSet})
-	if isNotFound(err) {
-		insts, err = nil, nil
-	}
-	if err != nil {
-		return fmt.Errorf("read service records: %w", err)
-	}
-	clear(w.records)
-	for _, in := range insts {
-		w.records[in.ID] = in
-	}
+	w.records = read
 	return nil
 }
 
-// readRecords reads the service records ids of the records service, a few
-// at a time; one that is not there is deleted.
-func (w *watcher) readRecords(ctx context.Context, ids []string) error {
+// readRecords reads the service records refs (recordRef), a few at a time;
+// one that is not there is deleted.
+func (w *watcher) readRecords(ctx context.Context, refs []string) error {
 	b := w.b
-	svc := b.systemService(recordsService)
 	var mu sync.Mutex
-	return b.each(ctx, len(ids), func(ctx context.Context, i int) error {
-		id := ids[i]
-		out, err := b.api.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc.ID), InstanceId: aws.String(id)})
+	return b.each(ctx, len(refs), func(ctx context.Context, i int) error {
+		ref := refs[i]
+		svc, id, _ := strings.Cut(ref, "/")
+		out, err := b.api.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(id)})
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case isNotFound(err):
-			delete(w.records, id)
+			delete(w.records, ref)
 		case err != nil:
 			return fmt.Errorf("get service record %s: %w", id, err)
 		case out.Instance == nil || out.Instance.Attributes[attrClusterSetID] != b.opts.Identity.ClusterSet:
-			delete(w.records, id)
+			delete(w.records, ref)
 		default:
-			w.records[id] = instance{ID: id, Attrs: out.Instance.Attributes}
+			w.records[ref] = instance{ID: id, Attrs: out.Instance.Attributes}
 		}
 		return nil
 	})
@@ -440,6 +440,12 @@ func (w *watcher) listHeartbeats(ctx context.Context, ns namespace) ([]heartbeat
 	var out []heartbeat
 	for _, svc := range svcs {
 		b.dir.addService(svc)
+		if b.noteRecordsService(svc) {
+			// A records service made since the last read of the
+			// records (another cluster's records filled the ones
+			// before it), or made again: read whole.
+			w.recordsMoved = true
+		}
 		hb, ok := decodeHeartbeat(svc.Desc)
 		if ok && strings.HasPrefix(svc.Name, beatServicePrefix) && hb.ClusterSet == b.opts.Identity.ClusterSet {
 			out = append(out, hb)
@@ -449,7 +455,7 @@ func (w *watcher) listHeartbeats(ctx context.Context, ns namespace) ([]heartbeat
 }
 
 // newCluster reports whether the services ids or the service records
-// recordIDs, as just read, hold a record of an mcsd cluster whose heartbeat
+// recordIDs (recordRef), as just read, hold a record of an mcsd cluster whose heartbeat
 // the watcher has not read, or a service record of one whose heartbeat
 // expired: a cluster that has just started (again), whose records are
 // delivered once its heartbeat is read.

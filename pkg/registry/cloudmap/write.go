@@ -1,6 +1,7 @@
 package cloudmap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -272,7 +273,7 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 		o.svc = svc
 	}
 	if recPut != nil && recFirst {
-		if err := b.writeRecord(ctx, *recPut); err != nil {
+		if err := b.writeRecord(ctx, o, *recPut); err != nil {
 			o.recordUnconfirmed(err)
 			return err
 		}
@@ -318,13 +319,13 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 		delete(o.stored, id)
 	}
 	if recDel {
-		if err := b.deleteRecord(ctx, key); err != nil {
+		if err := b.deleteRecord(ctx, o, key); err != nil {
 			return err
 		}
 		o.record = nil
 	}
 	if recPut != nil && !recFirst {
-		if err := b.writeRecord(ctx, *recPut); err != nil {
+		if err := b.writeRecord(ctx, o, *recPut); err != nil {
 			o.recordUnconfirmed(err)
 			return err
 		}
@@ -358,24 +359,78 @@ func keepForeign(old, next map[string]string) map[string]string {
 	return merged
 }
 
-// writeRecord registers a service record in the records service, creating
-// that service again if it was deleted.
-func (b *Backend) writeRecord(ctx context.Context, in instance) error {
-	err := b.register(ctx, b.systemService(recordsService), in)
-	if !isNotFound(err) {
-		return err
+// writeRecord registers a service record in the records service that
+// holds o's record, creating that service again if it was deleted. A new
+// record goes to the first records service not known to be full: Cloud Map
+// holds at most 1,000 instances a service, and refuses more
+// (ResourceLimitExceeded), so the records of a large clusterset (or of
+// every clusterset of the account) fill "records", then "records-1", and
+// so on; watchers read them all.
+func (b *Backend) writeRecord(ctx context.Context, o *ownService, in instance) error {
+	name := o.recordIn
+	if name == "" {
+		name = b.recordsWithRoom()
 	}
-	svc, err := b.recreateSystemService(ctx, recordsService)
+	for {
+		err := b.registerIn(ctx, name, in)
+		if errorCode(err) != "ResourceLimitExceeded" {
+			if err == nil || errors.Is(err, errUnconfirmed) {
+				if o.recordIn != "" && o.recordIn != name {
+					// It was gone from the full one (deleted by hand):
+					// nothing is left there, but a leftover would be
+					// read twice.
+					_ = b.deregister(ctx, b.systemService(o.recordIn), in.ID)
+				}
+				o.recordIn = name
+			}
+			return err
+		}
+		b.recordsFull[name] = true
+		next := b.recordsWithRoom()
+		if next == "" {
+			return fmt.Errorf("every records service is full (%d of 1,000 instances each): %w", maxRecordsServices, err)
+		}
+		b.log.V(1).Info("records service full, writing to the next", "full", name, "next", next)
+		name = next
+	}
+}
+
+// recordsWithRoom is the first records service not known to be full; ""
+// when every one is. Known full is known since a refusal: a service that
+// room was made in since is not written again, where it makes no
+// difference.
+func (b *Backend) recordsWithRoom() string {
+	for i := range maxRecordsServices {
+		if n := recordsName(i); !b.recordsFull[n] {
+			return n
+		}
+	}
+	return ""
+}
+
+// registerIn registers in in the records service name, creating the
+// service (again) when it does not exist.
+func (b *Backend) registerIn(ctx context.Context, name string, in instance) error {
+	svc := b.systemService(name)
+	if svc.ID != "" {
+		err := b.register(ctx, svc, in)
+		if !isNotFound(err) {
+			return err
+		}
+	}
+	svc, err := b.recreateSystemService(ctx, name)
 	if err != nil {
 		return err
 	}
 	return b.register(ctx, svc, in)
 }
 
-// deleteRecord deregisters this cluster's service record of key. A records
-// service that is gone holds no record.
-func (b *Backend) deleteRecord(ctx context.Context, key registry.ServiceKey) error {
-	err := b.deregister(ctx, b.systemService(recordsService), recordID(b.enc.prefix, key))
+// deleteRecord deregisters this cluster's service record of key from the
+// records service that holds it. A records service that is gone holds no
+// record.
+func (b *Backend) deleteRecord(ctx context.Context, o *ownService, key registry.ServiceKey) error {
+	name := cmp.Or(o.recordIn, recordsService)
+	err := b.deregister(ctx, b.systemService(name), recordID(b.enc.prefix, key))
 	if isNotFound(err) {
 		return nil
 	}

@@ -37,13 +37,14 @@ type Server struct {
 
 // Start starts a server that is stopped when t ends. It fails t when
 // python3 is missing (a prerequisite of mcsd's tests) or moto cannot be
-// installed or started.
-func Start(t testing.TB) *Server {
+// installed or started. env adds to the server's environment ("NAME=value";
+// hack/moto/cloudmap_server.py reads MCSD_MOTO_INSTANCES_PER_SERVICE).
+func Start(t testing.TB, env ...string) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Fatal("the Cloud Map tests need python3 on PATH to run moto: ", err)
 	}
-	s, err := Run(context.Background())
+	s, err := Run(context.Background(), env...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +52,9 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-// Run installs moto if needed and starts a server; Stop stops it.
-func Run(ctx context.Context) (*Server, error) {
+// Run installs moto if needed and starts a server, with env added to its
+// environment (see Start); Stop stops it.
+func Run(ctx context.Context, env ...string) (*Server, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
@@ -63,7 +65,7 @@ func Run(ctx context.Context) (*Server, error) {
 	}
 	var lastErr error
 	for range 3 {
-		s, err := start(ctx, python, filepath.Join(root, "hack", "moto", "cloudmap_server.py"))
+		s, err := start(ctx, python, filepath.Join(root, "hack", "moto", "cloudmap_server.py"), env)
 		if err == nil {
 			return s, nil
 		}
@@ -89,13 +91,16 @@ func ensureVenv(ctx context.Context, root string) (string, error) {
 	return filepath.Join(filepath.Dir(server), "python"), nil
 }
 
-func start(ctx context.Context, python, script string) (*Server, error) {
+func start(ctx context.Context, python, script string, env []string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	out := &bytes.Buffer{}
 	cmd := exec.Command(python, script, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
