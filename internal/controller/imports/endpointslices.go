@@ -53,16 +53,23 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 	// when it came while this reconcile ran, brings the import back
 	// (echo.Behind); the recheck after cacheLag is the fallback. Its
 	// cluster's slices that go stay until then (held).
-	held := map[string]bool{}
+	// A slice behind that was to gain endpoints holds its cluster's other
+	// updates too: they may take those endpoints out (heldUpdates).
+	held, heldUpdates := map[string]bool{}, map[string]bool{}
 	behind := 0
-	plan.update = slices.DeleteFunc(plan.update, func(sl *discoveryv1.EndpointSlice) bool {
-		b := r.echoes.Behind(ctx, sl)
-		if b {
-			behind++
-			held[sliceCluster(sl)] = true
+	isBehind := func(also map[string]bool) func(*discoveryv1.EndpointSlice) bool {
+		return func(sl *discoveryv1.EndpointSlice) bool {
+			b := r.echoes.Behind(ctx, sl)
+			if b {
+				behind++
+				held[sliceCluster(sl)] = true
+				also[sliceCluster(sl)] = true
+			}
+			return b
 		}
-		return b
-	})
+	}
+	plan.grow = slices.DeleteFunc(plan.grow, isBehind(heldUpdates))
+	plan.update = slices.DeleteFunc(plan.update, isBehind(held))
 	// One write per slice that differs, all at the same time: a new import
 	// from k clusters has k slices, which one after the other took k round
 	// trips. A cluster's slices are created, and those that gain an
@@ -112,10 +119,9 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 			return sliceWrite{deleted: true}, nil
 		}})
 	}
-	// heldUpdates are the clusters whose creates (and growing updates) did
-	// not all land: their other updates may take endpoints out for those
-	// slices to carry.
-	heldUpdates := map[string]bool{}
+	// heldUpdates are also the clusters whose creates (and growing
+	// updates) did not all land: their other updates may take endpoints
+	// out for those slices to carry.
 	done, errs := runSliceWrites(creates, nil, heldUpdates, held)
 	d, e := runSliceWrites(updates, heldUpdates, held)
 	done, errs = append(done, d...), append(errs, e...)
