@@ -2,7 +2,8 @@
 // cluster of the clusterset exports, it keeps in this cluster a ServiceImport,
 // the Service it derives for the import's cluster IPs (ClusterSetIP imports
 // only) and one set of EndpointSlices per source cluster, all converged from
-// the registry view and repaired when edited or deleted by hand.
+// the registry view and repaired when edited (their labels too) or deleted
+// by hand.
 //
 // This cluster's own endpoints come from its export controller
 // (clusterset.Local), not through the registry; while the registry is

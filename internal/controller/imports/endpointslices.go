@@ -87,13 +87,13 @@ func (r *Reconciler) reconcileEndpointSlices(ctx context.Context, s *scope) (boo
 			if err := r.Client.Delete(ctx, x.have); client.IgnoreNotFound(err) != nil {
 				return sliceWrite{}, fmt.Errorf("delete EndpointSlice %s: %w", x.have.Name, err)
 			}
-			w, err := r.createSlice(ctx, x.want)
+			w, err := r.createSlice(ctx, x.want, s.sliceOwners)
 			w.deleted = true
 			return w, err
 		}})
 	}
 	for _, want := range plan.create {
-		creates = append(creates, sliceWriteOf{sliceCluster(want), func() (sliceWrite, error) { return r.createSlice(ctx, want) }})
+		creates = append(creates, sliceWriteOf{sliceCluster(want), func() (sliceWrite, error) { return r.createSlice(ctx, want, s.sliceOwners) }})
 	}
 	update := func(have *discoveryv1.EndpointSlice) sliceWriteOf {
 		return sliceWriteOf{sliceCluster(have), func() (sliceWrite, error) {
@@ -218,10 +218,13 @@ type sliceWrite struct {
 // has not seen yet: the import is looked at again soon (its creation event
 // may echo this controller's own write, which the controller's watches drop,
 // package echo).
-func (r *Reconciler) createSlice(ctx context.Context, want *discoveryv1.EndpointSlice) (sliceWrite, error) {
+func (r *Reconciler) createSlice(ctx context.Context, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference) (sliceWrite, error) {
 	sent := slices.ContainsFunc(want.Endpoints, hasNodeHints)
 	err := r.Client.Create(ctx, want)
 	if apierrors.IsAlreadyExists(err) {
+		if w, ok, err := r.relabelSlice(ctx, want, owners); ok {
+			return w, err
+		}
 		ctrl.LoggerFrom(ctx).V(1).Info("EndpointSlice exists but is not in the cache yet", "endpointSlice", klog.KObj(want))
 		return sliceWrite{notCached: true}, nil
 	}
@@ -231,6 +234,39 @@ func (r *Reconciler) createSlice(ctx context.Context, want *discoveryv1.Endpoint
 	r.noteNodeHints(sent, want)
 	return sliceWrite{created: true}, nil
 }
+
+// relabelSlice takes back want's slice when the cache holds it but the
+// import's list did not find it: someone changed or removed the labels it
+// is listed by (a hand edit, a mutating policy), and its name is taken. One
+// of the import's (a controller reference among owners) is written as
+// wanted, its labels with it; ok is false when the cache does not hold it
+// (it is not cached yet).
+func (r *Reconciler) relabelSlice(ctx context.Context, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference) (sliceWrite, bool, error) {
+	have := &discoveryv1.EndpointSlice{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
+		return sliceWrite{}, false, nil
+	}
+	if !slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return hasControllerRef(have, o) }) {
+		return sliceWrite{}, true, fmt.Errorf("EndpointSlice %s exists and is not this import's: %w", want.Name, errSliceNameTaken)
+	}
+	if have.AddressType != want.AddressType {
+		// Immutable: written at the next look, once deleted.
+		if err := r.Client.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
+			return sliceWrite{}, true, fmt.Errorf("delete EndpointSlice %s: %w", have.Name, err)
+		}
+		return sliceWrite{deleted: true, notCached: true}, true, nil
+	}
+	ctrl.LoggerFrom(ctx).Info("Taking back an EndpointSlice whose labels were changed", "endpointSlice", klog.KObj(have), "labels", have.Labels)
+	applySlice(have, want)
+	if err := r.Client.Update(ctx, have); err != nil {
+		return sliceWrite{}, true, fmt.Errorf("update EndpointSlice %s: %w", have.Name, err)
+	}
+	return sliceWrite{updated: true}, true, nil
+}
+
+// errSliceNameTaken: an EndpointSlice of the name an import's slice needs
+// exists, and is not the import's.
+var errSliceNameTaken = errors.New("EndpointSlice name taken")
 
 // setSliceOwners sets the controller references the import's EndpointSlices
 // may have: first the one new slices get, the derived Service of a

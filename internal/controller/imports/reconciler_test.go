@@ -1005,6 +1005,36 @@ func TestRepairsHandEdits(t *testing.T) {
 	e.steady("web")
 }
 
+// TestSliceRelabelledByHandTakenBack: someone removes the label a slice is
+// listed by: its name is still taken, so the create of its replacement is
+// refused; the slice is taken back (labels and endpoints as wanted), and
+// the cluster's slices follow its endpoints again.
+func TestSliceRelabelledByHandTakenBack(t *testing.T) {
+	e := built(t)
+	east := e.slices("web")["east"][0]
+	delete(east.Labels, discoveryv1.LabelManagedBy)
+	if err := e.api.Update(e.ctx, &east); err != nil {
+		t.Fatal(err)
+	}
+	e.publish([]registry.Export{
+		export("east", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80), port("metrics", corev1.ProtocolTCP, 9090)),
+		export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80)),
+	}, endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080), epPort("metrics", 9091)},
+		ready("10.1.0.1"), ready("10.1.0.3"))))
+	e.reconcile("web")
+	got := &discoveryv1.EndpointSlice{}
+	if err := e.api.Get(e.ctx, client.ObjectKeyFromObject(&east), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[discoveryv1.LabelManagedBy] != wellknown.ManagedBy {
+		t.Errorf("labels %v, want %s's managed-by back", got.Labels, wellknown.ManagedBy)
+	}
+	if d := cmp.Diff([]string{"10.1.0.1", "10.1.0.3"}, addresses([]discoveryv1.EndpointSlice{*got})); d != "" {
+		t.Errorf("east's endpoints (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
 // TestServiceOwnerRestoredByPatch: a derived Service without its owner (as
 // a cache behind its adoption shows it, or after a hand edit) gets it back
 // by a patch, never by an update, which a stale cache would make fail.
