@@ -44,6 +44,9 @@ type Backend struct {
 	// recordsFull are the records services that refused a record for
 	// want of room (writeRecord). Guarded by sem.
 	recordsFull map[string]bool
+	// registered holds when this backend registered each instance it has
+	// not deregistered since, by recordRef (deregister).
+	registered sync.Map
 
 	// lastBeat is the time of the last heartbeat written, in Unix ms.
 	lastBeat atomic.Int64

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
@@ -490,8 +491,19 @@ func (b *Backend) register(ctx context.Context, svc service, in instance) error 
 	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
 		return fmt.Errorf("register instance %s: %w: %w", in.ID, errUnconfirmed, err)
 	}
+	b.registered.Store(recordRef(svc.ID, in.ID), b.now())
 	return nil
 }
+
+// propagation is how long after its registration Cloud Map may answer
+// InstanceNotFound for an instance that exists ("recently registered, and
+// information about the instance hasn't propagated yet", its API reference
+// says of DeregisterInstance).
+const propagation = time.Minute
+
+// errNotPropagated: a deregistration answered InstanceNotFound soon after
+// the instance's registration, which may not have propagated: tried again.
+var errNotPropagated = errors.New("not found soon after its registration, which may not have propagated yet")
 
 // deregister deletes one instance and waits until Cloud Map has deleted it.
 // Deleting what is not there is not an error.
@@ -500,7 +512,16 @@ func (b *Backend) deregister(ctx context.Context, svc service, id string) error 
 		ServiceId:  aws.String(svc.ID),
 		InstanceId: aws.String(id),
 	})
+	ref := recordRef(svc.ID, id)
 	if errorCode(err) == "InstanceNotFound" {
+		// Not there, unless registered so lately that Cloud Map does not
+		// know it everywhere yet: then it is left held, deregistered at
+		// the next put (a withdrawal's, retried), not left in Cloud Map
+		// for good.
+		if at, ok := b.registered.Load(ref); ok && b.now().Sub(at.(time.Time)) < propagation {
+			return fmt.Errorf("deregister instance %s: %w", id, errNotPropagated)
+		}
+		b.registered.Delete(ref)
 		return nil
 	}
 	if err != nil {
@@ -510,6 +531,7 @@ func (b *Backend) deregister(ctx context.Context, svc service, id string) error 
 	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
 		return fmt.Errorf("deregister instance %s: %w", id, err)
 	}
+	b.registered.Delete(ref)
 	return nil
 }
 

@@ -1,0 +1,76 @@
+package cloudmap
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
+
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
+	"github.com/mcsd-io/mcsd/pkg/registry"
+)
+
+// lagAPI answers a DeregisterInstance of an instance registered less than
+// lag ago with InstanceNotFound, and deletes nothing: Cloud Map's answer
+// while a registration has not propagated yet.
+type lagAPI struct {
+	API
+	lag time.Duration
+	mu  sync.Mutex
+	at  map[string]time.Time
+}
+
+func (l *lagAPI) RegisterInstance(ctx context.Context, in *sd.RegisterInstanceInput, optFns ...func(*sd.Options)) (*sd.RegisterInstanceOutput, error) {
+	out, err := l.API.RegisterInstance(ctx, in, optFns...)
+	if err == nil {
+		l.mu.Lock()
+		l.at[aws.ToString(in.InstanceId)] = time.Now()
+		l.mu.Unlock()
+	}
+	return out, err
+}
+
+func (l *lagAPI) DeregisterInstance(ctx context.Context, in *sd.DeregisterInstanceInput, optFns ...func(*sd.Options)) (*sd.DeregisterInstanceOutput, error) {
+	l.mu.Lock()
+	at, ok := l.at[aws.ToString(in.InstanceId)]
+	l.mu.Unlock()
+	if ok && time.Since(at) < l.lag {
+		return nil, &types.InstanceNotFound{Message: aws.String("the instance was recently registered")}
+	}
+	return l.API.DeregisterInstance(ctx, in, optFns...)
+}
+
+// TestDeregisterSoonAfterRegister: an endpoint that goes seconds after it
+// came, while Cloud Map answers InstanceNotFound for its instance (the
+// registration not propagated yet), is deregistered once it has: the put
+// that removes it fails, and the one after it deregisters it, rather than
+// the instance staying in Cloud Map for good.
+func TestDeregisterSoonAfterRegister(t *testing.T) {
+	srv := moto(t)
+	id := registry.Identity{ClusterSet: randName("lag"), Cluster: "east"}
+	opts := motoOptions(srv, id, 30*time.Second)
+	client, err := NewClient(t.Context(), opts)
+	mustDo(t, err)
+	api := &lagAPI{API: client, lag: 2 * time.Second, at: map[string]time.Time{}}
+	a := openClosed(t, func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }, opts)
+	key := randWebKey()
+	putWeb(t, a, key, "10.0.0.1", "10.0.0.2")
+
+	err = a.PutEndpoints(t.Context(), key, webGroups("10.0.0.1"))
+	if !errors.Is(err, errNotPropagated) {
+		t.Errorf("put removing an instance registered just before: %v, want errNotPropagated", err)
+	}
+	c := rawClient(t, srv)
+	poll.Until(t, 15*time.Second, "10.0.0.2 deregistered by a put tried again", func() (bool, string) {
+		_ = a.PutEndpoints(t.Context(), key, webGroups("10.0.0.1"))
+		got := rawAddrs(t, c, key)
+		return slices.Equal(got, []string{"10.0.0.1"}), "instances at " + strings.Join(got, ",")
+	})
+}
