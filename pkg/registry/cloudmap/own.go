@@ -26,6 +26,12 @@ type ownWatch struct {
 	lost     map[registry.ServiceKey]bool
 	// delivered is what the watch last delivered of the own records.
 	delivered map[registry.ServiceKey]*serviceRecords
+	// ends counts the writes that ended; endedAt is, by Service, the count
+	// when its last write ended. A delivery read by a poll that began at
+	// count n proves nothing of a Service whose write ended after n: the
+	// read may have caught it half done (check).
+	ends    uint64
+	endedAt map[registry.ServiceKey]uint64
 }
 
 func newOwnWatch() ownWatch {
@@ -34,7 +40,16 @@ func newOwnWatch() ownWatch {
 		inflight:  map[registry.ServiceKey]int{},
 		lost:      map[registry.ServiceKey]bool{},
 		delivered: map[registry.ServiceKey]*serviceRecords{},
+		endedAt:   map[registry.ServiceKey]uint64{},
 	}
+}
+
+// epoch is the count of writes ended: what a poll that begins now cannot
+// have missed.
+func (o *ownWatch) epoch() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ends
 }
 
 // reset forgets what was written: the backend deleted every record of the
@@ -63,6 +78,8 @@ func (o *ownWatch) end(id registry.Identity, key registry.ServiceKey, desired ma
 	if o.inflight[key]--; o.inflight[key] <= 0 {
 		delete(o.inflight, key)
 	}
+	o.ends++
+	o.endedAt[key] = o.ends
 	if !ok {
 		return
 	}
@@ -89,11 +106,14 @@ func (o *ownWatch) setWritten(id registry.Identity, key registry.ServiceKey, ins
 	o.written[key] = recs
 }
 
-// check takes in what u delivers of the own cluster's records, and returns
-// the Services whose records, as delivered, newly differ from what was
-// written. A Service whose records are delivered as written again is no
-// longer lost (a read from before a write of the backend's own).
-func (o *ownWatch) check(cluster string, u registry.Update) []registry.ServiceKey {
+// check takes in what u delivers of the own cluster's records, read by a
+// poll that began at epoch from, and returns the Services whose records, as
+// delivered, newly differ from what was written. A Service whose records
+// are delivered as written again is no longer lost (a read from before a
+// write of the backend's own); one whose write ended after from is not
+// judged (the read may have caught the write half done; the write's
+// operations have the next poll read it again).
+func (o *ownWatch) check(cluster string, u registry.Update, from uint64) []registry.ServiceKey {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	touched := map[registry.ServiceKey]bool{}
@@ -133,7 +153,7 @@ func (o *ownWatch) check(cluster string, u registry.Update) []registry.ServiceKe
 	var lost []registry.ServiceKey
 	for key := range touched {
 		w := o.written[key]
-		if w == nil || o.inflight[key] > 0 {
+		if w == nil || o.inflight[key] > 0 || o.endedAt[key] > from {
 			continue
 		}
 		if sameRecords(w, o.delivered[key]) {
@@ -168,7 +188,12 @@ func sameRecords(a, b *serviceRecords) bool {
 type guard struct {
 	h registry.Handler
 	b *Backend
+	// from is the writes' epoch when the poll being delivered began.
+	from uint64
 }
+
+// pollStarted implements pollObserver: a poll begins its reads.
+func (g *guard) pollStarted() { g.from = g.b.ownWatch.epoch() }
 
 func (g *guard) OnUpdate(u registry.Update) {
 	own := g.b.opts.Identity.Cluster
@@ -179,7 +204,7 @@ func (g *guard) OnUpdate(u registry.Update) {
 		g.h.OnUpdate(u)
 		return
 	}
-	for _, key := range g.b.ownWatch.check(own, u) {
+	for _, key := range g.b.ownWatch.check(own, u, g.from) {
 		g.b.log.Info("own records deleted or changed by someone else; the next put writes them again", "service", key.String())
 	}
 	g.h.OnUpdate(u)

@@ -144,11 +144,17 @@ func (w *watcher) setConnected(connected bool, err error) {
 	w.conn.Report(w.log, w.h, connected, forbidden(err))
 }
 
+// pollObserver is a handler told when a poll begins its reads (guard).
+type pollObserver interface{ pollStarted() }
+
 // poll reads what changed and delivers it: the change feed's news, and
 // everything when a sweep is due. The first poll primes the feed, then
 // sweeps.
 func (w *watcher) poll(ctx context.Context) error {
 	b := w.b
+	if po, ok := w.h.(pollObserver); ok {
+		po.pollStarted()
+	}
 	feedCtx := withPurpose(ctx, purposeFeed)
 	if w.feedFrom.IsZero() {
 		if err := w.primeFeed(feedCtx); err != nil {
