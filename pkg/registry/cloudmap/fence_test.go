@@ -2,12 +2,14 @@ package cloudmap
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
@@ -167,4 +169,56 @@ func errString(err error) string {
 		return "nil"
 	}
 	return err.Error()
+}
+
+// TestStaleHeartbeatServicesDeleted: with CleanupEmpty, a backend's watch
+// deletes the heartbeat services of clusters (of any clusterset of the
+// system namespace) whose last heartbeat is a day old, and no other; without
+// it, none.
+func TestStaleHeartbeatServicesDeleted(t *testing.T) {
+	srv := moto(t)
+	c := rawClient(t, srv)
+	sys := randName("sys") + ".system"
+	opts := func(cluster string, cleanup bool) Options {
+		o := motoOptions(srv, registry.Identity{ClusterSet: randName("beats"), Cluster: cluster}, 30*time.Second)
+		o.SystemNamespace, o.CleanupEmpty = sys, cleanup
+		return o
+	}
+	keep := openBackend(t, opts("keep", false))
+	nss := namespacesNamed(t, c, sys)
+	if len(nss) != 1 {
+		t.Fatalf("%d system namespaces %s", len(nss), sys)
+	}
+	beat := func(name string, age time.Duration) {
+		desc := beatDescPrefix + fmt.Sprintf(`{"clusterSet":"gone","cluster":%q,"at":%d,"ttl":60000}`, name, time.Now().Add(-age).UnixMilli())
+		_, err := c.CreateService(t.Context(), &sd.CreateServiceInput{Name: aws.String(beatServiceName(name)), NamespaceId: nss[0].Id, Description: aws.String(desc)})
+		mustDo(t, err)
+	}
+	beat("dead", 25*time.Hour)
+	beat("late", time.Hour) // expired, but not for a day
+	names := func() map[string]bool {
+		out, err := c.ListServices(t.Context(), &sd.ListServicesInput{Filters: []types.ServiceFilter{{Name: types.ServiceFilterNameNamespaceId, Values: []string{aws.ToString(nss[0].Id)}}}})
+		mustDo(t, err)
+		m := map[string]bool{}
+		for _, s := range out.Services {
+			m[aws.ToString(s.Name)] = true
+		}
+		return m
+	}
+
+	// Without CleanupEmpty: a watch that has read the heartbeats deletes
+	// none.
+	waitFirstUpdate(t, registrytest.StartWatch(t, keep))
+	if !names()[beatServiceName("dead")] {
+		t.Fatal("the stale heartbeat service deleted without CleanupEmpty")
+	}
+
+	clean := openBackend(t, opts("clean", true))
+	registrytest.StartWatch(t, clean)
+	poll.Until(t, 20*time.Second, "the day-old heartbeat service deleted", func() (bool, string) {
+		return !names()[beatServiceName("dead")], fmt.Sprint(names())
+	})
+	if got := names(); !got[beatServiceName("late")] || !got[beatServiceName(keep.enc.prefix)] || !got[beatServiceName(clean.enc.prefix)] {
+		t.Errorf("services left %v, want the hour-old and the live heartbeats", got)
+	}
 }

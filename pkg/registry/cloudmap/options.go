@@ -123,7 +123,8 @@ type Options struct {
 	// exported Service's namespace. Default "mcsd.system".
 	SystemNamespace string
 	// CleanupEmpty deletes the Cloud Map services and namespaces that mcsd
-	// created once the last instance in them is withdrawn.
+	// created once the last instance in them is withdrawn, and the
+	// heartbeat services of clusters gone for a day (staleBeat).
 	CleanupEmpty bool
 
 	// RateLimits are client-side limits per operation (the Op* constants);

@@ -1,10 +1,14 @@
 package cloudmap
 
 import (
+	"context"
 	"maps"
 	"reflect"
 	"slices"
 	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -190,6 +194,24 @@ type guard struct {
 	b *Backend
 	// from is the writes' epoch when the poll being delivered began.
 	from uint64
+}
+
+// deleteStaleBeat implements beatCleaner: with CleanupEmpty, the heartbeat
+// service svc of a cluster gone for longer than staleBeat is deleted
+// (holding no instance, it is deleted, or refused if one was added).
+func (g *guard) deleteStaleBeat(ctx context.Context, svc service) {
+	if !g.b.opts.CleanupEmpty {
+		return
+	}
+	_, err := g.b.api.DeleteService(ctx, &sd.DeleteServiceInput{Id: aws.String(svc.ID)})
+	switch {
+	case err == nil:
+		g.b.dir.dropService(svc.ID)
+		g.b.log.Info("deleted the heartbeat service of a cluster gone for a day", "service", svc.Name)
+	case isNotFound(err), isInUse(err):
+	default:
+		g.b.log.V(1).Info("cannot delete the heartbeat service of a cluster gone for a day", "service", svc.Name, "reason", err.Error())
+	}
 }
 
 // pollStarted implements pollObserver: a poll begins its reads.

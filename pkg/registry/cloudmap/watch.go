@@ -144,6 +144,19 @@ func (w *watcher) setConnected(connected bool, err error) {
 	w.conn.Report(w.log, w.h, connected, forbidden(err))
 }
 
+// staleBeat is how long after its last heartbeat a cluster's heartbeat
+// service is deleted, with CleanupEmpty: each is listed by every watcher of
+// every clusterset of the system namespace at each read of the heartbeats,
+// and clusters come and go (a CI cluster a day, say). The cluster makes it
+// again if it ever starts again; its records went with its heartbeat.
+const staleBeat = 24 * time.Hour
+
+// beatCleaner is a handler that deletes the heartbeat services of clusters
+// long gone (guard, with CleanupEmpty).
+type beatCleaner interface {
+	deleteStaleBeat(ctx context.Context, svc service)
+}
+
 // pollObserver is a handler told when a poll begins its reads (guard).
 type pollObserver interface{ pollStarted() }
 
@@ -455,6 +468,10 @@ func (w *watcher) listHeartbeats(ctx context.Context, ns namespace) ([]heartbeat
 		hb, ok := decodeHeartbeat(svc.Desc)
 		if ok && strings.HasPrefix(svc.Name, beatServicePrefix) && hb.ClusterSet == b.opts.Identity.ClusterSet {
 			out = append(out, hb)
+		}
+		if c, clean := w.h.(beatCleaner); clean && ok && strings.HasPrefix(svc.Name, beatServicePrefix) &&
+			b.now().Sub(time.UnixMilli(hb.At)) > staleBeat {
+			c.deleteStaleBeat(ctx, svc)
 		}
 	}
 	return out, nil
