@@ -748,6 +748,19 @@ func TestIPFamilyFallback(t *testing.T) {
 	e.steady("web")
 }
 
+// TestNoIPFamilies: an export that names no IP family (written by an older
+// mcsd, or the AWS controller) gets a derived Service of the cluster's
+// default family.
+func TestNoIPFamilies(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, nil, port("http", corev1.ProtocolTCP, 80))},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.1.0.1"))))
+	e.reconcile("web")
+	if e.service(DerivedServiceName("web")) == nil {
+		t.Error("no derived Service for an export without IP families")
+	}
+}
+
 func TestIPFamilyNoneSupported(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	var creates atomic.Int32

@@ -320,7 +320,7 @@ func (r *Reconciler) createService(ctx context.Context, desired *corev1.Service)
 			return slices.Contains(families, f) && !slices.Contains(refused, f)
 		})
 	}
-	if len(families) == 0 {
+	if len(want) > 0 && len(families) == 0 {
 		return nil, inOrder(nil), nil
 	}
 	var created *corev1.Service

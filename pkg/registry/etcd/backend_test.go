@@ -384,8 +384,10 @@ func TestServerRestart(t *testing.T) {
 		t.Errorf("after the restart a's endpoints are missing")
 	}
 
-	// Both backends work on: a's lease is renewed, b's watch follows.
-	must(t, a.PutExport(t.Context(), web, spec2))
+	// Both backends work on: a's lease is renewed, b's watch follows. (A
+	// write fails within the request timeout while a's client reconnects,
+	// and is tried again.)
+	mustEventually(t, "a's put after the restart", func() error { return a.PutExport(t.Context(), web, spec2) })
 	rec.WaitFor(t, 10*time.Second, "a's change after the restart", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Exports[id].Spec, spec2)
 	})
