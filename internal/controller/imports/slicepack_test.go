@@ -140,6 +140,23 @@ func largeImport(t *testing.T, e *env, as []string) {
 	e.publish(exports, endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, eps...)))
 }
 
+// reconcileRefusingUpdatesOf reconciles web while the API server refuses
+// every update of an EndpointSlice to n endpoints, and fails t unless the
+// reconcile fails; later reconciles are not refused.
+func reconcileRefusingUpdatesOf(t *testing.T, e *env, n int) {
+	t.Helper()
+	e.updateHook = func(o client.Object) error {
+		if sl, ok := o.(*discoveryv1.EndpointSlice); ok && len(sl.Endpoints) == n {
+			return apierrors.NewServiceUnavailable("injected")
+		}
+		return nil
+	}
+	defer func() { e.updateHook = nil }()
+	if _, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}); err == nil {
+		t.Fatalf("reconcile with the updates of a slice to %d endpoints refused: no error", n)
+	}
+}
+
 // sliceWrites are the EndpointSlice writes among writes.
 func sliceWrites(writes []string) []string {
 	return slices.DeleteFunc(slices.Clone(writes), func(w string) bool { return !strings.Contains(w, "EndpointSlice") })
@@ -187,15 +204,7 @@ func TestSliceEmptiedIntoOthersOnlyOnceTheyHoldItsEndpoints(t *testing.T) {
 	// 50 of the first slice's go: 100 endpoints, one slice.
 	left := slices.Concat(as[:50], as[100:])
 	largeImport(t, e, left)
-	e.updateHook = func(o client.Object) error {
-		if sl, ok := o.(*discoveryv1.EndpointSlice); ok && len(sl.Endpoints) == 100 {
-			return apierrors.NewServiceUnavailable("injected")
-		}
-		return nil
-	}
-	if _, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}); err == nil {
-		t.Fatal("reconcile with the slice's update refused: no error")
-	}
+	reconcileRefusingUpdatesOf(t, e, 100)
 	got := map[string]bool{}
 	for _, sl := range e.slices("web")["east"] {
 		for _, ep := range sl.Endpoints {
@@ -208,7 +217,6 @@ func TestSliceEmptiedIntoOthersOnlyOnceTheyHoldItsEndpoints(t *testing.T) {
 		}
 	}
 
-	e.updateHook = nil
 	e.reconcile("web")
 	ss := e.slices("web")["east"]
 	if len(ss) != 1 {
@@ -241,20 +249,11 @@ func TestEndpointMovedBetweenSlicesGainBeforeLose(t *testing.T) {
 	e.publish(exports, endpoints("east",
 		group(discoveryv1.AddressTypeIPv4, httpOnly, ready("10.0.0.1")),
 		group(discoveryv1.AddressTypeIPv4, both, ready("10.0.0.2"), ready("10.0.0.3"), ready("10.0.0.4"))))
-	e.updateHook = func(o client.Object) error {
-		if sl, ok := o.(*discoveryv1.EndpointSlice); ok && len(sl.Endpoints) == 3 {
-			return apierrors.NewServiceUnavailable("injected")
-		}
-		return nil
-	}
-	if _, err := e.r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "web"}}); err == nil {
-		t.Fatal("reconcile with the gaining slice's update refused: no error")
-	}
+	reconcileRefusingUpdatesOf(t, e, 3)
 	if got := addresses(e.slices("web")["east"]); !slices.Contains(got, "10.0.0.2") {
 		t.Errorf("10.0.0.2 in no slice while the slice that takes it could not be written: %v", got)
 	}
 
-	e.updateHook = nil
 	e.reconcile("web")
 	e.steady("web")
 	for _, sl := range e.slices("web")["east"] {

@@ -181,16 +181,7 @@ func TestTakeOverAWSControllerInstances(t *testing.T) {
 	west := openMember(t, srv, cs, "west", 30*time.Second)
 	rec := registrytest.StartWatch(t, west)
 	eastWeb := registry.RecordID{Cluster: "east", Service: web}
-	addrs := func(v *registrytest.View, id registry.RecordID) []string {
-		var out []string
-		for _, g := range v.Endpoints[id].Groups {
-			for _, e := range g.Endpoints {
-				out = append(out, e.Addresses...)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	addrs := addrsOf
 	both := []string{"10.1.0.5", "10.1.0.6"}
 	rec.WaitFor(t, 15*time.Second, "the AWS controller's endpoints of east", func(_ registrytest.Event, v *registrytest.View) bool {
 		return slices.Equal(addrs(v, eastWeb), both)
