@@ -201,10 +201,17 @@ func (b *Backend) refresh(ctx context.Context) error {
 		b.fenced.Store(&err)
 		return err
 	case (ok && id.OtherInstance(hb.Instance)) || b.Fenced() != nil:
-		return b.retake(b.ctx)
+		if err := b.retake(b.ctx); err != nil {
+			return fmt.Errorf("%w: %w", errRetake, err)
+		}
+		return nil
 	}
 	return b.beat(ctx)
 }
+
+// errRetake: retake failed. It reads every namespace of the account:
+// tried again at the heartbeat's interval, not at once.
+var errRetake = errors.New("take the cluster id back")
 
 // retake makes the cluster's records this backend's again once another
 // Kubernetes cluster given its id has run under it and its heartbeat has
@@ -328,8 +335,12 @@ func (b *Backend) heartbeatLoop() {
 			}
 			fenced = true
 		case err != nil:
-			b.log.Error(err, "cannot refresh heartbeat, retrying", "retryIn", retry)
-			next = retry
+			if errors.Is(err, errRetake) {
+				next = interval
+			} else {
+				next = retry
+			}
+			b.log.Error(err, "cannot refresh heartbeat, retrying", "retryIn", next)
 			failing = true
 		case failing || fenced:
 			b.log.Info("heartbeat refreshed again")
