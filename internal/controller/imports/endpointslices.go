@@ -243,7 +243,9 @@ func (r *Reconciler) createSlice(ctx context.Context, want *discoveryv1.Endpoint
 // (it is not cached yet).
 func (r *Reconciler) relabelSlice(ctx context.Context, want *discoveryv1.EndpointSlice, owners []metav1.OwnerReference) (sliceWrite, bool, error) {
 	have := &discoveryv1.EndpointSlice{}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil || sliceLabelsAndOwnerHold(have, want.Labels, owners) {
+		// Not cached yet, or cached since the list (this controller's own
+		// create, say): looked at again soon.
 		return sliceWrite{}, false, nil
 	}
 	if !slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return hasControllerRef(have, o) }) {
