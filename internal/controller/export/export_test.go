@@ -179,11 +179,18 @@ func (f *testRegistry) groups(key registry.ServiceKey) []registry.EndpointGroup 
 // firstUpdate keeps the first update a watch delivers and ends the watch.
 type firstUpdate struct {
 	u    registry.Update
+	got  bool
 	stop context.CancelFunc
 }
 
+// OnUpdate keeps the first update alone: the watch may deliver others
+// taken with it (changes queued behind the full one) before it sees the
+// stop.
 func (h *firstUpdate) OnUpdate(u registry.Update) {
-	h.u = u
+	if h.got {
+		return
+	}
+	h.u, h.got = u, true
 	h.stop()
 }
 
