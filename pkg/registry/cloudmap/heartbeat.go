@@ -248,12 +248,11 @@ func (b *Backend) retake(ctx context.Context) error {
 			b.own[key] = &ownService{svc: o.svc, created: o.created, st: o.st, stored: map[string]map[string]string{}}
 		}
 		if err := b.apply(ctx, key, o.st); err != nil {
-			for k, o := range mine {
-				if b.own[k] == nil {
-					b.own[k] = o
-				}
-			}
-			return fmt.Errorf("write again the records of %s: %w", key, err)
+			// That Service's next put (the export controller's retry)
+			// writes it; the others, and the heartbeat, do not wait for
+			// it.
+			b.log.Error(err, "cannot write again the records of a Service", "service", key.String())
+			continue
 		}
 		written++
 	}

@@ -148,7 +148,8 @@ func (w *watcher) setConnected(connected bool, err error) {
 // service is deleted, with CleanupEmpty: each is listed by every watcher of
 // every clusterset of the system namespace at each read of the heartbeats,
 // and clusters come and go (a CI cluster a day, say). The cluster makes it
-// again if it ever starts again; its records went with its heartbeat.
+// again if it ever starts again, and then deletes its records left behind
+// (watchers ignore them meanwhile: no heartbeat).
 const staleBeat = 24 * time.Hour
 
 // beatCleaner is a handler that deletes the heartbeat services of clusters

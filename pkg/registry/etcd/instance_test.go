@@ -182,3 +182,36 @@ func TestWritesBoundedInAnOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestWithdrawalWhileAliveRecordGone: someone deletes the cluster's alive
+// record while its lease lives; a withdrawal made before the backend has
+// written it back deletes the export, and does not replace the live lease
+// (a lease replaced while the old one was renewed went unrenewed, and took
+// every record of the cluster with it a TTL later).
+func TestWithdrawalWhileAliveRecordGone(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, filepath.Join(t.TempDir(), "etcd"), "")
+	const set = "alivegone"
+	east := open(t, srv.ClientURL(), registry.Identity{ClusterSet: set, Cluster: "east", Instance: "uid-first"}, func(o *etcd.Options) { o.TTL = 2 * time.Second })
+	putWeb(t, east)
+	api := registry.ServiceKey{Namespace: "shop", Name: "api"}
+	must(t, east.PutExport(t.Context(), api, spec))
+	raw := client(t, srv.ClientURL())
+	_, err := raw.Delete(t.Context(), prefix+"/"+set+"/clusters/east/alive")
+	must(t, err)
+	must(t, east.DeleteExport(t.Context(), web))
+	if got, _ := raw.Get(t.Context(), prefix+"/"+set+"/clusters/east/exports/shop/web"); len(got.Kvs) != 0 {
+		t.Error("the withdrawn export is still in etcd")
+	}
+	// Two TTLs later the cluster's other export is still there: its lease
+	// is renewed.
+	apiKey := prefix + "/" + set + "/clusters/east/exports/shop/api"
+	until := time.Now().Add(4 * time.Second)
+	poll.Until(t, 10*time.Second, "two TTLs with east's api export in etcd", func() (bool, string) {
+		got, err := raw.Get(t.Context(), apiKey)
+		if err == nil && len(got.Kvs) == 0 {
+			t.Fatal("east's api export expired: its lease was not renewed")
+		}
+		return time.Now().After(until), "waiting"
+	})
+}

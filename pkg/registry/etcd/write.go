@@ -223,12 +223,27 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	}
 	err = b.eachMember(ctx, del)
 	if errors.Is(err, errLeaseGone) {
-		// Repaired first (or refused, ErrClusterIDInUse, when the id is
-		// another cluster's now), then deleted under the new lease.
-		if err := b.renewLeaseLocked(ctx); err != nil {
-			return fmt.Errorf("delete export %s: %w", key, err)
+		ttl, terr := b.lessor.TimeToLive(ctx, b.lease)
+		switch {
+		case terr == nil && ttl.TTL < 0:
+			// The lease is lost: repaired first (or refused,
+			// ErrClusterIDInUse, when the id is another cluster's now),
+			// then deleted under the new lease.
+			if err := b.renewLeaseLocked(ctx); err != nil {
+				return fmt.Errorf("delete export %s: %w", key, err)
+			}
+			err = b.eachMember(ctx, del)
+		case terr == nil:
+			// The lease lives, the alive record does not (deleted or
+			// rewritten by someone; the watch has it repaired): the keys
+			// are deleted as before.
+			err = b.eachMember(ctx, func(ctx context.Context) error {
+				_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
+				return err
+			})
+		default:
+			err = fmt.Errorf("look up lease: %w", terr)
 		}
-		err = b.eachMember(ctx, del)
 	}
 	if err != nil {
 		return fmt.Errorf("delete export %s: %w", key, b.permissionHint(err))
