@@ -223,7 +223,9 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	}
 	err = b.eachMember(ctx, del)
 	if errors.Is(err, errLeaseGone) {
-		ttl, terr := b.lessor.TimeToLive(ctx, b.lease)
+		tctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+		ttl, terr := b.lessor.TimeToLive(tctx, b.lease)
+		cancel()
 		switch {
 		case terr == nil && ttl.TTL < 0:
 			// The lease is lost: repaired first (or refused,
