@@ -213,9 +213,13 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	// the cluster are another's (another Kubernetes cluster given this id
 	// may have started meanwhile, before the lease repair could tell).
 	aliveKey := b.keys.alive(b.opts.Identity.Cluster)
+	underLease := true
 	del := func(ctx context.Context) error {
-		resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(aliveKey), "=", b.lease)).
-			Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
+		txn := b.cli.Txn(ctx)
+		if underLease {
+			txn = txn.If(clientv3.Compare(clientv3.LeaseValue(aliveKey), "=", b.lease))
+		}
+		resp, err := txn.Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
 		if err == nil && !resp.Succeeded {
 			return errLeaseGone
 		}
@@ -239,10 +243,8 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 			// The lease lives, the alive record does not (deleted or
 			// rewritten by someone; the watch has it repaired): the keys
 			// are deleted as before.
-			err = b.eachMember(ctx, func(ctx context.Context) error {
-				_, err := b.cli.Txn(ctx).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
-				return err
-			})
+			underLease = false
+			err = b.eachMember(ctx, del)
 		default:
 			err = fmt.Errorf("look up lease: %w", terr)
 		}
