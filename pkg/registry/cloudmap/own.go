@@ -75,15 +75,19 @@ func (o *ownWatch) begin(key registry.ServiceKey) bool {
 }
 
 // end records the end of a write of key; on success, desired is what the
-// cluster now has in Cloud Map.
-func (o *ownWatch) end(id registry.Identity, key registry.ServiceKey, desired map[string]instance, ok bool) {
+// cluster now has in Cloud Map. sent tells whether the write sent anything
+// to Cloud Map: one that found every instance as wanted cannot have been
+// read half done, and leaves the polls under way free to judge key.
+func (o *ownWatch) end(id registry.Identity, key registry.ServiceKey, desired map[string]instance, ok, sent bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.inflight[key]--; o.inflight[key] <= 0 {
 		delete(o.inflight, key)
 	}
-	o.ends++
-	o.endedAt[key] = o.ends
+	if sent {
+		o.ends++
+		o.endedAt[key] = o.ends
+	}
 	if !ok {
 		return
 	}

@@ -155,15 +155,18 @@ func (b *Backend) apply(ctx context.Context, key registry.ServiceKey, st state) 
 		rec = &r
 	}
 	force := b.ownWatch.begin(key)
+	sent := false
 	defer func() {
 		written := maps.Clone(desired)
 		if rec != nil {
 			written[rec.ID] = *rec
 		}
-		b.ownWatch.end(b.opts.Identity, key, written, err == nil)
+		b.ownWatch.end(b.opts.Identity, key, written, err == nil, sent)
 	}()
 	for attempt := 0; ; attempt++ {
-		err = b.applyTo(ctx, key, o, rec, desired, force)
+		var s bool
+		s, err = b.applyTo(ctx, key, o, rec, desired, force)
+		sent = sent || s
 		if err == nil || attempt > 0 || !isNotFound(err) {
 			break
 		}
@@ -229,7 +232,7 @@ func onlyStampChanged(old, next map[string]string) bool {
 // stamp changes, the record goes last, so that the stamp never comes before
 // the change it dates. With force, every desired instance and the record are
 // registered, even those stored.
-func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, rec *instance, desired map[string]instance, force bool) error {
+func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownService, rec *instance, desired map[string]instance, force bool) (sent bool, err error) {
 	var puts []instance
 	for _, id := range slices.Sorted(maps.Keys(desired)) {
 		in := desired[id]
@@ -262,27 +265,27 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 	}
 	recDel := rec == nil && o.record != nil
 	if len(puts) == 0 && len(dels) == 0 && recPut == nil && !recDel {
-		return nil
+		return false, nil
 	}
 	// The Service's Cloud Map service exists from its export on, as the
 	// AWS controller makes it, endpoints or not.
 	if (len(puts) > 0 || recPut != nil) && o.svc.ID == "" {
 		svc, err := b.ensureService(ctx, key.Namespace, key.Name)
 		if err != nil {
-			return err
+			return true, err
 		}
 		o.svc = svc
 	}
 	if recPut != nil && recFirst {
 		if err := b.writeRecord(ctx, o, *recPut); err != nil {
 			o.recordUnconfirmed(err)
-			return err
+			return true, err
 		}
 		o.record = recPut.Attrs
 	}
 	var unconfirmedMu sync.Mutex
 	var unconfirmed []string
-	err := b.parallel(ctx, len(puts), func(ctx context.Context, i int) error {
+	err = b.parallel(ctx, len(puts), func(ctx context.Context, i int) error {
 		err := b.register(ctx, o.svc, puts[i])
 		if errors.Is(err, errUnconfirmed) {
 			unconfirmedMu.Lock()
@@ -301,7 +304,7 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 		}
 	}
 	if err != nil {
-		return err
+		return true, err
 	}
 	var last []string
 	if n := len(dels); n > 0 && dels[n-1] == legacy {
@@ -311,28 +314,28 @@ func (b *Backend) applyTo(ctx context.Context, key registry.ServiceKey, o *ownSe
 		return b.deregister(ctx, o.svc, dels[i])
 	}, func(i int) { delete(o.stored, dels[i]) })
 	if err != nil {
-		return err
+		return true, err
 	}
 	for _, id := range last {
 		if err := b.deregister(ctx, o.svc, id); err != nil {
-			return err
+			return true, err
 		}
 		delete(o.stored, id)
 	}
 	if recDel {
 		if err := b.deleteRecord(ctx, o, key); err != nil {
-			return err
+			return true, err
 		}
 		o.record = nil
 	}
 	if recPut != nil && !recFirst {
 		if err := b.writeRecord(ctx, o, *recPut); err != nil {
 			o.recordUnconfirmed(err)
-			return err
+			return true, err
 		}
 		o.record = recPut.Attrs
 	}
-	return nil
+	return true, nil
 }
 
 // recordUnconfirmed takes in err, the failure of a write of the service
