@@ -37,6 +37,9 @@ Each patch makes moto do what the Cloud Map API reference documents:
    with ResourceLimitExceeded: Cloud Map's quota of instances per service,
    which cannot be raised (moto has no quota). MCSD_MOTO_INSTANCES_PER_SERVICE
    sets another bound (0: none), for tests that fill a service quickly.
+8. MCSD_MOTO_INSTANCES_PER_NAMESPACE, when set above 0, bounds the instances
+   of a namespace the same way (Cloud Map's quota of 2,000, which AWS raises
+   on request; unset, no bound, as for an account whose quota was raised).
 """
 
 import json
@@ -81,13 +84,20 @@ def _target(self, op_id, service):
 
 
 _instances_per_service = int(os.environ.get("MCSD_MOTO_INSTANCES_PER_SERVICE", "1000"))
+_instances_per_namespace = int(os.environ.get("MCSD_MOTO_INSTANCES_PER_NAMESPACE", "0"))
+
+
+def _namespace_instances(self, namespace_id):
+    return sum(len(s.instances) for s in self.services.values() if s.namespace_id == namespace_id)
 
 
 def register_instance(self, service_id, instance_id, creator_request_id, attributes):
     with _instances_lock:
         service = self.get_service(service_id)
         others = [i for i in service.instances if i.instance_id != instance_id]
-        if 0 < _instances_per_service <= len(others) and len(others) == len(service.instances):
+        new = len(others) == len(service.instances)
+        if new and (0 < _instances_per_service <= len(others) or
+                    0 < _instances_per_namespace <= _namespace_instances(self, service.namespace_id)):
             raise _Error(
                 "ResourceLimitExceeded",
                 "The operation can't be completed because you've reached the quota for the number of instances.",

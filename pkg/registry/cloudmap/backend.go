@@ -41,9 +41,9 @@ type Backend struct {
 	own map[registry.ServiceKey]*ownService
 	// ownWatch follows what the watch reads of own (see guard).
 	ownWatch ownWatch
-	// recordsFull are the records services that refused a record for
-	// want of room (writeRecord). Guarded by sem.
-	recordsFull map[string]bool
+	// recordsFull holds when each records service last refused a record
+	// for want of room (writeRecord). Guarded by sem.
+	recordsFull map[string]time.Time
 	// registered holds when this backend registered each instance it has
 	// not deregistered since, by recordRef (deregister).
 	registered sync.Map
@@ -277,7 +277,7 @@ func open(ctx context.Context, api API, opts Options) (*Backend, error) {
 		own:      map[registry.ServiceKey]*ownService{},
 		ownWatch: newOwnWatch(),
 
-		recordsFull: map[string]bool{},
+		recordsFull: map[string]time.Time{},
 	}
 	if err := b.start(ctx); err != nil {
 		cancel()

@@ -2,8 +2,14 @@ package cloudmap
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
+	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
@@ -74,4 +80,77 @@ func TestRecordsOverflow(t *testing.T) {
 			t.Errorf("record %d in %q, want %q", i, got, recordsName(0))
 		}
 	}
+}
+
+// TestRecordsNamespaceQuota: when the system namespace is at its quota of
+// instances (2,000 unless raised; 6 on this test's moto server, 3 a
+// service), a new record is refused by an empty records service: the put
+// fails with the quota named, and no further records service is created
+// at each try. A withdrawal of the backend's own makes room where it was,
+// and the next new record goes there.
+func TestRecordsNamespaceQuota(t *testing.T) {
+	moto(t) // the venv
+	srv := mototest.Start(t, "MCSD_MOTO_INSTANCES_PER_SERVICE=3", "MCSD_MOTO_INSTANCES_PER_NAMESPACE=6")
+	a := openBackend(t, motoOptions(srv, registry.Identity{ClusterSet: randName("nsquota"), Cluster: "a"}, 30*time.Second))
+	keys := make([]registry.ServiceKey, 7)
+	for i := range keys {
+		keys[i] = randWebKey()
+	}
+	for _, k := range keys[:6] {
+		putWeb(t, a, k, "10.0.0.1")
+	}
+	for range 3 {
+		err := a.PutExport(t.Context(), keys[6], webSpec)
+		if err == nil || !strings.Contains(err.Error(), "quota") {
+			t.Fatalf("a seventh record in a namespace at its quota: %v, want an error naming the quota", err)
+		}
+	}
+	if got := rawSystemServices(t, rawClient(t, srv)); !slices.Equal(got, []string{recordsName(0), recordsName(1), recordsName(2)}) {
+		t.Errorf("records services after 3 refused puts: %v, want the two full ones and one more", got)
+	}
+
+	mustDo(t, a.DeleteExport(t.Context(), keys[5]))
+	mustDo(t, a.PutExport(t.Context(), keys[6], webSpec))
+	if got := a.own[keys[6]].recordIn; got != recordsName(1) {
+		t.Errorf("the record after a withdrawal from %q went to %q", recordsName(1), got)
+	}
+}
+
+// TestRecordsFullForAWhile: a records service that refused a record is
+// skipped for new ones for recordsFullFor, then tried again (others'
+// withdrawals make room unseen).
+func TestRecordsFullForAWhile(t *testing.T) {
+	now := time.Now()
+	b := &Backend{reader: &reader{now: func() time.Time { return now }}, recordsFull: map[string]time.Time{}}
+	b.recordsFull[recordsName(0)] = now.Add(-time.Minute)
+	b.recordsFull[recordsName(1)] = now.Add(-recordsFullFor)
+	if got := b.recordsWithRoom(); got != recordsName(1) {
+		t.Errorf("with %q refused a minute ago and %q %s ago: %q, want %q", recordsName(0), recordsName(1), recordsFullFor, got, recordsName(1))
+	}
+	b.recordsFull[recordsName(1)] = now
+	if got := b.recordsWithRoom(); got != recordsName(2) {
+		t.Errorf("with both refused lately: %q, want %q", got, recordsName(2))
+	}
+}
+
+// rawSystemServices lists the names of the default system namespace's
+// records services, sorted.
+func rawSystemServices(t *testing.T, c *sd.Client) []string {
+	t.Helper()
+	nss := namespacesNamed(t, c, DefaultSystemNamespace)
+	if len(nss) != 1 {
+		t.Fatalf("%d system namespaces", len(nss))
+	}
+	out, err := c.ListServices(t.Context(), &sd.ListServicesInput{Filters: []types.ServiceFilter{{
+		Name: types.ServiceFilterNameNamespaceId, Values: []string{aws.ToString(nss[0].Id)}, Condition: types.FilterConditionEq,
+	}}})
+	mustDo(t, err)
+	var names []string
+	for _, s := range out.Services {
+		if n := aws.ToString(s.Name); isRecordsName(n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
 }

@@ -369,7 +369,10 @@ func keepForeign(old, next map[string]string) map[string]string {
 // holds at most 1,000 instances a service, and refuses more
 // (ResourceLimitExceeded), so the records of a large clusterset (or of
 // every clusterset of the account) fill "records", then "records-1", and
-// so on; watchers read them all.
+// so on; watchers read them all. A refusal by a records service that holds
+// no instance is not that quota but the system namespace's (instances per
+// namespace, 2,000 unless raised): the write fails, and no further service
+// is tried (or created).
 func (b *Backend) writeRecord(ctx context.Context, o *ownService, in instance) error {
 	name := o.recordIn
 	if name == "" {
@@ -383,13 +386,22 @@ func (b *Backend) writeRecord(ctx context.Context, o *ownService, in instance) e
 					// It was gone from the full one (deleted by hand):
 					// nothing is left there, but a leftover would be
 					// read twice.
-					_ = b.deregister(ctx, b.systemService(o.recordIn), in.ID)
+					if b.deregister(ctx, b.systemService(o.recordIn), in.ID) == nil {
+						delete(b.recordsFull, o.recordIn)
+					}
 				}
 				o.recordIn = name
 			}
 			return err
 		}
-		b.recordsFull[name] = true
+		empty, eerr := b.systemServiceEmpty(ctx, name)
+		if eerr != nil {
+			return fmt.Errorf("records service %s refused a record, and could not be read: %w", name, errors.Join(err, eerr))
+		}
+		if empty {
+			return fmt.Errorf("the system namespace %s is at a quota of Cloud Map's per namespace (instances, 2,000 unless raised): %w", b.opts.SystemNamespace, err)
+		}
+		b.recordsFull[name] = b.now()
 		next := b.recordsWithRoom()
 		if next == "" {
 			return fmt.Errorf("every records service is full (%d of 1,000 instances each): %w", maxRecordsServices, err)
@@ -399,17 +411,37 @@ func (b *Backend) writeRecord(ctx context.Context, o *ownService, in instance) e
 	}
 }
 
+// recordsFullFor is how long a records service that refused a record is
+// not tried for a new one: other clusters' withdrawals make room in it
+// unseen (this backend's own clear the mark at once).
+const recordsFullFor = 10 * time.Minute
+
 // recordsWithRoom is the first records service not known to be full; ""
-// when every one is. Known full is known since a refusal: a service that
-// room was made in since is not written again, where it makes no
-// difference.
+// when every one is. Known full is known since a refusal less than
+// recordsFullFor ago, and no withdrawal of this backend's from it since.
 func (b *Backend) recordsWithRoom() string {
+	now := b.now()
 	for i := range maxRecordsServices {
-		if n := recordsName(i); !b.recordsFull[n] {
+		n := recordsName(i)
+		if at, ok := b.recordsFull[n]; !ok || now.Sub(at) >= recordsFullFor {
 			return n
 		}
 	}
 	return ""
+}
+
+// systemServiceEmpty reports whether the system namespace's service name
+// holds no instance (of any clusterset).
+func (b *Backend) systemServiceEmpty(ctx context.Context, name string) (bool, error) {
+	svc := b.systemService(name)
+	if svc.ID == "" {
+		return true, nil
+	}
+	out, err := b.api.ListInstances(ctx, &sd.ListInstancesInput{ServiceId: aws.String(svc.ID), MaxResults: aws.Int32(1)})
+	if err != nil {
+		return false, fmt.Errorf("list instances of %s: %w", name, err)
+	}
+	return len(out.Instances) == 0, nil
 }
 
 // registerIn registers in in the records service name, creating the
@@ -435,7 +467,8 @@ func (b *Backend) registerIn(ctx context.Context, name string, in instance) erro
 func (b *Backend) deleteRecord(ctx context.Context, o *ownService, key registry.ServiceKey) error {
 	name := cmp.Or(o.recordIn, recordsService)
 	err := b.deregister(ctx, b.systemService(name), recordID(b.enc.prefix, key))
-	if isNotFound(err) {
+	if err == nil || isNotFound(err) {
+		delete(b.recordsFull, name) // room made
 		return nil
 	}
 	return err
