@@ -440,7 +440,9 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 	}
 	events := make([]*clientv3.Event, 0, len(changed))
 	added := 0
+	isChanged := make(map[string]bool, len(changed))
 	for _, kv := range changed {
+		isChanged[string(kv.Key)] = true
 		held, ok := w.revs[string(kv.Key)]
 		if ok && held == kv.ModRevision {
 			continue
@@ -450,7 +452,23 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 		}
 		events = append(events, &clientv3.Event{Type: mvccpb.PUT, Kv: kv})
 	}
-	if int64(len(w.revs)+added) > resp.Count {
+	// In etcd's history as the watch holds it, every key unchanged since
+	// w.rev is held at the revision held: more keys than that, or the
+	// latest held change not there, is another history at a later
+	// revision (a backup restored with its revisions bumped): its values
+	// of the keys unchanged since w.rev are not those held.
+	otherHistory := func() (int64, error) {
+		w.log.Info("registry holds another history at a later revision (a restored backup), reading all records again", "revision", rev, "held", w.rev)
+		return w.syncOtherHistory(ctx)
+	}
+	sample, err := w.latestHeld(ctx, rev, isChanged)
+	if err != nil {
+		return 0, err
+	}
+	if sample == latestOtherHistory || int64(len(w.revs)+added) < resp.Count {
+		return otherHistory()
+	}
+	if sample == latestGone || int64(len(w.revs)+added) > resp.Count {
 		// Some keys are gone: list them all to find which.
 		listed, _, err := w.listKeys(ctx, rev)
 		if err != nil {
@@ -458,7 +476,11 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 		}
 		found := make(map[string]bool, len(listed))
 		for _, kv := range listed {
-			found[string(kv.Key)] = true
+			key := string(kv.Key)
+			if held, ok := w.revs[key]; !isChanged[key] && (!ok || held != kv.ModRevision) {
+				return otherHistory()
+			}
+			found[key] = true
 		}
 		for key := range w.revs {
 			if !found[key] {
@@ -475,6 +497,42 @@ func (w *watch) syncChanges(ctx context.Context) (int64, error) {
 		w.h.OnUpdate(u)
 	}
 	return rev, nil
+}
+
+// latest is what latestHeld found of the latest held key.
+type latest int
+
+const (
+	latestAsHeld latest = iota // as held, or nothing held
+	// latestGone: gone, as a deletion since w.rev would have it: only the
+	// list of every key tells which keys went.
+	latestGone
+	latestOtherHistory // at another revision than held
+)
+
+// latestHeld reads, at revision rev, the held key of the latest revision
+// that did not change since w.rev (one key, without its value).
+func (w *watch) latestHeld(ctx context.Context, rev int64, changed map[string]bool) (latest, error) {
+	var key string
+	var at int64
+	for k, r := range w.revs {
+		if r > at && !changed[k] {
+			key, at = k, r
+		}
+	}
+	if key == "" {
+		return latestAsHeld, nil
+	}
+	resp, err := w.readKey(ctx, key, clientv3.WithKeysOnly(), clientv3.WithRev(rev))
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("read the latest key held: %w", err)
+	case len(resp.Kvs) == 0:
+		return latestGone, nil
+	case resp.Kvs[0].ModRevision != at:
+		return latestOtherHistory, nil
+	}
+	return latestAsHeld, nil
 }
 
 // syncOtherHistory reads everything again from an etcd whose history is
