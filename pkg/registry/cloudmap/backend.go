@@ -50,6 +50,10 @@ type Backend struct {
 
 	// lastBeat is the time of the last heartbeat written, in Unix ms.
 	lastBeat atomic.Int64
+	// contested is, while another Kubernetes cluster given this cluster id
+	// beats under it and yields to this backend, when it will have
+	// stopped (refresh); zero otherwise. Used by the heartbeat loop alone.
+	contested time.Time
 	// fenced holds registry.ErrClusterIDInUse while another Kubernetes
 	// cluster given this cluster id runs under it, found after an outage
 	// longer than the TTL (refresh): nothing is written meanwhile.

@@ -1,9 +1,11 @@
 package cloudmap
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,4 +229,134 @@ func TestStaleHeartbeatServicesDeleted(t *testing.T) {
 	if got := names(); !got[beatServiceName("late")] || !got[beatServiceName(keep.enc.prefix)] || !got[beatServiceName(clean.enc.prefix)] {
 		t.Errorf("services left %v, want the hour-old and the live heartbeats", got)
 	}
+}
+
+// heldDeregistrations holds every DeregisterInstance until release is
+// closed, and tells of the first on held.
+type heldDeregistrations struct {
+	API
+	once    sync.Once
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (h *heldDeregistrations) DeregisterInstance(ctx context.Context, in *sd.DeregisterInstanceInput, optFns ...func(*sd.Options)) (*sd.DeregisterInstanceOutput, error) {
+	h.once.Do(func() { close(h.held) })
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.API.DeregisterInstance(ctx, in, optFns...)
+}
+
+// TestClusterBackDuringAnotherClustersStart: east (uid-a) is cut off past
+// its TTL; another Kubernetes cluster given its id (uid-b) starts, and
+// while it deletes east's expired records (after its scan), east comes
+// back, finds its own heartbeat, beats and exports another Service. The
+// starting cluster reads the heartbeat before its first: east yields at
+// its next read (fenced), and the other takes the id back once east has
+// stopped beating, deleting the record east wrote after the scan.
+func TestClusterBackDuringAnotherClustersStart(t *testing.T) {
+	moto := moto(t)
+	proxy := newThrottlingProxy(t, moto.URL)
+	cs := randName("race")
+	const ttl = 3 * time.Second
+	aOpts := motoOptions(moto, registry.Identity{ClusterSet: cs, Cluster: "east", Instance: "uid-a"}, ttl)
+	aOpts.Endpoint = proxy.URL
+	aOpts.MaxAttempts = 1
+	a := openBackend(t, aOpts)
+	rec := registrytest.StartWatch(t, openMember(t, moto, cs, "west", ttl))
+	key, late := randWebKey(), randWebKey()
+	putWeb(t, a, key, "10.0.0.1")
+	id := registry.RecordID{Cluster: "east", Service: key}
+	rec.WaitFor(t, 20*time.Second, "east's records", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[id]
+		return ok
+	})
+	proxy.throttling.Store(true)
+	rec.WaitFor(t, 20*time.Second, "east's records expired", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[id]
+		return !ok
+	})
+
+	// Expired by its own stamp too, as a start judges it (a beat whose
+	// answer the cut lost may be younger than the watcher's judgement).
+	c := rawClient(t, moto)
+	poll.Until(t, 20*time.Second, "east's heartbeat expired by its stamp", func() (bool, string) {
+		out, err := c.GetService(t.Context(), &sd.GetServiceInput{Id: aws.String(a.systemService(beatServiceName(a.enc.prefix)).ID)})
+		mustDo(t, err)
+		hb, _ := decodeHeartbeat(aws.ToString(out.Service.Description))
+		return !hb.live(time.Now(), ttl), fmt.Sprint(hb)
+	})
+
+	bOpts := motoOptions(moto, registry.Identity{ClusterSet: cs, Cluster: "east", Instance: "uid-b"}, ttl)
+	client, err := NewClient(t.Context(), bOpts)
+	mustDo(t, err)
+	api := &heldDeregistrations{API: client, held: make(chan struct{}), release: make(chan struct{})}
+	type opened struct {
+		b   *Backend
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		b, err := NewFromAPI(t.Context(), api, bOpts)
+		done <- opened{b, err}
+	}()
+	select {
+	case <-api.held:
+	case o := <-done:
+		t.Fatalf("the other cluster's start deleted nothing: %v", o.err)
+	case <-time.After(2 * time.Minute): // its scan reads every namespace of the shared server
+		t.Fatal("the other cluster's start deleted nothing")
+	}
+	proxy.throttling.Store(false)
+	poll.Until(t, 20*time.Second, "east's export after it came back", func() (bool, string) {
+		err := a.PutExport(t.Context(), late, webSpec)
+		return err == nil, fmt.Sprint(err)
+	})
+	close(api.release)
+	o := <-done
+	mustDo(t, o.err)
+	t.Cleanup(func() { _ = o.b.Close() })
+
+	poll.Until(t, 20*time.Second, "east fenced", func() (bool, string) {
+		err := a.Fenced()
+		return errors.Is(err, registry.ErrClusterIDInUse), fmt.Sprint(err)
+	})
+	poll.Until(t, 20*time.Second, "east's record written after the scan deleted", func() (bool, string) {
+		got := rawRecords(t, c, cs, late)
+		return len(got) == 0, fmt.Sprint(got)
+	})
+	if err := a.PutExport(t.Context(), late, webSpec); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("a put of the fenced cluster: %v, want %v", err, registry.ErrClusterIDInUse)
+	}
+}
+
+// TestHeartbeatServiceDeletedDuringAnOutage: while a backend is cut off
+// for longer than its TTL, another Kubernetes cluster given its id runs
+// under it and stops, and its heartbeat service is deleted (as
+// CleanupEmpty deletes one silent for a day). Back, the backend finds no
+// heartbeat: it does not know who wrote under the id, and takes it back
+// whole rather than make the other's leftovers live again.
+func TestHeartbeatServiceDeletedDuringAnOutage(t *testing.T) {
+	proxy, a, b, rec, key, other := cutOff(t)
+	c := rawClient(t, moto(t))
+	mustDo(t, b.Close())
+	_, err := c.DeleteService(t.Context(), &sd.DeleteServiceInput{Id: aws.String(b.systemService(beatServiceName(b.enc.prefix)).ID)})
+	mustDo(t, err)
+
+	proxy.throttling.Store(false)
+	id := registry.RecordID{Cluster: "east", Service: key}
+	rec.WaitFor(t, 30*time.Second, "east back with its own records alone", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, otherLeft := v.Exports[registry.RecordID{Cluster: "east", Service: other}]
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"}) && !otherLeft
+	})
+	if got := rawAddrs(t, c, other); len(got) > 0 {
+		t.Errorf("the other cluster's instances of %s left: %v", other, got)
+	}
+	poll.Until(t, 10*time.Second, "the backend's heartbeat written", func() (bool, string) {
+		err := a.writable()
+		return err == nil, errString(err)
+	})
 }

@@ -169,44 +169,89 @@ func (b *Backend) readBeat(ctx context.Context) (hb heartbeat, ok bool, err erro
 	return hb, ok && hb.ClusterSet == id.ClusterSet && hb.Cluster == id.Cluster, nil
 }
 
-// refresh writes the heartbeat. After an outage longer than the TTL (the
-// last heartbeat written has expired), or while fenced, it reads the
-// heartbeat first: another Kubernetes cluster given this cluster id
-// (another kube-system UID, registry.Identity.Instance) may have started
-// under it meanwhile, deleting this cluster's records and writing its own.
+// refresh reads the cluster's heartbeat as Cloud Map holds it, then writes
+// it (one GetService more per heartbeat: the last writer of the heartbeat
+// service since this backend's previous beat tells whether another
+// Kubernetes cluster given this cluster id writes under it too, another
+// kube-system UID, registry.Identity.Instance). Such a cluster may have
+// started while this one's heartbeat was expired (an outage longer than the
+// TTL), deleting this cluster's records and writing its own; or the two
+// started at once.
 //
-//   - While that cluster's heartbeat lives, this backend writes nothing
-//     (Fenced returns registry.ErrClusterIDInUse; its writes and
-//     withdrawals are refused), and reads the heartbeat again at each
-//     interval.
+//   - While that cluster's heartbeat lives and its claim is the stronger
+//     (yields), this backend writes nothing (Fenced returns
+//     registry.ErrClusterIDInUse; its writes and withdrawals are refused),
+//     and reads the heartbeat again at each interval.
+//   - While it lives and this backend's claim is the stronger, this
+//     backend goes on beating: that cluster yields at its next read. Once
+//     it has stopped beating, this backend takes the id back (retake): the
+//     records are its or that cluster's, both written under the id.
 //   - Once it has expired (or at once, when that cluster has come and gone
 //     during the outage), the cluster's records are its leftovers or this
 //     backend's, deleted or replaced: retake deletes them and writes again
 //     what this backend last wrote, then the heartbeat.
 //
 // A heartbeat of this backend's own, or of no known instance, is refreshed
-// as usual: the records are as this backend left them.
+// as usual: the records are as this backend left them. No heartbeat at all
+// after an outage longer than the TTL (the service deleted) is taken as
+// another's that has expired.
 func (b *Backend) refresh(ctx context.Context) error {
-	if b.Fenced() == nil && !b.beatExpired() {
-		return b.beat(ctx)
-	}
 	hb, ok, err := b.readBeat(ctx)
 	if err != nil {
-		return err
+		if b.Fenced() != nil || b.beatExpired() || !b.contested.IsZero() {
+			return err
+		}
+		// The read only checks: a heartbeat that is due does not wait for
+		// it (a throttled GetService must not let the records expire).
+		b.log.V(1).Info("cannot read the heartbeat before writing it", "reason", err.Error())
+		return b.beat(ctx)
 	}
-	id := b.opts.Identity
+	id, now := b.opts.Identity, b.now()
+	other := ok && id.OtherInstance(hb.Instance)
 	switch {
-	case ok && id.OtherInstance(hb.Instance) && hb.live(b.now(), b.opts.TTL):
+	case other && hb.live(now, b.opts.TTL) && b.yields(hb):
 		err := id.InUseBy(hb.Instance, hb.sinceTime())
 		b.fenced.Store(&err)
 		return err
-	case (ok && id.OtherInstance(hb.Instance)) || b.Fenced() != nil:
+	case other && hb.live(now, b.opts.TTL):
+		if b.contested.IsZero() {
+			b.log.Info("another cluster writes under this cluster id; this one keeps it, and takes it back once that one has stopped", "instance", hb.Instance)
+		}
+		// That cluster beats every third of its TTL: once a little more
+		// than that has passed without its beat, it has stopped.
+		b.contested = now.Add(hb.interval(b.opts.TTL) * 3 / 2)
+		return b.beat(ctx)
+	case other || !ok && b.beatExpired() || b.Fenced() != nil || !b.contested.IsZero() && now.After(b.contested):
+		// (!ok: the heartbeat service was deleted while this backend's
+		// heartbeat was expired, as CleanupEmpty deletes one silent for a
+		// day: who wrote under the id meanwhile is unknown.)
 		if err := b.retake(b.ctx); err != nil {
 			return fmt.Errorf("%w: %w", errRetake, err)
 		}
+		b.contested = time.Time{}
 		return nil
 	}
 	return b.beat(ctx)
+}
+
+// yields reports whether this backend yields the cluster id to the writer
+// of hb, another Kubernetes cluster given it: the one whose records became
+// live the later keeps it (it took the id while this one's heartbeat was
+// expired, or started last), the greater instance when both did at once.
+func (b *Backend) yields(hb heartbeat) bool {
+	if hb.Since != b.since {
+		return hb.Since > b.since
+	}
+	return hb.Instance > b.opts.Identity.Instance
+}
+
+// interval is how often the writer of hb beats: a third of its TTL (def
+// when it carries none).
+func (hb heartbeat) interval(def time.Duration) time.Duration {
+	if hb.TTL > 0 {
+		return time.Duration(hb.TTL) * time.Millisecond / 3
+	}
+	return def / 3
 }
 
 // errRetake: retake failed. It reads every namespace of the account:
@@ -224,7 +269,15 @@ func (b *Backend) retake(ctx context.Context) error {
 		return err
 	}
 	defer b.unlock()
+	stopBeats := func() {}
+	if !b.beatExpired() && b.Fenced() == nil {
+		// Taken back from a cluster that yielded: the records live, and
+		// stay live while the scan reads every namespace (the other
+		// cluster would take the id at an expired heartbeat).
+		stopBeats = b.beatUntilStopped(ctx)
+	}
 	found, inherited, err := b.scanOwn(ctx, b.ownQuery())
+	stopBeats()
 	if err != nil {
 		return fmt.Errorf("read the cluster's records: %w", err)
 	}

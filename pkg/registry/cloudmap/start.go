@@ -71,6 +71,9 @@ func (b *Backend) start(ctx context.Context) error {
 		if err := b.dropExpired(ctx, found, inherited); err != nil {
 			return err
 		}
+		if err := b.contestAfterScan(ctx, hb); err != nil {
+			return err
+		}
 		return b.firstBeat(ctx)
 	}
 	migrated, adopted := 0, 0
@@ -90,6 +93,24 @@ func (b *Backend) start(ctx context.Context) error {
 	b.log.Info("took over records", "services", len(b.own), "movedRecords", migrated)
 	b.adoptedAWS(adopted)
 	return b.firstBeat(ctx)
+}
+
+// contestAfterScan reads the heartbeat again before a start that took an
+// expired cluster id writes its own: another Kubernetes cluster given the
+// id, whose heartbeat (before) had expired, may have come back during the
+// scan, found its own heartbeat and beaten, and written records the scan
+// did not see. It yields to this backend at its next read (refresh); this
+// backend takes the id back once it has stopped beating.
+func (b *Backend) contestAfterScan(ctx context.Context, before heartbeat) error {
+	hb, ok, err := b.readBeat(ctx)
+	if err != nil {
+		return err
+	}
+	if ok && b.opts.Identity.OtherInstance(hb.Instance) && hb.At > before.At && !b.yields(hb) {
+		b.log.Info("another cluster given this cluster id came back during the start; taking the id back once it has stopped", "instance", hb.Instance)
+		b.contested = b.now().Add(hb.interval(b.opts.TTL) * 3 / 2)
+	}
+	return nil
 }
 
 // firstBeat writes the heartbeat at the end of a start.
