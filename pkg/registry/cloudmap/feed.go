@@ -132,6 +132,9 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 	if err := w.readServices(ctx, read, false); err != nil {
 		return err
 	}
+	for _, ref := range w.unseenRecords() {
+		recordIDs[ref] = true
+	}
 	records := slices.Sorted(maps.Keys(recordIDs))
 	if w.recordsMoved {
 		if err := w.readAllRecords(ctx); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
 // lagAPI answers a DeregisterInstance of an instance registered less than
@@ -72,5 +73,55 @@ func TestDeregisterSoonAfterRegister(t *testing.T) {
 		_ = a.PutEndpoints(t.Context(), key, webGroups("10.0.0.1"))
 		got := rawAddrs(t, c, key)
 		return slices.Equal(got, []string{"10.0.0.1"}), "instances at " + strings.Join(got, ",")
+	})
+}
+
+// unpropagatedAPI answers each GetInstance of an instance with
+// InstanceNotFound until lag after the first GetInstance of it: Cloud
+// Map's answer while a registration has not propagated yet.
+type unpropagatedAPI struct {
+	API
+	lag   time.Duration
+	mu    sync.Mutex
+	first map[string]time.Time
+}
+
+func (u *unpropagatedAPI) GetInstance(ctx context.Context, in *sd.GetInstanceInput, optFns ...func(*sd.Options)) (*sd.GetInstanceOutput, error) {
+	key := aws.ToString(in.ServiceId) + "/" + aws.ToString(in.InstanceId)
+	u.mu.Lock()
+	first, ok := u.first[key]
+	if !ok {
+		first = time.Now()
+		u.first[key] = first
+	}
+	u.mu.Unlock()
+	if time.Since(first) < u.lag {
+		return nil, &types.InstanceNotFound{Message: aws.String("the instance was recently registered, and has not propagated yet")}
+	}
+	return u.API.GetInstance(ctx, in, optFns...)
+}
+
+// TestRecordReadBeforeItPropagated: a watcher reads a new service record
+// (its registration's operation listed) before Cloud Map's information of
+// it has propagated, and is told InstanceNotFound: it looks for it again
+// at the next polls, and delivers the export once it is there, without
+// waiting for another write of the record or the sweep.
+func TestRecordReadBeforeItPropagated(t *testing.T) {
+	srv := moto(t)
+	cs := randName("unpropagated")
+	a := openMember(t, srv, cs, "east", 30*time.Second)
+	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
+	client, err := NewClient(t.Context(), wOpts)
+	mustDo(t, err)
+	api := &unpropagatedAPI{API: client, lag: 3 * time.Second, first: map[string]time.Time{}}
+	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
+	rec := registrytest.StartWatch(t, w)
+	rec.WaitFor(t, 20*time.Second, "the watch's first read", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+
+	key := randWebKey()
+	mustDo(t, a.PutExport(t.Context(), key, webSpec))
+	rec.WaitFor(t, 20*time.Second, "east's export", func(_ registrytest.Event, v *registrytest.View) bool {
+		_, ok := v.Exports[registry.RecordID{Cluster: "east", Service: key}]
+		return ok
 	})
 }

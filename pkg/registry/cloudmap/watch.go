@@ -42,6 +42,7 @@ func (r *reader) watch(ctx context.Context, h registry.Handler) error {
 		log:      logr.FromContextOrDiscard(ctx).WithValues("clusterSet", r.opts.Identity.ClusterSet),
 		services: map[string]*serviceCache{},
 		records:  map[string]instance{},
+		unseen:   map[string]time.Time{},
 		beats:    map[string]*beat{},
 		ops:      map[string]*feedOp{},
 	}
@@ -75,6 +76,12 @@ type watcher struct {
 	// records caches the service records of the records services, by
 	// recordRef.
 	records map[string]instance
+	// unseen holds the records an operation named that GetInstance did not
+	// find, and were not held, by recordRef, with when they were first not
+	// found: Cloud Map answers InstanceNotFound for an instance "recently
+	// registered" whose information has not propagated yet. Each is read
+	// again at every poll for propagationWindow.
+	unseen map[string]time.Time
 	// beats are the heartbeats read, by cluster.
 	beats       map[string]*beat
 	beatsReadAt time.Time
@@ -352,8 +359,28 @@ func (w *watcher) readAllRecords(ctx context.Context) error {
 	return nil
 }
 
+// propagationWindow is how long a record an operation named is looked for
+// after GetInstance first did not find it (see watcher.unseen).
+const propagationWindow = time.Minute
+
+// unseenRecords returns the records to look for again (watcher.unseen),
+// and forgets those looked for longer than propagationWindow.
+func (w *watcher) unseenRecords() []string {
+	now := w.b.now()
+	var out []string
+	for ref, since := range w.unseen {
+		if now.Sub(since) > propagationWindow {
+			delete(w.unseen, ref)
+			continue
+		}
+		out = append(out, ref)
+	}
+	return out
+}
+
 // readRecords reads the service records refs (recordRef), a few at a time;
-// one that is not there is deleted.
+// one that is not there is deleted (or, when not held, looked for again at
+// the next polls: watcher.unseen).
 func (w *watcher) readRecords(ctx context.Context, refs []string) error {
 	b := w.b
 	var mu sync.Mutex
@@ -363,8 +390,16 @@ func (w *watcher) readRecords(ctx context.Context, refs []string) error {
 		out, err := b.api.GetInstance(ctx, &sd.GetInstanceInput{ServiceId: aws.String(svc), InstanceId: aws.String(id)})
 		mu.Lock()
 		defer mu.Unlock()
+		if !isNotFound(err) {
+			delete(w.unseen, ref)
+		}
 		switch {
 		case isNotFound(err):
+			if _, held := w.records[ref]; !held {
+				if _, ok := w.unseen[ref]; !ok {
+					w.unseen[ref] = b.now()
+				}
+			}
 			delete(w.records, ref)
 		case err != nil:
 			return fmt.Errorf("get service record %s: %w", id, err)
