@@ -97,7 +97,10 @@ type reader struct {
 // opTarget is what an instance operation changed.
 type opTarget struct {
 	service, instance string
-	at                time.Time
+	// deregister: the operation deregisters the instance (else it
+	// registers it).
+	deregister bool
+	at         time.Time
 }
 
 // newReader makes the reader of opts over api, and the function that

@@ -97,6 +97,7 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 
 	// What to read: each service once, the records one by one.
 	var read []string
+	expect := map[string]map[string]bool{} // by service, instance: present
 	recordIDs := map[string]bool{}
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(w.ops)) {
@@ -122,16 +123,19 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 				continue
 			}
 			read = append(read, t.service)
+			expectInstance(expect, t)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	read = append(read, w.unsettledServices(expect)...)
 	slices.Sort(read)
 	read = slices.Compact(read)
 	if err := w.readServices(ctx, read, false); err != nil {
 		return err
 	}
+	w.settle(expect)
 	for _, ref := range w.unseenRecords() {
 		recordIDs[ref] = true
 	}
@@ -230,8 +234,9 @@ func (w *watcher) getOperations(ctx context.Context, ids []string) error {
 			op := out.Operation
 			b.sawOp(op.UpdateDate)
 			w.ops[id] = &feedOp{target: opTarget{
-				service:  op.Targets[string(types.OperationTargetTypeService)],
-				instance: op.Targets[string(types.OperationTargetTypeInstance)],
+				service:    op.Targets[string(types.OperationTargetTypeService)],
+				instance:   op.Targets[string(types.OperationTargetTypeInstance)],
+				deregister: op.Type == types.OperationTypeDeregisterInstance,
 			}}
 		}
 		return nil

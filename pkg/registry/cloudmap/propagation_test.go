@@ -3,6 +3,7 @@ package cloudmap
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -124,4 +125,85 @@ func TestRecordReadBeforeItPropagated(t *testing.T) {
 		_, ok := v.Exports[registry.RecordID{Cluster: "east", Service: key}]
 		return ok
 	})
+}
+
+// laggingDiscovery leaves out of each DiscoverInstances answer the
+// instances it first saw less than lag ago: Cloud Map's discovery data,
+// which a registration reaches after its operation has succeeded.
+type laggingDiscovery struct {
+	API
+	lag   time.Duration
+	mu    sync.Mutex
+	first map[string]time.Time
+}
+
+func (l *laggingDiscovery) DiscoverInstances(ctx context.Context, in *sd.DiscoverInstancesInput, optFns ...func(*sd.Options)) (*sd.DiscoverInstancesOutput, error) {
+	out, err := l.API.DiscoverInstances(ctx, in, optFns...)
+	if err != nil {
+		return out, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kept := out.Instances[:0]
+	for _, inst := range out.Instances {
+		key := aws.ToString(in.NamespaceName) + "/" + aws.ToString(in.ServiceName) + "/" + aws.ToString(inst.InstanceId)
+		first, ok := l.first[key]
+		if !ok {
+			first = time.Now()
+			l.first[key] = first
+		}
+		if time.Since(first) >= l.lag {
+			kept = append(kept, inst)
+		}
+	}
+	out.Instances = kept
+	return out, nil
+}
+
+// TestEndpointsReadBeforeTheyPropagated: the feed lists the registration
+// of an endpoint, and the read of its service does not show it yet: the
+// service is read again at the next polls until it does.
+func TestEndpointsReadBeforeTheyPropagated(t *testing.T) {
+	srv := moto(t)
+	cs := randName("lagging")
+	a := openMember(t, srv, cs, "east", 30*time.Second)
+	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
+	client, err := NewClient(t.Context(), wOpts)
+	mustDo(t, err)
+	api := &laggingDiscovery{API: client, lag: 3 * time.Second, first: map[string]time.Time{}}
+	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
+	rec := registrytest.StartWatch(t, w)
+	rec.WaitFor(t, 20*time.Second, "the watch's first read", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+
+	key := randWebKey()
+	putWeb(t, a, key, "10.0.0.1")
+	id := registry.RecordID{Cluster: "east", Service: key}
+	rec.WaitFor(t, 20*time.Second, "east's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
+	})
+	putWeb(t, a, key, "10.0.0.2")
+	rec.WaitFor(t, 20*time.Second, "east's endpoints moved", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.2"})
+	})
+}
+
+// TestExpectInstance: what the operations of one window expect of each
+// instance; a registration and a deregistration of one instance expect
+// nothing of it.
+func TestExpectInstance(t *testing.T) {
+	expect := map[string]map[string]bool{}
+	for _, op := range []opTarget{
+		{service: "s", instance: "a"},
+		{service: "s", instance: "b", deregister: true},
+		{service: "s", instance: "c"},
+		{service: "s", instance: "c", deregister: true},
+		{service: "s", instance: "a"},
+		{service: "t"},
+	} {
+		expectInstance(expect, op)
+	}
+	want := map[string]map[string]bool{"s": {"a": true, "b": false}}
+	if !reflect.DeepEqual(expect, want) {
+		t.Errorf("expect = %v, want %v", expect, want)
+	}
 }

@@ -37,14 +37,15 @@ func (r *reader) watch(ctx context.Context, h registry.Handler) error {
 	defer release()
 
 	w := &watcher{
-		b:        r,
-		h:        h,
-		log:      logr.FromContextOrDiscard(ctx).WithValues("clusterSet", r.opts.Identity.ClusterSet),
-		services: map[string]*serviceCache{},
-		records:  map[string]instance{},
-		unseen:   map[string]time.Time{},
-		beats:    map[string]*beat{},
-		ops:      map[string]*feedOp{},
+		b:         r,
+		h:         h,
+		log:       logr.FromContextOrDiscard(ctx).WithValues("clusterSet", r.opts.Identity.ClusterSet),
+		services:  map[string]*serviceCache{},
+		records:   map[string]instance{},
+		unseen:    map[string]time.Time{},
+		unsettled: map[string]*unsettled{},
+		beats:     map[string]*beat{},
+		ops:       map[string]*feedOp{},
 	}
 	for {
 		// Polls start every PollInterval, however long one takes: a
@@ -80,8 +81,14 @@ type watcher struct {
 	// find, and were not held, by recordRef, with when they were first not
 	// found: Cloud Map answers InstanceNotFound for an instance "recently
 	// registered" whose information has not propagated yet. Each is read
-	// again at every poll for propagationWindow.
+	// again at every poll for propagation.
 	unseen map[string]time.Time
+	// unsettled holds the services whose last read did not show what an
+	// operation the feed listed did (an instance registered and not read,
+	// or deregistered and still read: DiscoverInstances answers from data
+	// that propagates after the operation), by service id. Each is read
+	// again at every poll for propagation.
+	unsettled map[string]*unsettled
 	// beats are the heartbeats read, by cluster.
 	beats       map[string]*beat
 	beatsReadAt time.Time
@@ -359,17 +366,99 @@ func (w *watcher) readAllRecords(ctx context.Context) error {
 	return nil
 }
 
-// propagationWindow is how long a record an operation named is looked for
-// after GetInstance first did not find it (see watcher.unseen).
-const propagationWindow = time.Minute
+// unsettled is a service whose reads do not show yet what operations did.
+type unsettled struct {
+	// since is when a read first did not show it.
+	since time.Time
+	// expect is, by instance, whether the instance is to be read.
+	expect map[string]bool
+}
+
+// expectInstance records in expect what the operation on t makes of its
+// instance. Operations of one window that disagree on an instance (it was
+// registered and deregistered) expect nothing of it.
+func expectInstance(expect map[string]map[string]bool, t opTarget) {
+	if t.instance == "" {
+		return
+	}
+	m := expect[t.service]
+	if m == nil {
+		m = map[string]bool{}
+		expect[t.service] = m
+	}
+	present := !t.deregister
+	if was, ok := m[t.instance]; ok && was != present {
+		delete(m, t.instance)
+		return
+	}
+	m[t.instance] = present
+}
+
+// unsettledServices returns the services to read again (watcher.unsettled),
+// and forgets those unsettled for longer than propagation. The operations
+// of this poll, in expect, take their place in what is expected.
+func (w *watcher) unsettledServices(expect map[string]map[string]bool) []string {
+	now := w.b.now()
+	var out []string
+	for id, u := range w.unsettled {
+		if now.Sub(u.since) > propagation {
+			delete(w.unsettled, id)
+			continue
+		}
+		m := expect[id]
+		if m == nil {
+			m = map[string]bool{}
+			expect[id] = m
+		}
+		for inst, present := range u.expect {
+			if _, ok := m[inst]; !ok {
+				m[inst] = present
+			}
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+// settle compares what was read of each service with what expect says of
+// its instances: a service that does not show it yet is unsettled (read
+// again at the next polls), one that does is settled.
+func (w *watcher) settle(expect map[string]map[string]bool) {
+	now := w.b.now()
+	for id, m := range expect {
+		c := w.services[id]
+		if c == nil || !c.read {
+			delete(w.unsettled, id)
+			continue
+		}
+		read := make(map[string]bool, len(c.instances))
+		for _, in := range c.instances {
+			read[in.ID] = true
+		}
+		missing := map[string]bool{}
+		for inst, present := range m {
+			if read[inst] != present {
+				missing[inst] = present
+			}
+		}
+		switch u := w.unsettled[id]; {
+		case len(missing) == 0:
+			delete(w.unsettled, id)
+		case u == nil:
+			w.unsettled[id] = &unsettled{since: now, expect: missing}
+		default:
+			u.expect = missing
+		}
+	}
+}
 
 // unseenRecords returns the records to look for again (watcher.unseen),
-// and forgets those looked for longer than propagationWindow.
+// and forgets those looked for longer than propagation.
 func (w *watcher) unseenRecords() []string {
 	now := w.b.now()
 	var out []string
 	for ref, since := range w.unseen {
-		if now.Sub(since) > propagationWindow {
+		if now.Sub(since) > propagation {
 			delete(w.unseen, ref)
 			continue
 		}

@@ -563,7 +563,7 @@ func (b *Backend) deregister(ctx context.Context, svc service, id string) error 
 	if err != nil {
 		return fmt.Errorf("deregister instance %s: %w", id, err)
 	}
-	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: id})
+	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: id, deregister: true})
 	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
 		return fmt.Errorf("deregister instance %s: %w", id, err)
 	}
