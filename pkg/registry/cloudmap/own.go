@@ -120,8 +120,9 @@ func (o *ownWatch) setWritten(id registry.Identity, key registry.ServiceKey, ins
 // are delivered as written again is no longer lost (a read from before a
 // write of the backend's own); one whose write ended after from is not
 // judged (the read may have caught the write half done; the write's
-// operations have the next poll read it again).
-func (o *ownWatch) check(cluster string, u registry.Update, from uint64) []registry.ServiceKey {
+// operations have the next poll read it again), nor is one unsettled (its
+// read does not show yet what the operations listed did).
+func (o *ownWatch) check(cluster string, u registry.Update, from uint64, unsettled map[registry.ServiceKey]bool) []registry.ServiceKey {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	touched := map[registry.ServiceKey]bool{}
@@ -161,7 +162,7 @@ func (o *ownWatch) check(cluster string, u registry.Update, from uint64) []regis
 	var lost []registry.ServiceKey
 	for key := range touched {
 		w := o.written[key]
-		if w == nil || o.inflight[key] > 0 || o.endedAt[key] > from {
+		if w == nil || o.inflight[key] > 0 || o.endedAt[key] > from || unsettled[key] {
 			continue
 		}
 		if sameRecords(w, o.delivered[key]) {
@@ -198,6 +199,9 @@ type guard struct {
 	b *Backend
 	// from is the writes' epoch when the poll being delivered began.
 	from uint64
+	// unsettled are the Services whose reads in that poll do not show yet
+	// what Cloud Map's operations did: not judged.
+	unsettled map[registry.ServiceKey]bool
 }
 
 // deleteStaleBeat implements beatCleaner: with CleanupEmpty, the heartbeat
@@ -221,6 +225,9 @@ func (g *guard) deleteStaleBeat(ctx context.Context, svc service) {
 // pollStarted implements pollObserver: a poll begins its reads.
 func (g *guard) pollStarted() { g.from = g.b.ownWatch.epoch() }
 
+// pollUnsettled implements pollObserver.
+func (g *guard) pollUnsettled(keys map[registry.ServiceKey]bool) { g.unsettled = keys }
+
 func (g *guard) OnUpdate(u registry.Update) {
 	own := g.b.opts.Identity.Cluster
 	if slices.Contains(u.DeletedClusters, own) || (u.Full && !slices.ContainsFunc(u.Clusters, func(c registry.Cluster) bool { return c.ID == own })) {
@@ -230,7 +237,7 @@ func (g *guard) OnUpdate(u registry.Update) {
 		g.h.OnUpdate(u)
 		return
 	}
-	for _, key := range g.b.ownWatch.check(own, u, g.from) {
+	for _, key := range g.b.ownWatch.check(own, u, g.from, g.unsettled) {
 		g.b.log.Info("own records deleted or changed by someone else; the next put writes them again", "service", key.String())
 	}
 	g.h.OnUpdate(u)

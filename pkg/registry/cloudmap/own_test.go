@@ -25,10 +25,10 @@ func TestOwnWatchReadDuringAWrite(t *testing.T) {
 	o.begin(testKey)
 	from := o.epoch() // the poll begins its reads
 	o.end(testID, testKey, full, true, true)
-	if lost := o.check(testID.Cluster, partial, from); len(lost) > 0 {
+	if lost := o.check(testID.Cluster, partial, from, nil); len(lost) > 0 {
 		t.Errorf("a read during the write marked %v lost", lost)
 	}
-	if lost := o.check(testID.Cluster, partial, o.epoch()); len(lost) != 1 {
+	if lost := o.check(testID.Cluster, partial, o.epoch(), nil); len(lost) != 1 {
 		t.Errorf("a read begun after the write, missing an endpoint: lost %v, want %v", lost, testKey)
 	}
 
@@ -39,7 +39,7 @@ func TestOwnWatchReadDuringAWrite(t *testing.T) {
 	from = o.epoch()
 	o.begin(testKey)
 	o.end(testID, testKey, full, true, false)
-	if lost := o.check(testID.Cluster, partial, from); len(lost) != 1 {
+	if lost := o.check(testID.Cluster, partial, from, nil); len(lost) != 1 {
 		t.Errorf("a read during a put that wrote nothing, missing an endpoint: lost %v, want %v", lost, testKey)
 	}
 }

@@ -207,3 +207,36 @@ func TestExpectInstance(t *testing.T) {
 		t.Errorf("expect = %v, want %v", expect, want)
 	}
 }
+
+// TestOwnEndpointsReadBeforeTheyPropagated: the backend's own watch reads
+// its Service before Cloud Map's discovery data shows the endpoint it just
+// registered (the one it deregistered already gone): that read does not
+// mark the Service lost (its next put would register every instance
+// again); the next polls read it again until it shows the endpoint.
+func TestOwnEndpointsReadBeforeTheyPropagated(t *testing.T) {
+	srv := moto(t)
+	opts := motoOptions(srv, registry.Identity{ClusterSet: randName("ownlag"), Cluster: "east"}, 30*time.Second)
+	client, err := NewClient(t.Context(), opts)
+	mustDo(t, err)
+	api := &laggingDiscovery{API: client, lag: 3 * time.Second, first: map[string]time.Time{}}
+	a := openClosed(t, func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }, opts)
+	rec := registrytest.StartWatch(t, a)
+	key := randWebKey()
+	id := registry.RecordID{Cluster: "east", Service: key}
+	putWeb(t, a, key, "10.0.0.1")
+	rec.WaitFor(t, 20*time.Second, "the endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
+	})
+
+	putWeb(t, a, key, "10.0.0.2")
+	markedLost := false
+	rec.WaitFor(t, 20*time.Second, "the endpoints moved", func(_ registrytest.Event, v *registrytest.View) bool {
+		a.ownWatch.mu.Lock()
+		markedLost = markedLost || a.ownWatch.lost[key]
+		a.ownWatch.mu.Unlock()
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.2"})
+	})
+	if markedLost {
+		t.Error("a read before the registration propagated marked the Service lost")
+	}
+}

@@ -172,8 +172,13 @@ type beatCleaner interface {
 	deleteStaleBeat(ctx context.Context, svc service)
 }
 
-// pollObserver is a handler told when a poll begins its reads (guard).
-type pollObserver interface{ pollStarted() }
+// pollObserver is a handler told when a poll begins its reads, and, before
+// it delivers them, of the Services whose reads do not show yet what the
+// operations listed did (watcher.unsettled) (guard).
+type pollObserver interface {
+	pollStarted()
+	pollUnsettled(keys map[registry.ServiceKey]bool)
+}
 
 // poll reads what changed and delivers it: the change feed's news, and
 // everything when a sweep is due. The first poll primes the feed, then
@@ -206,6 +211,9 @@ func (w *watcher) poll(ctx context.Context) error {
 		if err := w.readHeartbeats(feedCtx); err != nil {
 			return err
 		}
+	}
+	if po, ok := w.h.(pollObserver); ok {
+		po.pollUnsettled(w.unsettledKeys())
 	}
 	next := w.snapshot()
 	var u registry.Update
@@ -450,6 +458,17 @@ func (w *watcher) settle(expect map[string]map[string]bool) {
 			u.expect = missing
 		}
 	}
+}
+
+// unsettledKeys are the Services of the unsettled services.
+func (w *watcher) unsettledKeys() map[registry.ServiceKey]bool {
+	keys := make(map[registry.ServiceKey]bool, len(w.unsettled))
+	for id := range w.unsettled {
+		if c := w.services[id]; c != nil {
+			keys[registry.ServiceKey{Namespace: c.svc.NS.Name, Name: c.svc.Name}] = true
+		}
+	}
+	return keys
 }
 
 // unseenRecords returns the records to look for again (watcher.unseen),
