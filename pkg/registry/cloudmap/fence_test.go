@@ -232,12 +232,28 @@ func TestStaleHeartbeatServicesDeleted(t *testing.T) {
 }
 
 // heldDeregistrations holds every DeregisterInstance until release is
-// closed, and tells of the first on held.
+// closed, and tells of the first on held. It counts the registrations of
+// each IPv4 address.
 type heldDeregistrations struct {
 	API
 	once    sync.Once
 	held    chan struct{}
 	release chan struct{}
+	mu      sync.Mutex
+	byAddr  map[string]int
+}
+
+func (h *heldDeregistrations) RegisterInstance(ctx context.Context, in *sd.RegisterInstanceInput, optFns ...func(*sd.Options)) (*sd.RegisterInstanceOutput, error) {
+	h.mu.Lock()
+	h.byAddr[in.Attributes[attrIPv4]]++
+	h.mu.Unlock()
+	return h.API.RegisterInstance(ctx, in, optFns...)
+}
+
+func (h *heldDeregistrations) registrations(addr string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byAddr[addr]
 }
 
 func (h *heldDeregistrations) DeregisterInstance(ctx context.Context, in *sd.DeregisterInstanceInput, optFns ...func(*sd.Options)) (*sd.DeregisterInstanceOutput, error) {
@@ -293,7 +309,7 @@ func TestClusterBackDuringAnotherClustersStart(t *testing.T) {
 	bOpts := motoOptions(moto, registry.Identity{ClusterSet: cs, Cluster: "east", Instance: "uid-b"}, ttl)
 	client, err := NewClient(t.Context(), bOpts)
 	mustDo(t, err)
-	api := &heldDeregistrations{API: client, held: make(chan struct{}), release: make(chan struct{})}
+	api := &heldDeregistrations{API: client, held: make(chan struct{}), release: make(chan struct{}), byAddr: map[string]int{}}
 	type opened struct {
 		b   *Backend
 		err error
@@ -319,15 +335,25 @@ func TestClusterBackDuringAnotherClustersStart(t *testing.T) {
 	o := <-done
 	mustDo(t, o.err)
 	t.Cleanup(func() { _ = o.b.Close() })
+	own := randWebKey()
+	putWeb(t, o.b, own, "10.0.0.7")
 
 	poll.Until(t, 20*time.Second, "east fenced", func() (bool, string) {
 		err := a.Fenced()
 		return errors.Is(err, registry.ErrClusterIDInUse), fmt.Sprint(err)
 	})
-	poll.Until(t, 20*time.Second, "east's record written after the scan deleted", func() (bool, string) {
+	// The take-back reads every namespace of the shared server.
+	poll.Until(t, 2*time.Minute, "east's record written after the scan deleted", func() (bool, string) {
 		got := rawRecords(t, c, cs, late)
 		return len(got) == 0, fmt.Sprint(got)
 	})
+	// The other cluster's own export, as it wrote it, was not written again.
+	if got := rawAddrs(t, c, own); !slices.Equal(got, []string{"10.0.0.7"}) {
+		t.Errorf("the keeper's instances of %s: %v, want [10.0.0.7]", own, got)
+	}
+	if n := api.registrations("10.0.0.7"); n != 1 {
+		t.Errorf("the keeper's endpoint registered %d times, want once: its records were written again", n)
+	}
 	if err := a.PutExport(t.Context(), late, webSpec); !errors.Is(err, registry.ErrClusterIDInUse) {
 		t.Errorf("a put of the fenced cluster: %v, want %v", err, registry.ErrClusterIDInUse)
 	}

@@ -196,13 +196,16 @@ func (b *Backend) readBeat(ctx context.Context) (hb heartbeat, ok bool, err erro
 // after an outage longer than the TTL (the service deleted) is taken as
 // another's that has expired.
 func (b *Backend) refresh(ctx context.Context) error {
-	hb, ok, err := b.readBeat(ctx)
+	readCtx, cancel := context.WithTimeout(ctx, b.opts.heartbeatInterval()/3)
+	hb, ok, err := b.readBeat(readCtx)
+	cancel()
 	if err != nil {
-		if b.Fenced() != nil || b.beatExpired() || !b.contested.IsZero() {
+		if b.Fenced() != nil || b.beatExpired() {
 			return err
 		}
 		// The read only checks: a heartbeat that is due does not wait for
-		// it (a throttled GetService must not let the records expire).
+		// it (a throttled GetService must not let the records expire, nor
+		// a keeper's while the other cluster is still there).
 		b.log.V(1).Info("cannot read the heartbeat before writing it", "reason", err.Error())
 		return b.beat(ctx)
 	}
@@ -263,28 +266,47 @@ var errRetake = errors.New("take the cluster id back")
 // expired: it reads every record of the cluster (that cluster's and this
 // one's), deletes them as a start after the TTL does, writes again what
 // this backend last wrote of each Service, and then the heartbeat, so that
-// watchers see the cluster come back whole. Writes wait meanwhile.
+// watchers see the cluster come back whole. Writes wait meanwhile. Taken
+// back from a cluster that yielded while this backend's heartbeat lived
+// (keeper), the records stay live: the heartbeat goes on meanwhile, the
+// Services this backend exports are written only where Cloud Map holds
+// them otherwise, and the others' records are deleted.
 func (b *Backend) retake(ctx context.Context) error {
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
 	defer b.unlock()
+	// keeper: taken back from a cluster that yielded. The records live,
+	// and stay live while the take-back reads and writes (the other
+	// cluster would take the id at an expired heartbeat); those as this
+	// backend wrote them are not written again.
+	keeper := !b.beatExpired() && b.Fenced() == nil
 	stopBeats := func() {}
-	if !b.beatExpired() && b.Fenced() == nil {
-		// Taken back from a cluster that yielded: the records live, and
-		// stay live while the scan reads every namespace (the other
-		// cluster would take the id at an expired heartbeat).
+	if keeper {
 		stopBeats = b.beatUntilStopped(ctx)
 	}
+	defer func() { stopBeats() }()
 	found, inherited, err := b.scanOwn(ctx, b.ownQuery())
-	stopBeats()
 	if err != nil {
 		return fmt.Errorf("read the cluster's records: %w", err)
 	}
 	mine := b.own
 	b.own = map[registry.ServiceKey]*ownService{}
 	b.ownWatch.reset()
-	if err := b.dropExpired(ctx, found, inherited); err != nil {
+	drop := found
+	if keeper {
+		// Only the Services this backend does not export go whole; the
+		// others are taken over as found, and written where they differ.
+		drop = map[registry.ServiceKey]*ownService{}
+		for key, o := range found {
+			if m := mine[key]; m == nil || m.st.Spec == nil && !m.st.HasEndpoints {
+				drop[key] = o
+				continue
+			}
+			b.takeOver(key, o)
+		}
+	}
+	if err := b.dropExpired(ctx, drop, inherited); err != nil {
 		b.own = mine // what is still to write again, at the next try
 		return err
 	}
@@ -295,7 +317,8 @@ func (b *Backend) retake(ctx context.Context) error {
 			continue // the AWS controller's, taken over again above if still there
 		}
 		if n := b.own[key]; n != nil {
-			// The AWS controller's instances, taken over again.
+			// As found: the AWS controller's instances, or (keeper)
+			// what Cloud Map holds under the id.
 			n.created, n.st = o.created, o.st
 		} else {
 			b.own[key] = &ownService{svc: o.svc, created: o.created, st: o.st, stored: map[string]map[string]string{}}
@@ -309,7 +332,10 @@ func (b *Backend) retake(ctx context.Context) error {
 		}
 		written++
 	}
-	b.since = b.now().UnixMilli()
+	stopBeats()
+	if !keeper {
+		b.since = b.now().UnixMilli()
+	}
 	if err := b.beat(ctx); err != nil {
 		return fmt.Errorf("write heartbeat: %w", err)
 	}

@@ -71,9 +71,7 @@ func (b *Backend) start(ctx context.Context) error {
 		if err := b.dropExpired(ctx, found, inherited); err != nil {
 			return err
 		}
-		if err := b.contestAfterScan(ctx, hb); err != nil {
-			return err
-		}
+		b.contestAfterScan(ctx, hb)
 		return b.firstBeat(ctx)
 	}
 	migrated, adopted := 0, 0
@@ -101,16 +99,19 @@ func (b *Backend) start(ctx context.Context) error {
 // scan, found its own heartbeat and beaten, and written records the scan
 // did not see. It yields to this backend at its next read (refresh); this
 // backend takes the id back once it has stopped beating.
-func (b *Backend) contestAfterScan(ctx context.Context, before heartbeat) error {
+func (b *Backend) contestAfterScan(ctx context.Context, before heartbeat) {
 	hb, ok, err := b.readBeat(ctx)
 	if err != nil {
-		return err
+		// Unknown: taken back once, an interval and a half from now,
+		// rather than a failed start that scans the account again.
+		b.log.Error(err, "cannot read the heartbeat after the start's scan; taking the cluster id back once to be sure")
+		b.contested = b.now().Add(b.opts.heartbeatInterval() * 3 / 2)
+		return
 	}
 	if ok && b.opts.Identity.OtherInstance(hb.Instance) && hb.At > before.At && !b.yields(hb) {
 		b.log.Info("another cluster given this cluster id came back during the start; taking the id back once it has stopped", "instance", hb.Instance)
 		b.contested = b.now().Add(hb.interval(b.opts.TTL) * 3 / 2)
 	}
-	return nil
 }
 
 // firstBeat writes the heartbeat at the end of a start.

@@ -467,8 +467,10 @@ func (b *Backend) registerIn(ctx context.Context, name string, in instance) erro
 func (b *Backend) deleteRecord(ctx context.Context, o *ownService, key registry.ServiceKey) error {
 	name := cmp.Or(o.recordIn, recordsService)
 	err := b.deregister(ctx, b.systemService(name), recordID(b.enc.prefix, key))
-	if err == nil || isNotFound(err) {
+	if err == nil {
 		delete(b.recordsFull, name) // room made
+	}
+	if err == nil || isNotFound(err) {
 		return nil
 	}
 	return err
