@@ -98,6 +98,7 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 	// What to read: each service once, the records one by one.
 	var read []string
 	expect := map[string]map[string]bool{} // by service, instance: present
+	owners := w.ownerPrefixes()
 	recordIDs := map[string]bool{}
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(w.ops)) {
@@ -108,7 +109,8 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 		}
 		switch t := op.target; {
 		case b.isRecordsService(t.service):
-			recordIDs[recordRef(t.service, t.instance)] = true
+			ref := recordRef(t.service, t.instance)
+			recordIDs[ref] = recordIDs[ref] || !t.deregister
 		default:
 			c, err := w.feedService(ctx, t.service)
 			if err != nil {
@@ -119,11 +121,16 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 				continue
 			}
 			if c.svc.NS.Name == b.opts.SystemNamespace {
-				recordIDs[recordRef(t.service, t.instance)] = true
+				ref := recordRef(t.service, t.instance)
+				recordIDs[ref] = recordIDs[ref] || !t.deregister
 				continue
 			}
 			read = append(read, t.service)
-			expectInstance(expect, t)
+			if owners.has(t.instance) {
+				// Another clusterset's instance (or another tool's) is
+				// never read: DiscoverInstances is filtered on this one.
+				expectInstance(expect, t)
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -145,7 +152,7 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 			return err
 		}
 		w.recordsMoved = false
-	} else if err := w.readRecords(ctx, records); err != nil {
+	} else if err := w.readRecords(ctx, records, recordIDs); err != nil {
 		return err
 	}
 	// A known cluster's heartbeat is read every TTL/3 anyway: only a new

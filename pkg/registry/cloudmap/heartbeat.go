@@ -283,6 +283,11 @@ func (b *Backend) retake(ctx context.Context) error {
 	keeper := !b.beatExpired() && b.Fenced() == nil
 	stopBeats := func() {}
 	if keeper {
+		// Now, and every interval: the refresh that called this one
+		// did not beat.
+		if err := b.beat(ctx); err != nil {
+			return fmt.Errorf("write heartbeat: %w", err)
+		}
 		stopBeats = b.beatUntilStopped(ctx)
 	}
 	defer func() { stopBeats() }()

@@ -460,6 +460,26 @@ func (w *watcher) settle(expect map[string]map[string]bool) {
 	}
 }
 
+// ownerPrefixes are the owner prefixes of the clusterset's clusters whose
+// heartbeats the watcher read: the instances mcsd writes for them start
+// with one (endpointInstanceID).
+func (w *watcher) ownerPrefixes() prefixSet {
+	out := make(prefixSet, len(w.beats))
+	for cluster := range w.beats {
+		out[ownerPrefix(registry.Identity{ClusterSet: w.b.opts.Identity.ClusterSet, Cluster: cluster})] = true
+	}
+	return out
+}
+
+// prefixSet is a set of owner prefixes.
+type prefixSet map[string]bool
+
+// has reports whether instance id starts with a prefix of s.
+func (s prefixSet) has(id string) bool {
+	prefix, _, ok := strings.Cut(id, ".")
+	return ok && s[prefix]
+}
+
 // unsettledKeys are the Services of the unsettled services.
 func (w *watcher) unsettledKeys() map[registry.ServiceKey]bool {
 	keys := make(map[registry.ServiceKey]bool, len(w.unsettled))
@@ -487,9 +507,9 @@ func (w *watcher) unseenRecords() []string {
 }
 
 // readRecords reads the service records refs (recordRef), a few at a time;
-// one that is not there is deleted (or, when not held, looked for again at
-// the next polls: watcher.unseen).
-func (w *watcher) readRecords(ctx context.Context, refs []string) error {
+// one that is not there is deleted (or, when not held and registered, as
+// registered says, looked for again at the next polls: watcher.unseen).
+func (w *watcher) readRecords(ctx context.Context, refs []string, registered map[string]bool) error {
 	b := w.b
 	var mu sync.Mutex
 	return b.each(ctx, len(refs), func(ctx context.Context, i int) error {
@@ -503,7 +523,7 @@ func (w *watcher) readRecords(ctx context.Context, refs []string) error {
 		}
 		switch {
 		case isNotFound(err):
-			if _, held := w.records[ref]; !held {
+			if _, held := w.records[ref]; !held && registered[ref] {
 				if _, ok := w.unseen[ref]; !ok {
 					w.unseen[ref] = b.now()
 				}
