@@ -3,6 +3,7 @@ package cloudmap
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -239,4 +240,61 @@ func TestOwnEndpointsReadBeforeTheyPropagated(t *testing.T) {
 	if markedLost {
 		t.Error("a read before the registration propagated marked the Service lost")
 	}
+}
+
+// discoverCounter counts the DiscoverInstances calls of each service, by
+// namespace/name.
+type discoverCounter struct {
+	API
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (d *discoverCounter) DiscoverInstances(ctx context.Context, in *sd.DiscoverInstancesInput, optFns ...func(*sd.Options)) (*sd.DiscoverInstancesOutput, error) {
+	d.mu.Lock()
+	d.calls[aws.ToString(in.NamespaceName)+"/"+aws.ToString(in.ServiceName)]++
+	d.mu.Unlock()
+	return d.API.DiscoverInstances(ctx, in, optFns...)
+}
+
+func (d *discoverCounter) get(key registry.ServiceKey) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[key.String()]
+}
+
+// TestAnotherClustersetsInstanceNotAwaited: another clusterset exports the
+// same Service in the account: its instance is in the Cloud Map service
+// this clusterset's watcher reads, which never shows it (its reads are
+// filtered on the clusterset). The watcher reads the service once for the
+// operation, not again at every poll as for an instance yet to propagate.
+func TestAnotherClustersetsInstanceNotAwaited(t *testing.T) {
+	srv := moto(t)
+	cs := randName("mine")
+	a := openMember(t, srv, cs, "east", 30*time.Second)
+	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
+	client, err := NewClient(t.Context(), wOpts)
+	mustDo(t, err)
+	api := &discoverCounter{API: client, calls: map[string]int{}}
+	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
+	rec := registrytest.StartWatch(t, w)
+	key := randWebKey()
+	putWeb(t, a, key, "10.0.0.1")
+	id := registry.RecordID{Cluster: "east", Service: key}
+	rec.WaitFor(t, 20*time.Second, "east's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
+	})
+
+	other := openMember(t, srv, randName("other"), "east", 30*time.Second)
+	before := api.get(key)
+	putWeb(t, other, key, "10.0.0.9")
+	poll.Until(t, 10*time.Second, "the watcher's read of the service for the other clusterset's registration", func() (bool, string) {
+		n := api.get(key) - before
+		return n > 0, fmt.Sprintf("%d reads", n)
+	})
+	// At a 250 ms poll, a service awaited is read some 12 times in 3 s.
+	poll.Throughout(t, 3*time.Second, "the service read no more than a few times", func() (bool, string) {
+		n := api.get(key) - before
+		return n <= 3, fmt.Sprintf("%d reads", n)
+	})
 }
