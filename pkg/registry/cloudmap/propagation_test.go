@@ -78,26 +78,38 @@ func TestDeregisterSoonAfterRegister(t *testing.T) {
 	})
 }
 
-// unpropagatedAPI answers each GetInstance of an instance with
-// InstanceNotFound until lag after the first GetInstance of it: Cloud
-// Map's answer while a registration has not propagated yet.
-type unpropagatedAPI struct {
-	API
+// lagging tells, by key, whether it was first asked of less than lag ago.
+type lagging struct {
 	lag   time.Duration
 	mu    sync.Mutex
 	first map[string]time.Time
 }
 
-func (u *unpropagatedAPI) GetInstance(ctx context.Context, in *sd.GetInstanceInput, optFns ...func(*sd.Options)) (*sd.GetInstanceOutput, error) {
-	key := aws.ToString(in.ServiceId) + "/" + aws.ToString(in.InstanceId)
-	u.mu.Lock()
-	first, ok := u.first[key]
+// young reports whether key was first asked of less than lag ago.
+func (l *lagging) young(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.first == nil {
+		l.first = map[string]time.Time{}
+	}
+	first, ok := l.first[key]
 	if !ok {
 		first = time.Now()
-		u.first[key] = first
+		l.first[key] = first
 	}
-	u.mu.Unlock()
-	if time.Since(first) < u.lag {
+	return time.Since(first) < l.lag
+}
+
+// unpropagatedAPI answers each GetInstance of an instance with
+// InstanceNotFound until lag after the first GetInstance of it: Cloud
+// Map's answer while a registration has not propagated yet.
+type unpropagatedAPI struct {
+	API
+	lagging
+}
+
+func (u *unpropagatedAPI) GetInstance(ctx context.Context, in *sd.GetInstanceInput, optFns ...func(*sd.Options)) (*sd.GetInstanceOutput, error) {
+	if u.young(aws.ToString(in.ServiceId) + "/" + aws.ToString(in.InstanceId)) {
 		return nil, &types.InstanceNotFound{Message: aws.String("the instance was recently registered, and has not propagated yet")}
 	}
 	return u.API.GetInstance(ctx, in, optFns...)
@@ -109,16 +121,9 @@ func (u *unpropagatedAPI) GetInstance(ctx context.Context, in *sd.GetInstanceInp
 // at the next polls, and delivers the export once it is there, without
 // waiting for another write of the record or the sweep.
 func TestRecordReadBeforeItPropagated(t *testing.T) {
-	srv := moto(t)
-	cs := randName("unpropagated")
-	a := openMember(t, srv, cs, "east", 30*time.Second)
-	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
-	client, err := NewClient(t.Context(), wOpts)
-	mustDo(t, err)
-	api := &unpropagatedAPI{API: client, lag: 3 * time.Second, first: map[string]time.Time{}}
-	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
-	rec := registrytest.StartWatch(t, w)
-	rec.WaitFor(t, 20*time.Second, "the watch's first read", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	a, rec := watchThrough(t, "unpropagated", func(c API) API {
+		return &unpropagatedAPI{API: c, lagging: lagging{lag: 3 * time.Second}}
+	})
 
 	key := randWebKey()
 	mustDo(t, a.PutExport(t.Context(), key, webSpec))
@@ -133,9 +138,7 @@ func TestRecordReadBeforeItPropagated(t *testing.T) {
 // which a registration reaches after its operation has succeeded.
 type laggingDiscovery struct {
 	API
-	lag   time.Duration
-	mu    sync.Mutex
-	first map[string]time.Time
+	lagging
 }
 
 func (l *laggingDiscovery) DiscoverInstances(ctx context.Context, in *sd.DiscoverInstancesInput, optFns ...func(*sd.Options)) (*sd.DiscoverInstancesOutput, error) {
@@ -143,21 +146,9 @@ func (l *laggingDiscovery) DiscoverInstances(ctx context.Context, in *sd.Discove
 	if err != nil || aws.ToString(in.NamespaceName) == DefaultSystemNamespace {
 		return out, err // the service records lag in GetInstance's test
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	kept := out.Instances[:0]
-	for _, inst := range out.Instances {
-		key := aws.ToString(in.NamespaceName) + "/" + aws.ToString(in.ServiceName) + "/" + aws.ToString(inst.InstanceId)
-		first, ok := l.first[key]
-		if !ok {
-			first = time.Now()
-			l.first[key] = first
-		}
-		if time.Since(first) >= l.lag {
-			kept = append(kept, inst)
-		}
-	}
-	out.Instances = kept
+	out.Instances = slices.DeleteFunc(out.Instances, func(inst types.HttpInstanceSummary) bool {
+		return l.young(aws.ToString(in.NamespaceName) + "/" + aws.ToString(in.ServiceName) + "/" + aws.ToString(inst.InstanceId))
+	})
 	return out, nil
 }
 
@@ -165,16 +156,9 @@ func (l *laggingDiscovery) DiscoverInstances(ctx context.Context, in *sd.Discove
 // of an endpoint, and the read of its service does not show it yet: the
 // service is read again at the next polls until it does.
 func TestEndpointsReadBeforeTheyPropagated(t *testing.T) {
-	srv := moto(t)
-	cs := randName("lagging")
-	a := openMember(t, srv, cs, "east", 30*time.Second)
-	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
-	client, err := NewClient(t.Context(), wOpts)
-	mustDo(t, err)
-	api := &laggingDiscovery{API: client, lag: 3 * time.Second, first: map[string]time.Time{}}
-	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
-	rec := registrytest.StartWatch(t, w)
-	rec.WaitFor(t, 20*time.Second, "the watch's first read", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	a, rec := watchThrough(t, "lagging", func(c API) API {
+		return &laggingDiscovery{API: c, lagging: lagging{lag: 3 * time.Second}}
+	})
 
 	key := randWebKey()
 	putWeb(t, a, key, "10.0.0.1")
@@ -219,7 +203,7 @@ func TestOwnEndpointsReadBeforeTheyPropagated(t *testing.T) {
 	opts := motoOptions(srv, registry.Identity{ClusterSet: randName("ownlag"), Cluster: "east"}, 30*time.Second)
 	client, err := NewClient(t.Context(), opts)
 	mustDo(t, err)
-	api := &laggingDiscovery{API: client, lag: 3 * time.Second, first: map[string]time.Time{}}
+	api := &laggingDiscovery{API: client, lagging: lagging{lag: 3 * time.Second}}
 	a := openClosed(t, func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }, opts)
 	rec := registrytest.StartWatch(t, a)
 	key := randWebKey()
@@ -269,15 +253,11 @@ func (d *discoverCounter) get(key registry.ServiceKey) int {
 // filtered on the clusterset). The watcher reads the service once for the
 // operation, not again at every poll as for an instance yet to propagate.
 func TestAnotherClustersetsInstanceNotAwaited(t *testing.T) {
-	srv := moto(t)
-	cs := randName("mine")
-	a := openMember(t, srv, cs, "east", 30*time.Second)
-	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
-	client, err := NewClient(t.Context(), wOpts)
-	mustDo(t, err)
-	api := &discoverCounter{API: client, calls: map[string]int{}}
-	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
-	rec := registrytest.StartWatch(t, w)
+	var api *discoverCounter
+	a, rec := watchThrough(t, "mine", func(c API) API {
+		api = &discoverCounter{API: c, calls: map[string]int{}}
+		return api
+	})
 	key := randWebKey()
 	putWeb(t, a, key, "10.0.0.1")
 	id := registry.RecordID{Cluster: "east", Service: key}
@@ -285,7 +265,7 @@ func TestAnotherClustersetsInstanceNotAwaited(t *testing.T) {
 		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
 	})
 
-	other := openMember(t, srv, randName("other"), "east", 30*time.Second)
+	other := openMember(t, moto(t), randName("other"), "east", 30*time.Second)
 	before := api.get(key)
 	putWeb(t, other, key, "10.0.0.9")
 	poll.Until(t, 10*time.Second, "the watcher's read of the service for the other clusterset's registration", func() (bool, string) {
@@ -297,4 +277,22 @@ func TestAnotherClustersetsInstanceNotAwaited(t *testing.T) {
 		n := api.get(key) - before
 		return n <= 3, fmt.Sprintf("%d reads", n)
 	})
+}
+
+// watchThrough opens member east of a new clusterset named after name, and
+// a watcher of it (cluster west) over the API wrap makes of a client; it
+// returns east and the watch's recorder once its first read is delivered.
+func watchThrough(t *testing.T, name string, wrap func(API) API) (*Backend, *registrytest.Recorder) {
+	t.Helper()
+	srv := moto(t)
+	cs := randName(name)
+	a := openMember(t, srv, cs, "east", 30*time.Second)
+	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
+	client, err := NewClient(t.Context(), wOpts)
+	mustDo(t, err)
+	api := wrap(client)
+	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
+	rec := registrytest.StartWatch(t, w)
+	rec.WaitFor(t, 20*time.Second, "the watch's first read", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
+	return a, rec
 }
