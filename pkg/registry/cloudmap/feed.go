@@ -98,8 +98,14 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 	// What to read: each service once, the records one by one.
 	var read []string
 	expect := map[string]map[string]bool{} // by service, instance: present
-	owners := w.ownerPrefixes()
+	var owners prefixSet                   // made when an operation needs it
+	// recordIDs holds the records to read, and whether a registration of
+	// each was listed.
 	recordIDs := map[string]bool{}
+	noteRecord := func(t opTarget) {
+		ref := recordRef(t.service, t.instance)
+		recordIDs[ref] = recordIDs[ref] || !t.deregister
+	}
 	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(w.ops)) {
 		op := w.ops[id]
@@ -109,8 +115,7 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 		}
 		switch t := op.target; {
 		case b.isRecordsService(t.service):
-			ref := recordRef(t.service, t.instance)
-			recordIDs[ref] = recordIDs[ref] || !t.deregister
+			noteRecord(t)
 		default:
 			c, err := w.feedService(ctx, t.service)
 			if err != nil {
@@ -121,11 +126,13 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 				continue
 			}
 			if c.svc.NS.Name == b.opts.SystemNamespace {
-				ref := recordRef(t.service, t.instance)
-				recordIDs[ref] = recordIDs[ref] || !t.deregister
+				noteRecord(t)
 				continue
 			}
 			read = append(read, t.service)
+			if owners == nil {
+				owners = w.ownerPrefixes()
+			}
 			if owners.has(t.instance) {
 				// Another clusterset's instance (or another tool's) is
 				// never read: DiscoverInstances is filtered on this one.

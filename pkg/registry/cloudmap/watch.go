@@ -480,8 +480,11 @@ func (s prefixSet) has(id string) bool {
 	return ok && s[prefix]
 }
 
-// unsettledKeys are the Services of the unsettled services.
+// unsettledKeys are the Services of the unsettled services; nil when none.
 func (w *watcher) unsettledKeys() map[registry.ServiceKey]bool {
+	if len(w.unsettled) == 0 {
+		return nil
+	}
 	keys := make(map[registry.ServiceKey]bool, len(w.unsettled))
 	for id := range w.unsettled {
 		if c := w.services[id]; c != nil {
