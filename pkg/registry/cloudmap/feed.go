@@ -143,13 +143,15 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	read = append(read, w.unsettledServices(expect)...)
+	after := map[string]int64{} // by service: the revision a read must pass
+	read = append(read, w.unsettledServices(expect, after)...)
+	w.revisionsToPass(expect, after)
 	slices.Sort(read)
 	read = slices.Compact(read)
 	if err := w.readServices(ctx, read, false); err != nil {
 		return err
 	}
-	w.settle(expect)
+	w.settle(expect, after)
 	for _, ref := range w.unseenRecords() {
 		recordIDs[ref] = true
 	}

@@ -288,6 +288,8 @@ func watchThrough(t *testing.T, name string, wrap func(API) API) (*Backend, *reg
 	cs := randName(name)
 	a := openMember(t, srv, cs, "east", 30*time.Second)
 	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
+	// The feed alone: a sweep does not come to the rescue in the test.
+	wOpts.SweepInterval = 10 * time.Minute
 	client, err := NewClient(t.Context(), wOpts)
 	mustDo(t, err)
 	api := wrap(client)
@@ -295,4 +297,127 @@ func watchThrough(t *testing.T, name string, wrap func(API) API) (*Backend, *reg
 	rec := registrytest.StartWatch(t, w)
 	rec.WaitFor(t, 20*time.Second, "the watch's first read", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
 	return a, rec
+}
+
+// staleDiscovery answers DiscoverInstances of a service, once its answer
+// changed, with the answer before (instances, attributes and revision) for
+// lag: Cloud Map's discovery data, which a registration of an instance it
+// holds already (its attributes changed) reaches after the operation.
+type staleDiscovery struct {
+	API
+	lag   time.Duration
+	mu    sync.Mutex
+	shown map[string]*shownAnswer // by namespace/service
+}
+
+// shownAnswer is the answer staleDiscovery gives, and since when it is
+// stale (zero while it is not).
+type shownAnswer struct {
+	out   *sd.DiscoverInstancesOutput
+	stale time.Time
+}
+
+func (s *staleDiscovery) DiscoverInstances(ctx context.Context, in *sd.DiscoverInstancesInput, optFns ...func(*sd.Options)) (*sd.DiscoverInstancesOutput, error) {
+	out, err := s.API.DiscoverInstances(ctx, in, optFns...)
+	if err != nil || aws.ToString(in.NamespaceName) == DefaultSystemNamespace {
+		return out, err
+	}
+	key := aws.ToString(in.NamespaceName) + "/" + aws.ToString(in.ServiceName)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.shown[key]
+	switch {
+	case prev == nil || aws.ToInt64(prev.out.InstancesRevision) == aws.ToInt64(out.InstancesRevision):
+	case prev.stale.IsZero():
+		prev.stale = time.Now()
+		return prev.out, nil
+	case time.Since(prev.stale) < s.lag:
+		return prev.out, nil
+	}
+	s.shown[key] = &shownAnswer{out: out}
+	return out, nil
+}
+
+// readyOf reports the readiness of each endpoint of id in v, by address.
+func readyOf(v *registrytest.View, id registry.RecordID) map[string]bool {
+	out := map[string]bool{}
+	for _, g := range v.Endpoints[id].Groups {
+		for _, e := range g.Endpoints {
+			for _, a := range e.Addresses {
+				out[a] = e.Ready
+			}
+		}
+	}
+	return out
+}
+
+// TestChangedEndpointReadBeforeItPropagated: an endpoint turns not ready,
+// its instance registered again with other attributes under the same id,
+// and the watcher's read of its service (the operation listed) still
+// answers the attributes and revision from before: the service is read
+// again at the next polls until its revision shows the registration, not
+// left with the old readiness until the sweep.
+func TestChangedEndpointReadBeforeItPropagated(t *testing.T) {
+	a, rec := watchThrough(t, "stale", func(c API) API {
+		return &staleDiscovery{API: c, lag: 2 * time.Second, shown: map[string]*shownAnswer{}}
+	})
+	key := randWebKey()
+	putWeb(t, a, key, "10.0.0.1", "10.0.0.2")
+	id := registry.RecordID{Cluster: "east", Service: key}
+	rec.WaitFor(t, 20*time.Second, "east's endpoints, ready", func(_ registrytest.Event, v *registrytest.View) bool {
+		return reflect.DeepEqual(readyOf(v, id), map[string]bool{"10.0.0.1": true, "10.0.0.2": true})
+	})
+	groups := webGroups("10.0.0.1", "10.0.0.2")
+	groups[0].Endpoints[1].Ready = false
+	mustDo(t, a.PutEndpoints(t.Context(), key, groups))
+	rec.WaitFor(t, 15*time.Second, "10.0.0.2 not ready", func(_ registrytest.Event, v *registrytest.View) bool {
+		return reflect.DeepEqual(readyOf(v, id), map[string]bool{"10.0.0.1": true, "10.0.0.2": false})
+	})
+}
+
+// TestSettleOnRevision: a service whose instance expected present was read
+// present before the poll settles once a read passes the revision before,
+// not on the instance's presence alone; a new instance needs no revision.
+func TestSettleOnRevision(t *testing.T) {
+	now := time.Now()
+	c := &serviceCache{read: true, revision: 7, instances: []instance{{ID: "a"}}}
+	w := &watcher{
+		b:         &reader{now: func() time.Time { return now }},
+		services:  map[string]*serviceCache{"s": c},
+		unsettled: map[string]*unsettled{},
+	}
+	// poll is one poll listing ops whose read of the service does read.
+	poll := func(read func(), ops ...opTarget) (reread bool) {
+		expect := map[string]map[string]bool{}
+		for _, t := range ops {
+			expectInstance(expect, t)
+		}
+		after := map[string]int64{}
+		again := w.unsettledServices(expect, after)
+		w.revisionsToPass(expect, after)
+		read()
+		w.settle(expect, after)
+		return len(again) > 0
+	}
+	same := func() {}
+	poll(same, opTarget{service: "s", instance: "a"})
+	if w.unsettled["s"] == nil || w.unsettled["s"].after != 7 {
+		t.Fatalf("a registered again, read at the revision before: unsettled %+v, want to pass 7", w.unsettled["s"])
+	}
+	if !poll(same) || w.unsettled["s"] == nil {
+		t.Errorf("an unsettled service read again at the same revision: unsettled %+v, want it still", w.unsettled["s"])
+	}
+	if !poll(func() { c.revision = 8 }) || w.unsettled["s"] != nil {
+		t.Errorf("read at revision 8: unsettled %+v, want settled", w.unsettled["s"])
+	}
+	poll(func() { c.revision, c.instances = 9, append(c.instances, instance{ID: "b"}) }, opTarget{service: "s", instance: "b"})
+	if w.unsettled["s"] != nil {
+		t.Errorf("a new instance read: unsettled %+v, want settled", w.unsettled["s"])
+	}
+	now = now.Add(2 * propagation)
+	poll(same, opTarget{service: "s", instance: "b"})
+	now = now.Add(2 * propagation)
+	if poll(same) || w.unsettled["s"] != nil {
+		t.Errorf("unsettled for longer than propagation: unsettled %+v, want forgotten", w.unsettled["s"])
+	}
 }

@@ -85,9 +85,10 @@ type watcher struct {
 	unseen map[string]time.Time
 	// unsettled holds the services whose last read did not show what an
 	// operation the feed listed did (an instance registered and not read,
-	// or deregistered and still read: DiscoverInstances answers from data
-	// that propagates after the operation), by service id. Each is read
-	// again at every poll for propagation.
+	// or deregistered and still read, or registered again and read at the
+	// revision before: DiscoverInstances answers from data that
+	// propagates after the operation), by service id. Each is read again
+	// at every poll for propagation.
 	unsettled map[string]*unsettled
 	// beats are the heartbeats read, by cluster.
 	beats       map[string]*beat
@@ -380,6 +381,9 @@ type unsettled struct {
 	since time.Time
 	// expect is, by instance, whether the instance is to be read.
 	expect map[string]bool
+	// after is the instances revision a read must pass, -1 for none (see
+	// revisionsToPass).
+	after int64
 }
 
 // expectInstance records in expect what the operation on t makes of its
@@ -404,14 +408,18 @@ func expectInstance(expect map[string]map[string]bool, t opTarget) {
 
 // unsettledServices returns the services to read again (watcher.unsettled),
 // and forgets those unsettled for longer than propagation. The operations
-// of this poll, in expect, take their place in what is expected.
-func (w *watcher) unsettledServices(expect map[string]map[string]bool) []string {
+// of this poll, in expect, take their place in what is expected; the
+// revisions still to pass go into after.
+func (w *watcher) unsettledServices(expect map[string]map[string]bool, after map[string]int64) []string {
 	now := w.b.now()
 	var out []string
 	for id, u := range w.unsettled {
 		if now.Sub(u.since) > propagation {
 			delete(w.unsettled, id)
 			continue
+		}
+		if u.after >= 0 {
+			after[id] = u.after
 		}
 		m := expect[id]
 		if m == nil {
@@ -428,10 +436,32 @@ func (w *watcher) unsettledServices(expect map[string]map[string]bool) []string 
 	return out
 }
 
+// revisionsToPass adds to after, for each service of expect not in it
+// yet, the instances revision last read when an instance expected present
+// was read present already: registered again (its attributes changed, say),
+// which its presence cannot show, but a later revision does (Cloud Map's
+// revision moves at each registration). A read before the registration
+// propagated shows the old attributes with the old revision.
+func (w *watcher) revisionsToPass(expect map[string]map[string]bool, after map[string]int64) {
+	for id, m := range expect {
+		c := w.services[id]
+		if _, ok := after[id]; ok || c == nil || !c.read || c.revision < 0 {
+			continue
+		}
+		for _, in := range c.instances {
+			if m[in.ID] {
+				after[id] = c.revision
+				break
+			}
+		}
+	}
+}
+
 // settle compares what was read of each service with what expect says of
-// its instances: a service that does not show it yet is unsettled (read
-// again at the next polls), one that does is settled.
-func (w *watcher) settle(expect map[string]map[string]bool) {
+// its instances, and its revision with after: a service that does not show
+// it yet is unsettled (read again at the next polls), one that does is
+// settled.
+func (w *watcher) settle(expect map[string]map[string]bool, after map[string]int64) {
 	now := w.b.now()
 	for id, m := range expect {
 		c := w.services[id]
@@ -449,13 +479,17 @@ func (w *watcher) settle(expect map[string]map[string]bool) {
 				missing[inst] = present
 			}
 		}
+		pass := int64(-1)
+		if a, ok := after[id]; ok && c.revision >= 0 && c.revision <= a {
+			pass = a
+		}
 		switch u := w.unsettled[id]; {
-		case len(missing) == 0:
+		case len(missing) == 0 && pass < 0:
 			delete(w.unsettled, id)
 		case u == nil:
-			w.unsettled[id] = &unsettled{since: now, expect: missing}
+			w.unsettled[id] = &unsettled{since: now, expect: missing, after: pass}
 		default:
-			u.expect = missing
+			u.expect, u.after = missing, pass
 		}
 	}
 }
