@@ -109,7 +109,7 @@ func startGated(t *testing.T, store *memory.Store, cluster string, gate *cacheGa
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	view, err := addControllers(ctx, mgr, reg, cluster, 0)
+	view, err := addControllers(ctx, mgr, reg, nil, cluster, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

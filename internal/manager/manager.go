@@ -398,6 +398,7 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 	}
 	defer func() { _ = reg.Close() }()
 	fenced := fencedCheck(reg)
+	lapses, _ := reg.(registry.Lapser) // before the instrumentation hides it
 	reg = metrics.InstrumentRegistry(reg, id.Cluster)
 
 	listErrs := &listErrors{}
@@ -417,7 +418,7 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	view, err := addControllers(ctx, mgr, reg, id.Cluster, opts.TakeoverGrace)
+	view, err := addControllers(ctx, mgr, reg, lapses, id.Cluster, opts.TakeoverGrace)
 	if err != nil {
 		return err
 	}
@@ -463,8 +464,10 @@ func fencedCheck(reg registry.Registry) func() error {
 
 // addControllers adds to mgr the export and import controllers over a new
 // View, which start feeds from the registry. The View needs the namespaces
-// the cluster has (needNamespaces). It returns the View.
-func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry, cluster string, takeoverGrace time.Duration) (*clusterset.ScopedView, error) {
+// the cluster has (needNamespaces). lapses, nil for a backend that cannot
+// tell, is how the backend reports that the cluster's records may have
+// lapsed. It returns the View.
+func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry, lapses registry.Lapser, cluster string, takeoverGrace time.Duration) (*clusterset.ScopedView, error) {
 	view := clusterset.NewScopedView()
 	if err := needNamespaces(ctx, mgr, view); err != nil {
 		return nil, err
@@ -483,7 +486,7 @@ func addControllers(ctx context.Context, mgr ctrl.Manager, reg registry.Registry
 	// The export controller hands this cluster's endpoints to its imports
 	// directly, beside the registry.
 	local := clusterset.NewLocal()
-	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view.View, ClusterID: cluster, Recorder: recorder, Local: local}).SetupWithManager(ctx, mgr); err != nil {
+	if err := (&export.Reconciler{Client: mgr.GetClient(), Registry: reg, View: view.View, ClusterID: cluster, Recorder: recorder, Local: local, Lapses: lapses}).SetupWithManager(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up export controller: %w", err)
 	}
 	if err := (&imports.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), View: view.View, ClusterID: cluster, Recorder: recorder, RetireGrace: takeoverGrace, Local: local}).SetupWithManager(ctx, mgr); err != nil {

@@ -276,6 +276,20 @@ type Fencer interface {
 	Fenced() error
 }
 
+// Lapser is implemented by a backend that can tell, while it runs, that
+// this cluster's records may not be live in the registry: its lease could
+// not be renewed for a whole TTL (etcd: the records expire with it, or the
+// registry itself is down), its heartbeat was not written for a TTL (Cloud
+// Map: every watcher ignores the cluster), or another cluster took its id
+// (Fencer). Lapsed returns why while that holds (ErrClusterIDInUse for the
+// last), nil once the records are known live or written again. Lapses
+// receives after changes of what Lapsed returns (changes missed meanwhile
+// are one signal); the backend never waits for it to be received.
+type Lapser interface {
+	Lapsed() error
+	Lapses() <-chan struct{}
+}
+
 // ErrClosed is returned by a backend that has been closed.
 var ErrClosed = errors.New("registry: closed")
 

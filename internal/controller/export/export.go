@@ -66,6 +66,11 @@ type Reconciler struct {
 	Local *clusterset.Local
 	// Recorder records Warning events on ServiceExports; nil records none.
 	Recorder record.EventRecorder
+	// Lapses tells when this cluster's records may have lapsed in the
+	// registry (its lease or heartbeat expired, its id taken): Ready says
+	// so meanwhile, on every ServiceExport. Nil for a backend that cannot
+	// tell.
+	Lapses registry.Lapser
 
 	// echoes drops the watch events of the reconciler's own writes;
 	// SetupWithManager wraps Client with it.

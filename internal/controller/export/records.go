@@ -45,6 +45,14 @@ func (r *Reconciler) removeConflict(se *mcsv1beta1.ServiceExport) {
 // Ready.
 func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 	log := ctrl.LoggerFrom(ctx)
+	if why := r.lapsed(); why != nil {
+		// The backend writes its records again once it can; the end of
+		// the lapse brings every export back (enqueueOnLapse), and this
+		// one's changes meanwhile are written then.
+		r.Local.Set(s.key, s.spec, s.groups)
+		setLapsed(s.se, why)
+		return errUnreachable
+	}
 	if err := r.unreachable(); err != nil {
 		// No write is tried: it would wait out the registry's request
 		// timeout, and this Service's next changes behind it. This
@@ -184,9 +192,9 @@ func (r *Reconciler) withholdEndpoints(ctx context.Context, s *scope) error {
 // errRefused: the export was refused and withdrawn; Ready says why.
 var errRefused = errors.New("export refused")
 
-// errUnreachable: the registry cannot be read, and nothing was written to
-// it; Ready says why. Not retried: the View's return brings every export
-// back.
+// errUnreachable: the registry cannot be read, or this cluster's records
+// may have lapsed there, and nothing was written to it; Ready says why. Not
+// retried: the View's return, or the lapse's end, brings every export back.
 var errUnreachable = errors.New("registry unreachable")
 
 // published returns what the view holds of this cluster's records of key, or

@@ -63,6 +63,18 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.Add(cleanup); err != nil {
 		return fmt.Errorf("add export cleanup: %w", err)
 	}
+	if r.Lapses != nil {
+		lapses := manager.RunnableFunc(func(ctx context.Context) error {
+			if !mgr.GetCache().WaitForCacheSync(ctx) {
+				return nil
+			}
+			r.enqueueOnLapse(ctrl.LoggerInto(ctx, log), exported)
+			return nil
+		})
+		if err := mgr.Add(lapses); err != nil {
+			return fmt.Errorf("add export lapse source: %w", err)
+		}
+	}
 	r.metrics = metrics.NewExports(r.ClusterID)
 	// The counts are this run's: when the manager stops, they go.
 	if err := metrics.CloseOnStop(mgr, r.metrics); err != nil {
@@ -218,6 +230,44 @@ func (r *Reconciler) concerns(ctx context.Context, key registry.ServiceKey) bool
 	unguarded := r.unguarded[key]
 	r.unguardedMu.Unlock()
 	return unguarded || !r.withdrawn(key)
+}
+
+// enqueueOnLapse hands every ServiceExport of this cluster to the
+// controller's queue (out) each time the backend says its records may have
+// lapsed in the registry, or are live again (Lapses): Ready follows on
+// exports that nothing else changes. Until ctx ends.
+func (r *Reconciler) enqueueOnLapse(ctx context.Context, out chan<- event.TypedGenericEvent[*mcsv1beta1.ServiceExport]) {
+	log := ctrl.LoggerFrom(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.Lapses.Lapses():
+		}
+		why := r.Lapses.Lapsed()
+		if why == nil && r.unreachable() != nil {
+			// Live again, but the View has not read the registry yet:
+			// each export would say it is unreachable, then exported.
+			// The View's return brings every export back
+			// (changeToExport).
+			log.Info("This cluster's records are live in the registry again; its exports follow once the registry is read")
+			continue
+		}
+		reqs := r.exportsIn(ctx)
+		if why != nil {
+			log.Info("This cluster's records may have lapsed in the registry; marking its exports", "reason", why.Error(), "exports", len(reqs))
+		} else {
+			log.Info("This cluster's records are live in the registry again", "exports", len(reqs))
+		}
+		for _, req := range reqs {
+			se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
+			select {
+			case out <- event.TypedGenericEvent[*mcsv1beta1.ServiceExport]{Object: se}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 }
 
 // enqueueExported lists, once the controller starts, the Services this

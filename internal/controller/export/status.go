@@ -1,6 +1,7 @@
 package export
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -84,6 +85,30 @@ func (r *Reconciler) registryFailed(se *mcsv1beta1.ServiceExport, err error) err
 	}
 	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed, msg)
 	return err
+}
+
+// lapsed returns why this cluster's records may have lapsed in the
+// registry, nil when they have not or the backend cannot tell.
+func (r *Reconciler) lapsed() error {
+	if r.Lapses == nil {
+		return nil
+	}
+	return r.Lapses.Lapsed()
+}
+
+// setLapsed sets Ready for records that may have lapsed for why: Unknown
+// (the registry may still hold them: it may be down itself, and every
+// importer keep them as it last read them), or False when another cluster
+// took this cluster's id. No event: the backend logs the lapse once, and it
+// concerns every export alike.
+func setLapsed(se *mcsv1beta1.ServiceExport, why error) {
+	if errors.Is(why, registry.ErrClusterIDInUse) {
+		setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed,
+			fmt.Sprintf("registry: %v", why))
+		return
+	}
+	setCondition(se, mcsv1beta1.ServiceExportConditionReady, metav1.ConditionUnknown, mcsv1beta1.ServiceExportReasonPending,
+		fmt.Sprintf("registry: %v; written again once it can be", why))
 }
 
 // registrySucceeded records that the registry took this cluster's records

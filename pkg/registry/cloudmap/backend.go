@@ -12,10 +12,15 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/standing"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/writelock"
 )
 
-var _ registry.Registry = (*Backend)(nil)
+var (
+	_ registry.Registry = (*Backend)(nil)
+	_ registry.Fencer   = (*Backend)(nil)
+	_ registry.Lapser   = (*Backend)(nil)
+)
 
 // Name is the backend's name in metrics and logs, and its URL scheme.
 const Name = "cloudmap"
@@ -58,7 +63,16 @@ type Backend struct {
 	// cluster given this cluster id runs under it, found after an outage
 	// longer than the TTL (refresh): nothing is written meanwhile.
 	fenced atomic.Pointer[error]
+	// standing is whether the heartbeat has expired, or the id is fenced
+	// (Lapsed); the heartbeat loop sets it after each refresh.
+	standing *standing.State
 }
+
+// Lapsed implements registry.Lapser.
+func (b *Backend) Lapsed() error { return b.standing.Lapsed() }
+
+// Lapses implements registry.Lapser.
+func (b *Backend) Lapses() <-chan struct{} { return b.standing.Changes() }
 
 // Fenced implements registry.Fencer.
 func (b *Backend) Fenced() error {
@@ -283,6 +297,7 @@ func open(ctx context.Context, api API, opts Options) (*Backend, error) {
 		sem:      writelock.New(r.ctx.Done()),
 		own:      map[registry.ServiceKey]*ownService{},
 		ownWatch: newOwnWatch(),
+		standing: standing.New(),
 
 		recordsFull: map[string]time.Time{},
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +75,12 @@ func cutOff(t *testing.T) (proxy *throttlingProxy, a, b *Backend, rec *registryt
 		_, ok := v.Exports[id]
 		return !ok
 	})
+	// The backend says so (registry.Lapser), with a signal.
+	poll.Until(t, 5*time.Second, "east's backend saying its records lapsed", func() (bool, string) {
+		err := a.Lapsed()
+		return err != nil && strings.Contains(err.Error(), "heartbeat"), "Lapsed() = " + errString(err)
+	})
+	lapseSignalled(t, a)
 	b = openBackend(t, motoOptions(moto, registry.Identity{ClusterSet: cs, Cluster: "east", Instance: "uid-b"}, ttl))
 	putWeb(t, b, key, "10.0.0.9")
 	putWeb(t, b, other, "10.0.0.8")
@@ -101,6 +108,11 @@ func TestHeartbeatExpiredWhileAnotherClusterTookTheID(t *testing.T) {
 		err := a.Fenced()
 		return errors.Is(err, registry.ErrClusterIDInUse), "Fenced() = " + errString(err)
 	})
+	poll.Until(t, 5*time.Second, "the first backend saying why its records lapsed", func() (bool, string) {
+		err := a.Lapsed()
+		return errors.Is(err, registry.ErrClusterIDInUse), "Lapsed() = " + errString(err)
+	})
+	lapseSignalled(t, a)
 	if err := a.PutEndpoints(ctx, key, webGroups("10.0.0.1", "10.0.0.2")); !errors.Is(err, registry.ErrClusterIDInUse) {
 		t.Errorf("put of a fenced backend: %v, want ErrClusterIDInUse", err)
 	}
@@ -134,6 +146,11 @@ func TestHeartbeatExpiredWhileAnotherClusterTookTheID(t *testing.T) {
 		err := a.Fenced()
 		return err == nil, "Fenced() = " + errString(err)
 	})
+	poll.Until(t, 5*time.Second, "the first backend's records live", func() (bool, string) {
+		err := a.Lapsed()
+		return err == nil, "Lapsed() = " + errString(err)
+	})
+	lapseSignalled(t, a)
 	if got := rawAddrs(t, c, other); len(got) > 0 {
 		t.Errorf("the other cluster's instances of %s left: %v", other, got)
 	}
@@ -170,6 +187,22 @@ func TestHeartbeatExpiredWhileAnotherClusterCameAndWent(t *testing.T) {
 		t.Errorf("the other cluster's instances of %s left: %v", other, got)
 	}
 	mustDo(t, a.Fenced())
+	poll.Until(t, 5*time.Second, "the first backend's records live", func() (bool, string) {
+		err := a.Lapsed()
+		return err == nil, "Lapsed() = " + errString(err)
+	})
+	lapseSignalled(t, a)
+}
+
+// lapseSignalled fails the test unless b has signalled a change of Lapsed
+// since the last call.
+func lapseSignalled(t *testing.T, b *Backend) {
+	t.Helper()
+	select {
+	case <-b.Lapses():
+	default:
+		t.Error("no signal on Lapses")
+	}
 }
 
 func errString(err error) string {

@@ -125,6 +125,20 @@ func (b *Backend) beatExpired() bool {
 	return b.now().Sub(time.UnixMilli(b.lastBeat.Load())) > b.opts.TTL
 }
 
+// lapsed returns why this cluster's records may not be live: another
+// cluster has its id, or its heartbeat has expired (registry.Lapser); nil
+// otherwise.
+func (b *Backend) lapsed() error {
+	if err := b.Fenced(); err != nil {
+		return err
+	}
+	if b.beatExpired() {
+		return fmt.Errorf("this cluster's records are ignored by every watcher: its heartbeat was last written at %s, more than its TTL (%s) ago",
+			time.UnixMilli(b.lastBeat.Load()).UTC().Format(time.RFC3339), b.opts.TTL)
+	}
+	return nil
+}
+
 // errBeatExpired: a write while the heartbeat has expired waits until the
 // heartbeat loop has looked for another cluster under this cluster's id
 // (refresh).
@@ -409,6 +423,7 @@ func (b *Backend) heartbeatLoop() {
 		if b.ctx.Err() != nil {
 			return
 		}
+		b.standing.Set(b.lapsed())
 		next := interval
 		switch {
 		case errors.Is(err, registry.ErrClusterIDInUse):

@@ -18,12 +18,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/internal/standing"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/writelock"
 )
 
 var (
 	_ registry.Registry = (*Backend)(nil)
 	_ registry.Fencer   = (*Backend)(nil)
+	_ registry.Lapser   = (*Backend)(nil)
 )
 
 // Name is the backend's name in metrics and logs, and its URL scheme
@@ -40,6 +42,12 @@ func (b *Backend) Fenced() error {
 	}
 	return nil
 }
+
+// Lapsed implements registry.Lapser.
+func (b *Backend) Lapsed() error { return b.standing.Lapsed() }
+
+// Lapses implements registry.Lapser.
+func (b *Backend) Lapses() <-chan struct{} { return b.standing.Changes() }
 
 // Backend is the etcd registry backend opened for one cluster.
 type Backend struct {
@@ -78,6 +86,9 @@ type Backend struct {
 	own ownRecords
 	// repair asks repairLoop to write the alive record again.
 	repair chan struct{}
+	// standing is whether the lease may have expired (Lapsed): from when
+	// its renewals stopped until it is known to live, or replaced.
+	standing *standing.State
 }
 
 // conn is what reading a clusterset takes; Backend and Watcher share it.
@@ -249,6 +260,7 @@ func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bo
 		contents:   map[string]string{},
 		own:        ownRecords{recs: map[string]ownRecord{}, now: time.Now},
 		repair:     make(chan struct{}, 1),
+		standing:   standing.New(),
 	}
 	sctx, scancel := context.WithTimeout(ctx, opts.RequestTimeout)
 	defer scancel()

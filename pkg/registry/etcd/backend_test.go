@@ -398,6 +398,53 @@ func TestServerRestart(t *testing.T) {
 	must(t, b.Close())
 }
 
+// TestLapseWhileRegistryDown: a backend whose lease goes unrenewed for its
+// TTL (etcd down) says its records may have lapsed (registry.Lapser), with a
+// signal; once etcd is back and the lease known to live, that they are
+// live, with another. A lease revoked and replaced at once says nothing
+// for long.
+func TestLapseWhileRegistryDown(t *testing.T) {
+	t.Parallel()
+	srv, restart, a, b := startRestartablePair(t, func(o *etcd.Options) {
+		o.TTL = 2 * time.Second
+		o.RequestTimeout = time.Second
+	})
+	putWeb(t, a)
+	if err := a.Lapsed(); err != nil {
+		t.Fatalf("Lapsed() = %v before any outage", err)
+	}
+	srv.Close()
+	signalled(t, a, 10*time.Second, "the lapse")
+	if err := a.Lapsed(); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("Lapsed() = %v while etcd is down, want why the records may have expired", err)
+	}
+	restart()
+	poll.Until(t, 20*time.Second, "the records live again", func() (bool, string) {
+		err := a.Lapsed()
+		return err == nil, fmt.Sprintf("Lapsed() = %v", err)
+	})
+	signalled(t, a, 0, "the records live again")
+	must(t, a.Close())
+	must(t, b.Close())
+}
+
+// signalled fails the test unless b signals on Lapses within d.
+func signalled(t *testing.T, b *etcd.Backend, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-b.Lapses():
+		return
+	default:
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-b.Lapses():
+	case <-timer.C:
+		t.Fatalf("no signal on Lapses for %s within %s", what, d)
+	}
+}
+
 func startServer(t *testing.T, dir, url string) *embedded.Server {
 	t.Helper()
 	return embeddedtest.Start(t, embedded.Config{DataDir: dir, ListenClientURL: url})

@@ -214,7 +214,11 @@ func (b *Backend) keepAlive() {
 		}
 		// The renewals stopped: the lease expired, was revoked, or etcd
 		// could not be reached for a whole TTL.
-		b.recoverLease(id)
+		b.recoverLease(id, fmt.Errorf("%w: its lease %s was not renewed for its TTL (%s)", errLapsed, leaseString(id), b.opts.TTL))
+		if b.ctx.Err() != nil {
+			return
+		}
+		b.standing.Set(nil)
 		if renewed {
 			delay = retryMin
 			continue
@@ -227,8 +231,13 @@ func (b *Backend) keepAlive() {
 	}
 }
 
+// errLapsed: the lease's renewals stopped, and it is not known to live:
+// this cluster's records may have expired with it (registry.Lapser).
+var errLapsed = errors.New("this cluster's records may have expired in the registry")
+
 // recoverLease returns once lease id is known to live, or has been replaced.
-func (b *Backend) recoverLease(id clientv3.LeaseID) {
+// While a look fails, the records may have lapsed: why, or the fence.
+func (b *Backend) recoverLease(id clientv3.LeaseID, why error) {
 	delay := retryMin
 	var said string // the last error logged
 	for {
@@ -238,6 +247,11 @@ func (b *Backend) recoverLease(id clientv3.LeaseID) {
 		}
 		if b.ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, registry.ErrClusterIDInUse) {
+			b.standing.Set(err)
+		} else {
+			b.standing.Set(why)
 		}
 		if !errors.Is(err, registry.ErrClusterIDInUse) || err.Error() != said {
 			// Another cluster's hold on the id is said once, not at

@@ -145,15 +145,32 @@ func TestRegistryOutage(t *testing.T) {
 	for _, id := range env.ClusterIDs() {
 		leases[id] = registryRecords(t, id)["alive"].Lease
 	}
-	outage := 2 * env.TTL()
+	// Past the TTL, and the request timeout of the look at the lease that
+	// follows, by a few seconds: every export says its records lapsed.
+	outage := 2*env.TTL() + 3*time.Second
 	down := time.Now()
 	env.StopRegistry()
 	t.Logf("registry stopped in %s", time.Since(down).Round(time.Millisecond))
-	// When each import first reported the outage, by "cluster import".
+	// When each import first reported the outage, by "cluster import"; when
+	// each export first said its records may have lapsed (its lease
+	// unrenewed for a TTL), by "cluster export".
 	reported := map[string]time.Duration{}
+	lapsed := map[string]time.Duration{}
 	poll.Throughout(t, outage, "no import, derived Service or EndpointSlice deleted during the outage", func() (bool, string) {
 		if ok, msg := nothingDeleted(); !ok {
 			return false, msg
+		}
+		for name, from := range want {
+			for id := range from {
+				k := id + " " + name
+				if _, seen := lapsed[k]; seen {
+					continue
+				}
+				se := fw.GetOrNil[mcsv1beta1.ServiceExport](t, clientOf(t, id), ns, name)
+				if c := exportReady(se); c != nil && c.Status == metav1.ConditionUnknown && c.Reason == string(mcsv1beta1.ServiceExportReasonPending) {
+					lapsed[k] = time.Since(down).Round(100 * time.Millisecond)
+				}
+			}
 		}
 		for _, id := range env.ClusterIDs() {
 			for _, name := range names {
@@ -167,7 +184,14 @@ func TestRegistryOutage(t *testing.T) {
 		}
 		return true, ""
 	})
-	t.Logf("outage reported after: %v", reported)
+	t.Logf("outage reported after: %v; exports' records said lapsed after: %v", reported, lapsed)
+	for name, from := range want {
+		for id := range from {
+			if _, ok := lapsed[id+" "+name]; !ok {
+				t.Errorf("%s: export %s never said its records may have lapsed (no Ready=Unknown Pending within %s, the lease's TTL %s)", id, name, outage, env.TTL())
+			}
+		}
+	}
 	for _, id := range env.ClusterIDs() {
 		for _, name := range names {
 			if _, ok := reported[id+" "+name]; !ok {
@@ -193,6 +217,14 @@ func TestRegistryOutage(t *testing.T) {
 				si := fw.GetImport(t, clientOf(t, id), ns, name)
 				if c := conditionOf(si, conditions.RegistryReachable); c != nil {
 					return false, fmt.Sprintf("%s: %s: %s", id, name, fw.CondString(si.Status.Conditions))
+				}
+			}
+		}
+		for name, from := range want {
+			for id := range from {
+				se := fw.GetOrNil[mcsv1beta1.ServiceExport](t, clientOf(t, id), ns, name)
+				if c := exportReady(se); c == nil || c.Status != metav1.ConditionTrue {
+					return false, fmt.Sprintf("%s: export %s: Ready %+v", id, name, c)
 				}
 			}
 		}

@@ -395,6 +395,14 @@ func conditionOf(si *mcsv1beta1.ServiceImport, typ string) *metav1.Condition {
 	return fw.Condition(si.Status.Conditions, typ)
 }
 
+// exportReady returns se's Ready condition, nil when se is nil or has none.
+func exportReady(se *mcsv1beta1.ServiceExport) *metav1.Condition {
+	if se == nil {
+		return nil
+	}
+	return fw.Condition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady))
+}
+
 // waitReconciled waits until cluster id's controller has reconciled every
 // ServiceExport and ServiceImport of the cluster since it started: its
 // export and import gauges, which start empty with each run, count them all.
