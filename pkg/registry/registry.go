@@ -281,14 +281,19 @@ type Fencer interface {
 // not be renewed for a whole TTL (etcd: the records expire with it, or the
 // registry itself is down), its heartbeat was not written for a TTL (Cloud
 // Map: every watcher ignores the cluster), or another cluster took its id
-// (Fencer). Lapsed returns why while that holds (ErrClusterIDInUse for the
-// last), nil once the records are known live or written again. Lapses
-// receives after changes of what Lapsed returns (changes missed meanwhile
-// are one signal); the backend never waits for it to be received.
+// (Fencer). Lapsed returns why while that holds (wrapping ErrRecordsLapsed,
+// or ErrClusterIDInUse for the last), nil once the records are known live
+// or written again. Lapses receives after changes of what Lapsed returns
+// (changes missed meanwhile are one signal); it is one channel, for one
+// receiver, and the backend never waits for it to be received.
 type Lapser interface {
 	Lapsed() error
 	Lapses() <-chan struct{}
 }
+
+// ErrRecordsLapsed wraps what a Lapser's Lapsed returns while this
+// cluster's records may have expired in the registry.
+var ErrRecordsLapsed = errors.New("this cluster's records may have expired in the registry")
 
 // ErrClosed is returned by a backend that has been closed.
 var ErrClosed = errors.New("registry: closed")

@@ -3,8 +3,12 @@ package export
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -61,5 +65,29 @@ func TestLapsedRecordsSayReady(t *testing.T) {
 	}
 	if ev := e.events(); len(ev) != 0 {
 		t.Errorf("events %v, want none", ev)
+	}
+}
+
+// TestLapseRequests: a lapse reconciles every export; its end too, unless
+// the View has not read the registry again yet (its return does then).
+func TestLapseRequests(t *testing.T) {
+	e := newEnv(t, newServiceExport(), newService())
+	l := &lapser{}
+	e.r.Lapses = l
+	e.syncView()
+	web := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: svcName}}}
+
+	l.why = fmt.Errorf("%w: its lease was not renewed for its TTL", registry.ErrRecordsLapsed)
+	e.view.OnConnection(false, errors.New("etcd: context deadline exceeded"))
+	if got := e.r.lapseRequests(t.Context()); !reflect.DeepEqual(got, web) {
+		t.Errorf("the lapse: %v, want %v", got, web)
+	}
+	l.why = nil
+	if got := e.r.lapseRequests(t.Context()); got != nil {
+		t.Errorf("live again, the View not connected yet: %v, want none", got)
+	}
+	e.view.OnConnection(true, nil)
+	if got := e.r.lapseRequests(t.Context()); !reflect.DeepEqual(got, web) {
+		t.Errorf("live again, the View connected: %v, want %v", got, web)
 	}
 }

@@ -237,29 +237,13 @@ func (r *Reconciler) concerns(ctx context.Context, key registry.ServiceKey) bool
 // lapsed in the registry, or are live again (Lapses): Ready follows on
 // exports that nothing else changes. Until ctx ends.
 func (r *Reconciler) enqueueOnLapse(ctx context.Context, out chan<- event.TypedGenericEvent[*mcsv1beta1.ServiceExport]) {
-	log := ctrl.LoggerFrom(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.Lapses.Lapses():
 		}
-		why := r.Lapses.Lapsed()
-		if why == nil && r.unreachable() != nil {
-			// Live again, but the View has not read the registry yet:
-			// each export would say it is unreachable, then exported.
-			// The View's return brings every export back
-			// (changeToExport).
-			log.Info("This cluster's records are live in the registry again; its exports follow once the registry is read")
-			continue
-		}
-		reqs := r.exportsIn(ctx)
-		if why != nil {
-			log.Info("This cluster's records may have lapsed in the registry; marking its exports", "reason", why.Error(), "exports", len(reqs))
-		} else {
-			log.Info("This cluster's records are live in the registry again", "exports", len(reqs))
-		}
-		for _, req := range reqs {
+		for _, req := range r.lapseRequests(ctx) {
 			se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: req.Namespace, Name: req.Name}}
 			select {
 			case out <- event.TypedGenericEvent[*mcsv1beta1.ServiceExport]{Object: se}:
@@ -268,6 +252,27 @@ func (r *Reconciler) enqueueOnLapse(ctx context.Context, out chan<- event.TypedG
 			}
 		}
 	}
+}
+
+// lapseRequests returns the exports to reconcile after a change of
+// Lapses: every one, but none when the records are live again while the
+// View has not read the registry yet (each export would say it is
+// unreachable, then exported: the View's return brings every export back,
+// changeToExport).
+func (r *Reconciler) lapseRequests(ctx context.Context) []reconcile.Request {
+	log := ctrl.LoggerFrom(ctx)
+	why := r.Lapses.Lapsed()
+	if why == nil && r.unreachable() != nil {
+		log.Info("This cluster's records are live in the registry again; its exports follow once the registry is read")
+		return nil
+	}
+	reqs := r.exportsIn(ctx)
+	if why != nil {
+		log.Info("This cluster's records may have lapsed in the registry; marking its exports", "reason", why.Error(), "exports", len(reqs))
+	} else {
+		log.Info("This cluster's records are live in the registry again", "exports", len(reqs))
+	}
+	return reqs
 }
 
 // enqueueExported lists, once the controller starts, the Services this

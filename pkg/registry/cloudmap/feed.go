@@ -97,8 +97,8 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 
 	// What to read: each service once, the records one by one.
 	var read []string
-	expect := map[string]map[string]bool{} // by service, instance: present
-	var owners prefixSet                   // made when an operation needs it
+	expect := map[string]*expectation{} // by service
+	var owners prefixSet                // made when an operation needs it
 	// recordIDs holds the records to read, and whether a registration of
 	// each was listed.
 	recordIDs := map[string]bool{}
@@ -136,22 +136,21 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 			if owners.has(t.instance) {
 				// Another clusterset's instance (or another tool's) is
 				// never read: DiscoverInstances is filtered on this one.
-				expectInstance(expect, t)
+				w.noteBaseline(op)
+				expectInstance(expect, op)
 			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	after := map[string]int64{} // by service: the revision a read must pass
-	read = append(read, w.unsettledServices(expect, after)...)
-	w.revisionsToPass(expect, after)
+	read = append(read, w.unsettledServices(expect)...)
 	slices.Sort(read)
 	read = slices.Compact(read)
 	if err := w.readServices(ctx, read, false); err != nil {
 		return err
 	}
-	w.settle(expect, after)
+	w.settle(expect)
 	for _, ref := range w.unseenRecords() {
 		recordIDs[ref] = true
 	}

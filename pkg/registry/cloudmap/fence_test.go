@@ -78,7 +78,7 @@ func cutOff(t *testing.T) (proxy *throttlingProxy, a, b *Backend, rec *registryt
 	// The backend says so (registry.Lapser), with a signal.
 	poll.Until(t, 5*time.Second, "east's backend saying its records lapsed", func() (bool, string) {
 		err := a.Lapsed()
-		return err != nil && strings.Contains(err.Error(), "heartbeat"), "Lapsed() = " + errString(err)
+		return errors.Is(err, registry.ErrRecordsLapsed) && strings.Contains(err.Error(), "heartbeat"), "Lapsed() = " + errString(err)
 	})
 	lapseSignalled(t, a)
 	b = openBackend(t, motoOptions(moto, registry.Identity{ClusterSet: cs, Cluster: "east", Instance: "uid-b"}, ttl))

@@ -133,8 +133,8 @@ func (b *Backend) lapsed() error {
 		return err
 	}
 	if b.beatExpired() {
-		return fmt.Errorf("this cluster's records are ignored by every watcher: its heartbeat was last written at %s, more than its TTL (%s) ago",
-			time.UnixMilli(b.lastBeat.Load()).UTC().Format(time.RFC3339), b.opts.TTL)
+		return fmt.Errorf("%w: every watcher ignores them, its heartbeat last written at %s, more than its TTL (%s) ago",
+			registry.ErrRecordsLapsed, time.UnixMilli(b.lastBeat.Load()).UTC().Format(time.RFC3339), b.opts.TTL)
 	}
 	return nil
 }

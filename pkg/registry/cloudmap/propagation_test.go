@@ -176,20 +176,25 @@ func TestEndpointsReadBeforeTheyPropagated(t *testing.T) {
 // instance; a registration and a deregistration of one instance expect
 // nothing of it.
 func TestExpectInstance(t *testing.T) {
-	expect := map[string]map[string]bool{}
-	for _, op := range []opTarget{
-		{service: "s", instance: "a"},
-		{service: "s", instance: "b", deregister: true},
-		{service: "s", instance: "c"},
-		{service: "s", instance: "c", deregister: true},
-		{service: "s", instance: "a"},
-		{service: "t"},
+	expect := map[string]*expectation{}
+	old := map[string]string{"READY": "true"}
+	for _, op := range []*feedOp{
+		{target: opTarget{service: "s", instance: "a"}, was: old, rev: 3},
+		{target: opTarget{service: "s", instance: "b", deregister: true}},
+		{target: opTarget{service: "s", instance: "c"}},
+		{target: opTarget{service: "s", instance: "c", deregister: true}},
+		{target: opTarget{service: "s", instance: "a"}},
+		{target: opTarget{service: "t"}},
+		{target: opTarget{service: "u", instance: "d"}, was: old, rev: 7},
 	} {
 		expectInstance(expect, op)
 	}
-	want := map[string]map[string]bool{"s": {"a": true, "b": false}}
+	want := map[string]*expectation{
+		"s": {instances: map[string]wanted{"a": {present: true, was: old}, "b": {}}, ops: 5, after: -1},
+		"u": {instances: map[string]wanted{"d": {present: true, was: old}}, ops: 1, after: 7},
+	}
 	if !reflect.DeepEqual(expect, want) {
-		t.Errorf("expect = %v, want %v", expect, want)
+		t.Errorf("expect = %+v, want %+v", expect, want)
 	}
 }
 
@@ -375,47 +380,70 @@ func TestChangedEndpointReadBeforeItPropagated(t *testing.T) {
 	})
 }
 
-// TestSettleOnRevision: a service whose instance expected present was read
-// present before the poll settles once a read passes the revision before,
-// not on the instance's presence alone; a new instance needs no revision.
-func TestSettleOnRevision(t *testing.T) {
+// TestSettleOnAttributes: a service whose instance, read present before,
+// is registered again settles once a read shows other attributes, or, the
+// registration alone awaited, a later revision; not on the instance's
+// presence alone. Two registrations: each by its own attributes. A new
+// operation restarts the wait.
+func TestSettleOnAttributes(t *testing.T) {
 	now := time.Now()
-	c := &serviceCache{read: true, revision: 7, instances: []instance{{ID: "a"}}}
+	ready, notReady := map[string]string{"READY": "true"}, map[string]string{"READY": "false"}
+	c := &serviceCache{read: true, revision: 7, instances: []instance{{ID: "a", Attrs: ready}, {ID: "b", Attrs: ready}}}
 	w := &watcher{
 		b:         &reader{now: func() time.Time { return now }},
 		services:  map[string]*serviceCache{"s": c},
 		unsettled: map[string]*unsettled{},
 	}
-	// poll is one poll listing ops whose read of the service does read.
+	// poll is one poll listing ops, whose read of the service does read.
 	poll := func(read func(), ops ...opTarget) (reread bool) {
-		expect := map[string]map[string]bool{}
+		expect := map[string]*expectation{}
 		for _, t := range ops {
-			expectInstance(expect, t)
+			op := &feedOp{target: t}
+			w.noteBaseline(op)
+			expectInstance(expect, op)
 		}
-		after := map[string]int64{}
-		again := w.unsettledServices(expect, after)
-		w.revisionsToPass(expect, after)
+		again := w.unsettledServices(expect)
 		read()
-		w.settle(expect, after)
+		w.settle(expect)
 		return len(again) > 0
 	}
 	same := func() {}
+	set := func(rev int64, a, b map[string]string) func() {
+		return func() { c.revision, c.instances = rev, []instance{{ID: "a", Attrs: a}, {ID: "b", Attrs: b}} }
+	}
+
 	poll(same, opTarget{service: "s", instance: "a"})
-	if w.unsettled["s"] == nil || w.unsettled["s"].after != 7 {
-		t.Fatalf("a registered again, read at the revision before: unsettled %+v, want to pass 7", w.unsettled["s"])
+	if w.unsettled["s"] == nil {
+		t.Fatal("a registered again, read with its attributes and revision from before: settled")
 	}
 	if !poll(same) || w.unsettled["s"] == nil {
-		t.Errorf("an unsettled service read again at the same revision: unsettled %+v, want it still", w.unsettled["s"])
+		t.Errorf("read again as before: unsettled %+v, want it still", w.unsettled["s"])
 	}
-	if !poll(func() { c.revision = 8 }) || w.unsettled["s"] != nil {
-		t.Errorf("read at revision 8: unsettled %+v, want settled", w.unsettled["s"])
+	if !poll(set(8, ready, ready)) || w.unsettled["s"] != nil {
+		t.Errorf("the single registration awaited, read at a later revision: unsettled %+v, want settled", w.unsettled["s"])
 	}
-	poll(func() { c.revision, c.instances = 9, append(c.instances, instance{ID: "b"}) }, opTarget{service: "s", instance: "b"})
+
+	// Both registered again, one read at a later revision: the other waits.
+	poll(set(9, notReady, ready), opTarget{service: "s", instance: "a"}, opTarget{service: "s", instance: "b"})
+	if u := w.unsettled["s"]; u == nil || len(u.expect) != 1 || u.expect["b"].was == nil {
+		t.Fatalf("a's registration read, b's not: unsettled %+v, want b awaited", u)
+	}
+	now = now.Add(50 * time.Second)
+	poll(same, opTarget{service: "s", instance: "a"}) // a again: the wait starts again
+	now = now.Add(50 * time.Second)
+	if !poll(same) || w.unsettled["s"] == nil {
+		t.Errorf("%s after the last operation: unsettled %+v, want b still awaited", 50*time.Second, w.unsettled["s"])
+	}
+	if poll(set(10, ready, notReady)); w.unsettled["s"] != nil {
+		t.Errorf("b read with its new attributes: unsettled %+v, want settled", w.unsettled["s"])
+	}
+
+	// A new instance: its presence shows it.
+	poll(func() { c.revision, c.instances = 11, append(c.instances, instance{ID: "c", Attrs: ready}) }, opTarget{service: "s", instance: "c"})
 	if w.unsettled["s"] != nil {
 		t.Errorf("a new instance read: unsettled %+v, want settled", w.unsettled["s"])
 	}
-	now = now.Add(2 * propagation)
-	poll(same, opTarget{service: "s", instance: "b"})
+	poll(same, opTarget{service: "s", instance: "a"}, opTarget{service: "s", instance: "b"})
 	now = now.Add(2 * propagation)
 	if poll(same) || w.unsettled["s"] != nil {
 		t.Errorf("unsettled for longer than propagation: unsettled %+v, want forgotten", w.unsettled["s"])

@@ -128,6 +128,12 @@ type feedOp struct {
 	target opTarget
 	// handled is set once the service it names was read.
 	handled bool
+	// based: was and rev hold what the watcher had read of the instance
+	// when the operation was first listed (noteBaseline), kept for the
+	// polls that list it again after a failed one.
+	based bool
+	was   map[string]string
+	rev   int64
 }
 
 // beat is what a watcher knows of one cluster's heartbeat.
@@ -377,40 +383,100 @@ func (w *watcher) readAllRecords(ctx context.Context) error {
 
 // unsettled is a service whose reads do not show yet what operations did.
 type unsettled struct {
-	// since is when a read first did not show it.
+	// since is when a read first did not show it, or last did not show an
+	// operation then listed.
 	since time.Time
-	// expect is, by instance, whether the instance is to be read.
-	expect map[string]bool
-	// after is the instances revision a read must pass, -1 for none (see
-	// revisionsToPass).
+	// expect is what is still to be read, by instance.
+	expect map[string]wanted
+	// after is the revision shortcut of the expectation (see expectation).
 	after int64
 }
 
-// expectInstance records in expect what the operation on t makes of its
-// instance. Operations of one window that disagree on an instance (it was
-// registered and deregistered) expect nothing of it.
-func expectInstance(expect map[string]map[string]bool, t opTarget) {
+// wanted is what the listed operations make of one instance.
+type wanted struct {
+	// present: registered (else deregistered).
+	present bool
+	// was is, for a registration of an instance that the watcher had read
+	// present when the operation was first listed (registered again, its
+	// attributes changed), the attributes read then: a read with the same
+	// may be from before the registration propagated. Nil otherwise.
+	was map[string]string
+}
+
+// expectation is what the operations listed make of one service.
+type expectation struct {
+	instances map[string]wanted
+	// ops counts the operations of this poll.
+	ops int
+	// after is, when a single operation is awaited and it registers an
+	// instance read present before, the instances revision read then: a
+	// read past it shows that registration, whatever its attributes (a
+	// registration of the same ones moves the revision too). -1 otherwise:
+	// another operation may have moved the revision.
+	after int64
+}
+
+// noteBaseline records in op, when it is first listed, what the watcher
+// had read of its instance: a registration of an instance read present
+// shows in a later read only by its attributes or the revision.
+func (w *watcher) noteBaseline(op *feedOp) {
+	if op.based {
+		return
+	}
+	op.based, op.rev = true, -1
+	c := w.services[op.target.service]
+	if c == nil || !c.read || op.target.deregister {
+		return
+	}
+	for _, in := range c.instances {
+		if in.ID == op.target.instance {
+			op.was, op.rev = maps.Clone(in.Attrs), c.revision
+			if op.was == nil {
+				op.was = map[string]string{}
+			}
+			return
+		}
+	}
+}
+
+// expectInstance records in expect what op makes of its instance.
+// Operations of one window that disagree on an instance (it was registered
+// and deregistered) expect nothing of it.
+func expectInstance(expect map[string]*expectation, op *feedOp) {
+	t := op.target
 	if t.instance == "" {
 		return
 	}
-	m := expect[t.service]
-	if m == nil {
-		m = map[string]bool{}
-		expect[t.service] = m
+	e := expect[t.service]
+	if e == nil {
+		e = &expectation{instances: map[string]wanted{}, after: -1}
+		expect[t.service] = e
 	}
-	present := !t.deregister
-	if was, ok := m[t.instance]; ok && was != present {
-		delete(m, t.instance)
-		return
+	e.ops++
+	e.after = -1
+	if e.ops == 1 && op.was != nil && op.rev >= 0 {
+		e.after = op.rev
 	}
-	m[t.instance] = present
+	want := wanted{present: !t.deregister}
+	if want.present {
+		want.was = op.was
+	}
+	if prev, ok := e.instances[t.instance]; ok {
+		if prev.present != want.present {
+			delete(e.instances, t.instance)
+			return
+		}
+		if prev.was != nil {
+			want.was = prev.was
+		}
+	}
+	e.instances[t.instance] = want
 }
 
 // unsettledServices returns the services to read again (watcher.unsettled),
 // and forgets those unsettled for longer than propagation. The operations
-// of this poll, in expect, take their place in what is expected; the
-// revisions still to pass go into after.
-func (w *watcher) unsettledServices(expect map[string]map[string]bool, after map[string]int64) []string {
+// of this poll, in expect, take their place in what is expected.
+func (w *watcher) unsettledServices(expect map[string]*expectation) []string {
 	now := w.b.now()
 	var out []string
 	for id, u := range w.unsettled {
@@ -418,17 +484,16 @@ func (w *watcher) unsettledServices(expect map[string]map[string]bool, after map
 			delete(w.unsettled, id)
 			continue
 		}
-		if u.after >= 0 {
-			after[id] = u.after
+		e := expect[id]
+		if e == nil {
+			e = &expectation{instances: map[string]wanted{}, after: u.after}
+			expect[id] = e
+		} else {
+			e.after = -1 // more than one operation awaited
 		}
-		m := expect[id]
-		if m == nil {
-			m = map[string]bool{}
-			expect[id] = m
-		}
-		for inst, present := range u.expect {
-			if _, ok := m[inst]; !ok {
-				m[inst] = present
+		for inst, want := range u.expect {
+			if _, ok := e.instances[inst]; !ok {
+				e.instances[inst] = want
 			}
 		}
 		out = append(out, id)
@@ -436,60 +501,41 @@ func (w *watcher) unsettledServices(expect map[string]map[string]bool, after map
 	return out
 }
 
-// revisionsToPass adds to after, for each service of expect not in it
-// yet, the instances revision last read when an instance expected present
-// was read present already: registered again (its attributes changed, say),
-// which its presence cannot show, but a later revision does (Cloud Map's
-// revision moves at each registration). A read before the registration
-// propagated shows the old attributes with the old revision.
-func (w *watcher) revisionsToPass(expect map[string]map[string]bool, after map[string]int64) {
-	for id, m := range expect {
-		c := w.services[id]
-		if _, ok := after[id]; ok || c == nil || !c.read || c.revision < 0 {
-			continue
-		}
-		for _, in := range c.instances {
-			if m[in.ID] {
-				after[id] = c.revision
-				break
-			}
-		}
-	}
-}
-
 // settle compares what was read of each service with what expect says of
-// its instances, and its revision with after: a service that does not show
-// it yet is unsettled (read again at the next polls), one that does is
-// settled.
-func (w *watcher) settle(expect map[string]map[string]bool, after map[string]int64) {
+// its instances: a service that does not show it yet is unsettled (read
+// again at the next polls, for propagation since the last operation
+// listed), one that does is settled.
+func (w *watcher) settle(expect map[string]*expectation) {
 	now := w.b.now()
-	for id, m := range expect {
+	for id, e := range expect {
 		c := w.services[id]
 		if c == nil || !c.read {
 			delete(w.unsettled, id)
 			continue
 		}
-		read := make(map[string]bool, len(c.instances))
+		read := make(map[string]map[string]string, len(c.instances))
 		for _, in := range c.instances {
-			read[in.ID] = true
+			read[in.ID] = in.Attrs
 		}
-		missing := map[string]bool{}
-		for inst, present := range m {
-			if read[inst] != present {
-				missing[inst] = present
+		passed := e.after >= 0 && c.revision > e.after
+		missing := map[string]wanted{}
+		for inst, want := range e.instances {
+			attrs, ok := read[inst]
+			shown := ok == want.present
+			if shown && want.was != nil && maps.Equal(attrs, want.was) && !passed {
+				shown = false // the attributes from before the registration
+			}
+			if !shown {
+				missing[inst] = want
 			}
 		}
-		pass := int64(-1)
-		if a, ok := after[id]; ok && c.revision >= 0 && c.revision <= a {
-			pass = a
-		}
 		switch u := w.unsettled[id]; {
-		case len(missing) == 0 && pass < 0:
+		case len(missing) == 0:
 			delete(w.unsettled, id)
-		case u == nil:
-			w.unsettled[id] = &unsettled{since: now, expect: missing, after: pass}
+		case u == nil || e.ops > 0:
+			w.unsettled[id] = &unsettled{since: now, expect: missing, after: e.after}
 		default:
-			u.expect, u.after = missing, pass
+			u.expect = missing
 		}
 	}
 }

@@ -214,7 +214,7 @@ func (b *Backend) keepAlive() {
 		}
 		// The renewals stopped: the lease expired, was revoked, or etcd
 		// could not be reached for a whole TTL.
-		b.recoverLease(id, fmt.Errorf("%w: its lease %s was not renewed for its TTL (%s)", errLapsed, leaseString(id), b.opts.TTL))
+		b.recoverLease(id, fmt.Errorf("%w: its lease %s was not renewed for its TTL (%s)", registry.ErrRecordsLapsed, leaseString(id), b.opts.TTL))
 		if b.ctx.Err() != nil {
 			return
 		}
@@ -230,10 +230,6 @@ func (b *Backend) keepAlive() {
 		delay = b.nextDelay(delay)
 	}
 }
-
-// errLapsed: the lease's renewals stopped, and it is not known to live:
-// this cluster's records may have expired with it (registry.Lapser).
-var errLapsed = errors.New("this cluster's records may have expired in the registry")
 
 // recoverLease returns once lease id is known to live, or has been replaced.
 // While a look fails, the records may have lapsed: why, or the fence.
