@@ -37,7 +37,7 @@ func newCollectors() *collectors {
 		exports: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "mcsd_service_exports",
 			Help: "ServiceExports of the cluster by the state of each condition: " +
-				"condition Valid (state valid, invalid), Ready (exported, pending, failed), Conflict (conflict, none). " +
+				"condition Valid (state valid, invalid), Ready (exported, pending, failed, unknown), Conflict (conflict, none). " +
 				"Every ServiceExport counts once per condition.",
 		}, []string{labelCluster, labelCondition, labelState}),
 		exportConflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{

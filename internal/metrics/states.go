@@ -22,6 +22,7 @@ const (
 	ExportReadyExported ExportReady = "exported" // Ready=True
 	ExportReadyPending  ExportReady = "pending"  // Ready=False Pending, or no Ready condition
 	ExportReadyFailed   ExportReady = "failed"   // Ready=False Failed: the registry write failed
+	ExportReadyUnknown  ExportReady = "unknown"  // Ready=Unknown: the cluster's records may have lapsed in the registry
 )
 
 // ExportState is what the export metrics count of one ServiceExport.
@@ -68,6 +69,7 @@ func newExports(c *collectors, cluster string) *Exports {
 		{string(mcsv1beta1.ServiceExportConditionReady), string(ExportReadyExported)},
 		{string(mcsv1beta1.ServiceExportConditionReady), string(ExportReadyPending)},
 		{string(mcsv1beta1.ServiceExportConditionReady), string(ExportReadyFailed)},
+		{string(mcsv1beta1.ServiceExportConditionReady), string(ExportReadyUnknown)},
 		{string(mcsv1beta1.ServiceExportConditionConflict), exportConflict},
 		{string(mcsv1beta1.ServiceExportConditionConflict), exportNoConflict},
 	} {

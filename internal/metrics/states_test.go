@@ -33,6 +33,9 @@ func TestExportsFollowSetAndForget(t *testing.T) {
 	e.Forget(apiKey)
 	e.Forget(apiKey)
 	assertExports(t, c, exportCounts{none: 1, failed: 1, valid: 1})
+	// Its records lapse in the registry.
+	e.Set(webKey, ExportState{Valid: true, Ready: ExportReadyUnknown})
+	assertExports(t, c, exportCounts{none: 1, unknown: 1, valid: 1})
 	if got := testutil.ToFloat64(c.exportConflicts.WithLabelValues("east", "PortConflict")); got != 0 {
 		t.Errorf("PortConflict = %v after the conflict cleared", got)
 	}
@@ -43,24 +46,26 @@ func TestExportsFollowSetAndForget(t *testing.T) {
 type exportCounts struct {
 	conflict, none            int // Conflict
 	exported, failed, pending int // Ready
+	unknown                   int
 	invalid, valid            int // Valid
 }
 
 // assertExports compares c's mcsd_service_exports with want: the HELP and
-// TYPE lines and east's seven series, at want's counts, and nothing else.
+// TYPE lines and east's eight series, at want's counts, and nothing else.
 func assertExports(t *testing.T, c *collectors, want exportCounts) {
 	t.Helper()
 	text := fmt.Sprintf(`
-# HELP mcsd_service_exports ServiceExports of the cluster by the state of each condition: condition Valid (state valid, invalid), Ready (exported, pending, failed), Conflict (conflict, none). Every ServiceExport counts once per condition.
+# HELP mcsd_service_exports ServiceExports of the cluster by the state of each condition: condition Valid (state valid, invalid), Ready (exported, pending, failed, unknown), Conflict (conflict, none). Every ServiceExport counts once per condition.
 # TYPE mcsd_service_exports gauge
 mcsd_service_exports{cluster="east",condition="Conflict",state="conflict"} %d
 mcsd_service_exports{cluster="east",condition="Conflict",state="none"} %d
 mcsd_service_exports{cluster="east",condition="Ready",state="exported"} %d
 mcsd_service_exports{cluster="east",condition="Ready",state="failed"} %d
 mcsd_service_exports{cluster="east",condition="Ready",state="pending"} %d
+mcsd_service_exports{cluster="east",condition="Ready",state="unknown"} %d
 mcsd_service_exports{cluster="east",condition="Valid",state="invalid"} %d
 mcsd_service_exports{cluster="east",condition="Valid",state="valid"} %d
-`, want.conflict, want.none, want.exported, want.failed, want.pending, want.invalid, want.valid)
+`, want.conflict, want.none, want.exported, want.failed, want.pending, want.unknown, want.invalid, want.valid)
 	if err := testutil.CollectAndCompare(c.exports, strings.NewReader(text)); err != nil {
 		t.Error(err)
 	}

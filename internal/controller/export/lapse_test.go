@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/mcsd-io/mcsd/internal/metrics"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -39,6 +40,9 @@ func TestLapsedRecordsSayReady(t *testing.T) {
 	e.mustReconcile()
 	if c := assertCondition(t, e.serviceExport(), readyType, metav1.ConditionUnknown, string(mcsv1beta1.ServiceExportReasonPending)); !strings.Contains(c.Message, "expired") {
 		t.Errorf("Ready message %q does not say why", c.Message)
+	}
+	if got := exportState(e.serviceExport().Status.Conditions).Ready; got != metrics.ExportReadyUnknown {
+		t.Errorf("counted as %q, want %q", got, metrics.ExportReadyUnknown)
 	}
 
 	// A change meanwhile is not written, and written once live again.

@@ -164,6 +164,8 @@ func exportState(conds []metav1.Condition) metrics.ExportState {
 		switch {
 		case c.Status == metav1.ConditionTrue:
 			st.Ready = metrics.ExportReadyExported
+		case c.Status == metav1.ConditionUnknown:
+			st.Ready = metrics.ExportReadyUnknown
 		case c.Reason == string(mcsv1beta1.ServiceExportReasonFailed):
 			st.Ready = metrics.ExportReadyFailed
 		}
