@@ -85,10 +85,10 @@ type watcher struct {
 	unseen map[string]time.Time
 	// unsettled holds the services whose last read did not show what an
 	// operation the feed listed did (an instance registered and not read,
-	// or deregistered and still read, or registered again and read at the
-	// revision before: DiscoverInstances answers from data that
+	// or deregistered and still read, or registered again and read with
+	// the attributes from before: DiscoverInstances answers from data that
 	// propagates after the operation), by service id. Each is read again
-	// at every poll for propagation.
+	// at every poll for propagation after its last operation listed.
 	unsettled map[string]*unsettled
 	// beats are the heartbeats read, by cluster.
 	beats       map[string]*beat
