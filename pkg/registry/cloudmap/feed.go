@@ -97,8 +97,9 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 
 	// What to read: each service once, the records one by one.
 	var read []string
-	expect := map[string]*expectation{} // by service
-	var owners prefixSet                // made when an operation needs it
+	expect := map[string]map[string]wanted{} // by service, instance
+	var owners prefixSet                     // made when an operation needs it
+	now := b.now()
 	// recordIDs holds the records to read, and whether a registration of
 	// each was listed.
 	recordIDs := map[string]bool{}
@@ -130,14 +131,14 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 				continue
 			}
 			read = append(read, t.service)
+			w.noteBaseline(op, now)
 			if owners == nil {
 				owners = w.ownerPrefixes()
 			}
 			if owners.has(t.instance) {
 				// Another clusterset's instance (or another tool's) is
 				// never read: DiscoverInstances is filtered on this one.
-				w.noteBaseline(op)
-				expectInstance(expect, op)
+				expectInstance(expect, op, now)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -176,23 +177,23 @@ func TestEndpointsReadBeforeTheyPropagated(t *testing.T) {
 // instance; a registration and a deregistration of one instance expect
 // nothing of it.
 func TestExpectInstance(t *testing.T) {
-	expect := map[string]*expectation{}
+	expect := map[string]map[string]wanted{}
+	now := time.Now()
 	old := map[string]string{"READY": "true"}
 	for _, op := range []*feedOp{
 		{target: opTarget{service: "s", instance: "a"}, was: old, rev: 3},
-		{target: opTarget{service: "s", instance: "b", deregister: true}},
-		{target: opTarget{service: "s", instance: "c"}},
-		{target: opTarget{service: "s", instance: "c", deregister: true}},
-		{target: opTarget{service: "s", instance: "a"}},
+		{target: opTarget{service: "s", instance: "b", deregister: true}, rev: 3},
+		{target: opTarget{service: "s", instance: "c"}, rev: 3},
+		{target: opTarget{service: "s", instance: "c", deregister: true}, rev: 3},
 		{target: opTarget{service: "t"}},
-		{target: opTarget{service: "u", instance: "d"}, was: old, rev: 7},
 	} {
-		expectInstance(expect, op)
+		expectInstance(expect, op, now)
 	}
-	want := map[string]*expectation{
-		"s": {instances: map[string]wanted{"a": {present: true, was: old}, "b": {}}, ops: 5, after: -1},
-		"u": {instances: map[string]wanted{"d": {present: true, was: old}}, ops: 1, after: 7},
-	}
+	want := map[string]map[string]wanted{"s": {
+		"a": {present: true, was: old, rev: 3, since: now},
+		"b": {rev: 3, since: now},
+		"c": {rev: 3, ambiguous: true, since: now},
+	}}
 	if !reflect.DeepEqual(expect, want) {
 		t.Errorf("expect = %+v, want %+v", expect, want)
 	}
@@ -380,11 +381,12 @@ func TestChangedEndpointReadBeforeItPropagated(t *testing.T) {
 	})
 }
 
-// TestSettleOnAttributes: a service whose instance, read present before,
-// is registered again settles once a read shows other attributes, or, the
-// registration alone awaited, a later revision; not on the instance's
-// presence alone. Two registrations: each by its own attributes. A new
-// operation restarts the wait.
+// TestSettleOnAttributes: an instance read present before, registered
+// again, shows by other attributes, or, its the one operation listed of
+// the service, by a later revision; never by its presence alone, nor by a
+// read older than what was read before. Each instance waits for
+// propagation after its own last operation; one named by two operations at
+// once waits for all of it, whatever it reads.
 func TestSettleOnAttributes(t *testing.T) {
 	now := time.Now()
 	ready, notReady := map[string]string{"READY": "true"}, map[string]string{"READY": "false"}
@@ -396,11 +398,11 @@ func TestSettleOnAttributes(t *testing.T) {
 	}
 	// poll is one poll listing ops, whose read of the service does read.
 	poll := func(read func(), ops ...opTarget) (reread bool) {
-		expect := map[string]*expectation{}
+		expect := map[string]map[string]wanted{}
 		for _, t := range ops {
 			op := &feedOp{target: t}
-			w.noteBaseline(op)
-			expectInstance(expect, op)
+			w.noteBaseline(op, now)
+			expectInstance(expect, op, now)
 		}
 		again := w.unsettledServices(expect)
 		read()
@@ -411,41 +413,66 @@ func TestSettleOnAttributes(t *testing.T) {
 	set := func(rev int64, a, b map[string]string) func() {
 		return func() { c.revision, c.instances = rev, []instance{{ID: "a", Attrs: a}, {ID: "b", Attrs: b}} }
 	}
+	awaited := func() []string {
+		if u := w.unsettled["s"]; u != nil {
+			return slices.Sorted(maps.Keys(u.expect))
+		}
+		return nil
+	}
+	check := func(what string, want ...string) {
+		t.Helper()
+		if got := awaited(); !slices.Equal(got, want) {
+			t.Errorf("%s: awaited %v, want %v", what, got, want)
+		}
+	}
 
 	poll(same, opTarget{service: "s", instance: "a"})
-	if w.unsettled["s"] == nil {
-		t.Fatal("a registered again, read with its attributes and revision from before: settled")
+	check("a registered again, read with its attributes and revision from before", "a")
+	if !poll(set(6, notReady, ready)) {
+		t.Error("an unsettled service not read again")
 	}
-	if !poll(same) || w.unsettled["s"] == nil {
-		t.Errorf("read again as before: unsettled %+v, want it still", w.unsettled["s"])
-	}
-	if !poll(set(8, ready, ready)) || w.unsettled["s"] != nil {
-		t.Errorf("the single registration awaited, read at a later revision: unsettled %+v, want settled", w.unsettled["s"])
-	}
+	check("a read with other attributes at an older revision", "a")
+	poll(set(8, ready, ready))
+	check("the one operation listed, read at a later revision", []string{}...)
 
-	// Both registered again, one read at a later revision: the other waits.
+	// Both registered again; the revision moved by one of them: the other
+	// waits for its attributes.
 	poll(set(9, notReady, ready), opTarget{service: "s", instance: "a"}, opTarget{service: "s", instance: "b"})
-	if u := w.unsettled["s"]; u == nil || len(u.expect) != 1 || u.expect["b"].was == nil {
-		t.Fatalf("a's registration read, b's not: unsettled %+v, want b awaited", u)
-	}
+	check("a's registration read, b's not", "b")
 	now = now.Add(50 * time.Second)
-	poll(same, opTarget{service: "s", instance: "a"}) // a again: the wait starts again
-	now = now.Add(50 * time.Second)
-	if !poll(same) || w.unsettled["s"] == nil {
-		t.Errorf("%s after the last operation: unsettled %+v, want b still awaited", 50*time.Second, w.unsettled["s"])
-	}
-	if poll(set(10, ready, notReady)); w.unsettled["s"] != nil {
-		t.Errorf("b read with its new attributes: unsettled %+v, want settled", w.unsettled["s"])
-	}
+	poll(same, opTarget{service: "s", instance: "a"}) // a flaps back while b waits
+	check("a registered again, read as before", "a", "b")
+	now = now.Add(20 * time.Second)
+	poll(same)
+	check(fmt.Sprintf("%s after b's operation, %s after a's", 70*time.Second, 20*time.Second), "a")
+	poll(set(10, ready, ready))
+	check("a read with its new attributes", []string{}...)
 
-	// A new instance: its presence shows it.
-	poll(func() { c.revision, c.instances = 11, append(c.instances, instance{ID: "c", Attrs: ready}) }, opTarget{service: "s", instance: "c"})
-	if w.unsettled["s"] != nil {
-		t.Errorf("a new instance read: unsettled %+v, want settled", w.unsettled["s"])
-	}
-	poll(same, opTarget{service: "s", instance: "a"}, opTarget{service: "s", instance: "b"})
+	// Another clusterset's operation on the service moves the revision too.
+	now = now.Add(2 * propagation) // the operations above forgotten
+	other := &feedOp{target: opTarget{service: "s", instance: "other"}}
+	w.noteBaseline(other, now)
+	poll(same, opTarget{service: "s", instance: "a"})
+	poll(set(11, ready, ready))
+	check("a later revision, with another operation listed", "a")
+
+	// Two operations on one instance, their order unknown: awaited until
+	// the wait ends, whatever the reads.
 	now = now.Add(2 * propagation)
-	if poll(same) || w.unsettled["s"] != nil {
-		t.Errorf("unsettled for longer than propagation: unsettled %+v, want forgotten", w.unsettled["s"])
+	poll(set(12, ready, notReady), opTarget{service: "s", instance: "b", deregister: true}, opTarget{service: "s", instance: "b"})
+	check("b deregistered and registered at once, read changed", "b")
+	// An instance named again while an earlier operation on it is awaited.
+	now = now.Add(2 * propagation)
+	poll(set(13, ready, ready))
+	poll(same, opTarget{service: "s", instance: "a"})
+	poll(set(14, notReady, ready), opTarget{service: "s", instance: "a"})
+	check("a registered again while awaited, read changed", "a")
+	now = now.Add(propagation / 2)
+	poll(same)
+	check("half the wait after", "a")
+	now = now.Add(propagation)
+	if poll(same) {
+		t.Error("read again after the wait ended")
 	}
+	check("after the wait", []string{}...)
 }

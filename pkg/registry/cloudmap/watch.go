@@ -121,6 +121,9 @@ type serviceCache struct {
 	instances []instance
 	// added is when the watcher learned of the service.
 	added time.Time
+	// listed holds when the operations of the service listed in the last
+	// propagation were (noteListed), whatever their instance.
+	listed []time.Time
 }
 
 // feedOp is an instance operation the change feed listed.
@@ -129,8 +132,8 @@ type feedOp struct {
 	// handled is set once the service it names was read.
 	handled bool
 	// based: was and rev hold what the watcher had read of the instance
-	// when the operation was first listed (noteBaseline), kept for the
-	// polls that list it again after a failed one.
+	// and its service when the operation was first listed (noteBaseline),
+	// kept for the polls that list it again after a failed one.
 	based bool
 	was   map[string]string
 	rev   int64
@@ -383,13 +386,8 @@ func (w *watcher) readAllRecords(ctx context.Context) error {
 
 // unsettled is a service whose reads do not show yet what operations did.
 type unsettled struct {
-	// since is when a read first did not show it, or last did not show an
-	// operation then listed.
-	since time.Time
 	// expect is what is still to be read, by instance.
 	expect map[string]wanted
-	// after is the revision shortcut of the expectation (see expectation).
-	after int64
 }
 
 // wanted is what the listed operations make of one instance.
@@ -401,36 +399,42 @@ type wanted struct {
 	// attributes changed), the attributes read then: a read with the same
 	// may be from before the registration propagated. Nil otherwise.
 	was map[string]string
-}
-
-// expectation is what the operations listed make of one service.
-type expectation struct {
-	instances map[string]wanted
-	// ops counts the operations of this poll.
-	ops int
-	// after is, when a single operation is awaited and it registers an
-	// instance read present before, the instances revision read then: a
-	// read past it shows that registration, whatever its attributes (a
-	// registration of the same ones moves the revision too). -1 otherwise:
-	// another operation may have moved the revision.
-	after int64
+	// rev is the service's instances revision read when the operation was
+	// first listed, -1 if unknown: a read at an older one is older data.
+	rev int64
+	// ambiguous: more than one operation on the instance awaited at once
+	// (registered twice, or registered and deregistered, their order
+	// unknown): no read tells which one it shows, so it is read again
+	// until its wait ends.
+	ambiguous bool
+	// since is when its last operation was listed: it is read again until
+	// propagation after.
+	since time.Time
 }
 
 // noteBaseline records in op, when it is first listed, what the watcher
-// had read of its instance: a registration of an instance read present
-// shows in a later read only by its attributes or the revision.
-func (w *watcher) noteBaseline(op *feedOp) {
+// had read of its service and instance, and counts the operation in the
+// service's (noteListed).
+func (w *watcher) noteBaseline(op *feedOp, now time.Time) {
 	if op.based {
 		return
 	}
 	op.based, op.rev = true, -1
 	c := w.services[op.target.service]
-	if c == nil || !c.read || op.target.deregister {
+	if c == nil {
+		return
+	}
+	c.noteListed(now)
+	if !c.read {
+		return
+	}
+	op.rev = c.revision
+	if op.target.deregister {
 		return
 	}
 	for _, in := range c.instances {
 		if in.ID == op.target.instance {
-			op.was, op.rev = maps.Clone(in.Attrs), c.revision
+			op.was = maps.Clone(in.Attrs)
 			if op.was == nil {
 				op.was = map[string]string{}
 			}
@@ -439,62 +443,70 @@ func (w *watcher) noteBaseline(op *feedOp) {
 	}
 }
 
-// expectInstance records in expect what op makes of its instance.
-// Operations of one window that disagree on an instance (it was registered
-// and deregistered) expect nothing of it.
-func expectInstance(expect map[string]*expectation, op *feedOp) {
+// noteListed counts an operation of the service listed at now, and
+// forgets those listed longer than propagation ago.
+func (c *serviceCache) noteListed(now time.Time) {
+	c.listed = append(c.recentlyListed(now), now)
+}
+
+// recentlyListed returns when the operations of the service listed less
+// than propagation before now were.
+func (c *serviceCache) recentlyListed(now time.Time) []time.Time {
+	c.listed = slices.DeleteFunc(c.listed, func(at time.Time) bool { return now.Sub(at) > propagation })
+	return c.listed
+}
+
+// expectInstance records in expect, by service and instance, what op,
+// listed at now, makes of its instance. Two operations of one window on
+// one instance make it ambiguous.
+func expectInstance(expect map[string]map[string]wanted, op *feedOp, now time.Time) {
 	t := op.target
 	if t.instance == "" {
 		return
 	}
-	e := expect[t.service]
-	if e == nil {
-		e = &expectation{instances: map[string]wanted{}, after: -1}
-		expect[t.service] = e
+	m := expect[t.service]
+	if m == nil {
+		m = map[string]wanted{}
+		expect[t.service] = m
 	}
-	e.ops++
-	e.after = -1
-	if e.ops == 1 && op.was != nil && op.rev >= 0 {
-		e.after = op.rev
-	}
-	want := wanted{present: !t.deregister}
+	want := wanted{present: !t.deregister, rev: op.rev, since: now}
 	if want.present {
 		want.was = op.was
 	}
-	if prev, ok := e.instances[t.instance]; ok {
-		if prev.present != want.present {
-			delete(e.instances, t.instance)
-			return
-		}
-		if prev.was != nil {
-			want.was = prev.was
-		}
+	if _, ok := m[t.instance]; ok {
+		want.ambiguous = true
 	}
-	e.instances[t.instance] = want
+	m[t.instance] = want
 }
 
 // unsettledServices returns the services to read again (watcher.unsettled),
-// and forgets those unsettled for longer than propagation. The operations
-// of this poll, in expect, take their place in what is expected.
-func (w *watcher) unsettledServices(expect map[string]*expectation) []string {
+// and forgets the instances awaited for longer than propagation (the
+// services left with none). The operations of this poll, in expect, take
+// their place in what is expected: an instance awaited from before that
+// one of them names again is ambiguous.
+func (w *watcher) unsettledServices(expect map[string]map[string]wanted) []string {
 	now := w.b.now()
 	var out []string
 	for id, u := range w.unsettled {
-		if now.Sub(u.since) > propagation {
+		m := expect[id]
+		for inst, want := range u.expect {
+			if now.Sub(want.since) > propagation {
+				continue
+			}
+			if m == nil {
+				m = map[string]wanted{}
+				expect[id] = m
+			}
+			if fresh, ok := m[inst]; ok {
+				fresh.ambiguous = true
+				m[inst] = fresh
+				continue
+			}
+			m[inst] = want
+		}
+		if m == nil {
 			delete(w.unsettled, id)
 			continue
-		}
-		e := expect[id]
-		if e == nil {
-			e = &expectation{instances: map[string]wanted{}, after: u.after}
-			expect[id] = e
-		} else {
-			e.after = -1 // more than one operation awaited
-		}
-		for inst, want := range u.expect {
-			if _, ok := e.instances[inst]; !ok {
-				e.instances[inst] = want
-			}
 		}
 		out = append(out, id)
 	}
@@ -502,12 +514,15 @@ func (w *watcher) unsettledServices(expect map[string]*expectation) []string {
 }
 
 // settle compares what was read of each service with what expect says of
-// its instances: a service that does not show it yet is unsettled (read
-// again at the next polls, for propagation since the last operation
-// listed), one that does is settled.
-func (w *watcher) settle(expect map[string]*expectation) {
+// its instances: an instance the read does not show yet stays awaited (its
+// service read again at the next polls), and a service with none left is
+// settled. A registration of an instance read present before shows by
+// other attributes than those read then, or, when it is the one operation
+// listed of its service for propagation, by a later revision (which any
+// other operation, of this clusterset or not, may have moved).
+func (w *watcher) settle(expect map[string]map[string]wanted) {
 	now := w.b.now()
-	for id, e := range expect {
+	for id, m := range expect {
 		c := w.services[id]
 		if c == nil || !c.read {
 			delete(w.unsettled, id)
@@ -517,26 +532,25 @@ func (w *watcher) settle(expect map[string]*expectation) {
 		for _, in := range c.instances {
 			read[in.ID] = in.Attrs
 		}
-		passed := e.after >= 0 && c.revision > e.after
+		single := len(m) == 1 && len(c.recentlyListed(now)) == 1
 		missing := map[string]wanted{}
-		for inst, want := range e.instances {
+		for inst, want := range m {
 			attrs, ok := read[inst]
-			shown := ok == want.present
-			if shown && want.was != nil && maps.Equal(attrs, want.was) && !passed {
-				shown = false // the attributes from before the registration
+			shown := !want.ambiguous && ok == want.present
+			older := c.revision >= 0 && want.rev >= 0 && c.revision < want.rev
+			passed := single && c.revision >= 0 && want.rev >= 0 && c.revision > want.rev
+			if shown && (older || want.was != nil && maps.Equal(attrs, want.was) && !passed) {
+				shown = false // data from before the operation
 			}
 			if !shown {
 				missing[inst] = want
 			}
 		}
-		switch u := w.unsettled[id]; {
-		case len(missing) == 0:
+		if len(missing) == 0 {
 			delete(w.unsettled, id)
-		case u == nil || e.ops > 0:
-			w.unsettled[id] = &unsettled{since: now, expect: missing, after: e.after}
-		default:
-			u.expect = missing
+			continue
 		}
+		w.unsettled[id] = &unsettled{expect: missing}
 	}
 }
 
