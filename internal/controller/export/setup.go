@@ -53,25 +53,21 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.slicesIndexed = true
 	log := mgr.GetLogger().WithValues("controller", ControllerName)
 	exported := make(chan event.TypedGenericEvent[*mcsv1beta1.ServiceExport])
-	cleanup := manager.RunnableFunc(func(ctx context.Context) error {
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
+	// Each runs once the caches have synced, and hands ServiceExports to the
+	// controller's queue through exported.
+	afterSync := func(f func(context.Context, chan<- event.TypedGenericEvent[*mcsv1beta1.ServiceExport])) manager.Runnable {
+		return manager.RunnableFunc(func(ctx context.Context) error {
+			if mgr.GetCache().WaitForCacheSync(ctx) {
+				f(ctrl.LoggerInto(ctx, log), exported)
+			}
 			return nil
-		}
-		r.enqueueExported(ctrl.LoggerInto(ctx, log), exported)
-		return nil
-	})
-	if err := mgr.Add(cleanup); err != nil {
+		})
+	}
+	if err := mgr.Add(afterSync(r.enqueueExported)); err != nil {
 		return fmt.Errorf("add export cleanup: %w", err)
 	}
 	if r.Lapses != nil {
-		lapses := manager.RunnableFunc(func(ctx context.Context) error {
-			if !mgr.GetCache().WaitForCacheSync(ctx) {
-				return nil
-			}
-			r.enqueueOnLapse(ctrl.LoggerInto(ctx, log), exported)
-			return nil
-		})
-		if err := mgr.Add(lapses); err != nil {
+		if err := mgr.Add(afterSync(r.enqueueOnLapse)); err != nil {
 			return fmt.Errorf("add export lapse source: %w", err)
 		}
 	}
