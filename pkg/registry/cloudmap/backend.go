@@ -114,7 +114,10 @@ type opTarget struct {
 	// deregister: the operation deregisters the instance (else it
 	// registers it).
 	deregister bool
-	at         time.Time
+	// attrs are, for a registration, the attributes written (of this
+	// cluster's own writes alone; nil otherwise).
+	attrs map[string]string
+	at    time.Time
 }
 
 // newReader makes the reader of opts over api, and the function that

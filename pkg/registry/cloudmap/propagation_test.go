@@ -476,3 +476,67 @@ func TestSettleOnAttributes(t *testing.T) {
 	}
 	check("after the wait", []string{}...)
 }
+
+// TestOwnOperationsSettleByWhatWasWritten: the backend's own registration
+// shows when a read has the attributes it wrote, even those read before
+// its operation was listed; of two of its own operations on one instance,
+// the later is awaited, not both.
+func TestOwnOperationsSettleByWhatWasWritten(t *testing.T) {
+	now := time.Now()
+	ready, notReady := map[string]string{"READY": "true"}, map[string]string{"READY": "false"}
+	c := &serviceCache{read: true, revision: 7, instances: []instance{{ID: "a", Attrs: notReady}}}
+	w := &watcher{
+		b:         &reader{now: func() time.Time { return now }},
+		services:  map[string]*serviceCache{"s": c},
+		unsettled: map[string]*unsettled{},
+	}
+	poll := func(ops ...opTarget) {
+		expect := map[string]map[string]wanted{}
+		for _, t := range ops {
+			op := &feedOp{target: t}
+			w.noteBaseline(op, now)
+			expectInstance(expect, op, now)
+		}
+		w.unsettledServices(expect)
+		w.settle(expect)
+	}
+	// Read already, before the operation was listed.
+	poll(opTarget{service: "s", instance: "a", attrs: notReady, at: now})
+	if u := w.unsettled["s"]; u != nil {
+		t.Errorf("own registration read with the attributes written: awaited %+v", u.expect)
+	}
+	// Two of its own: the later, not yet read.
+	poll(opTarget{service: "s", instance: "a", attrs: ready, at: now.Add(time.Second)},
+		opTarget{service: "s", instance: "a", attrs: notReady, at: now})
+	if u := w.unsettled["s"]; u == nil || u.expect["a"].ambiguous || !maps.Equal(u.expect["a"].attrs, ready) {
+		t.Fatalf("two own registrations, the later not read: awaited %+v, want a with the later's attributes", u)
+	}
+	c.revision, c.instances = 8, []instance{{ID: "a", Attrs: ready}}
+	poll()
+	if u := w.unsettled["s"]; u != nil {
+		t.Errorf("the later registration read: awaited %+v", u.expect)
+	}
+}
+
+// TestUnsettledKeysForTheGuard: the guard leaves alone a service whose
+// reads do not show yet an operation of the backend's own, and judges one
+// where only another's, or another's beside its own on one instance
+// (someone else deleted it, say), is awaited.
+func TestUnsettledKeysForTheGuard(t *testing.T) {
+	now := time.Now()
+	svc := func(name string) *serviceCache {
+		return &serviceCache{svc: service{Name: name, NS: namespace{Name: "shop"}}, read: true}
+	}
+	w := &watcher{
+		services: map[string]*serviceCache{"own": svc("own"), "other": svc("other"), "both": svc("both")},
+		unsettled: map[string]*unsettled{
+			"own":   {expect: map[string]wanted{"a": {present: true, at: now}}},
+			"other": {expect: map[string]wanted{"a": {present: true}}},
+			"both":  {expect: map[string]wanted{"a": {present: true, at: now, ambiguous: true}}},
+		},
+	}
+	want := map[registry.ServiceKey]bool{{Namespace: "shop", Name: "own"}: true}
+	if got := w.unsettledKeys(); !reflect.DeepEqual(got, want) {
+		t.Errorf("unsettledKeys() = %v, want %v", got, want)
+	}
+}

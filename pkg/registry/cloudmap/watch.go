@@ -399,14 +399,20 @@ type wanted struct {
 	// attributes changed), the attributes read then: a read with the same
 	// may be from before the registration propagated. Nil otherwise.
 	was map[string]string
+	// attrs are, for a registration of the backend's own, the attributes
+	// it wrote: a read shows it when it has them (was is not needed).
+	attrs map[string]string
 	// rev is the service's instances revision read when the operation was
 	// first listed, -1 if unknown: a read at an older one is older data.
 	rev int64
 	// ambiguous: more than one operation on the instance awaited at once
 	// (registered twice, or registered and deregistered, their order
 	// unknown): no read tells which one it shows, so it is read again
-	// until its wait ends.
+	// until its wait ends. The backend's own operations are ordered by
+	// at instead.
 	ambiguous bool
+	// at is when the backend's own operation was sent; zero for another's.
+	at time.Time
 	// since is when its last operation was listed: it is read again until
 	// propagation after.
 	since time.Time
@@ -469,14 +475,32 @@ func expectInstance(expect map[string]map[string]wanted, op *feedOp, now time.Ti
 		m = map[string]wanted{}
 		expect[t.service] = m
 	}
-	want := wanted{present: !t.deregister, rev: op.rev, since: now}
+	want := wanted{present: !t.deregister, rev: op.rev, since: now, at: t.at}
 	if want.present {
-		want.was = op.was
+		want.was, want.attrs = op.was, t.attrs
 	}
-	if _, ok := m[t.instance]; ok {
-		want.ambiguous = true
+	if prev, ok := m[t.instance]; ok {
+		want = later(prev, want)
 	}
 	m[t.instance] = want
+}
+
+// later is what two operations on one instance, a and b, awaited at once,
+// make of it: the later of the backend's own, else ambiguous.
+func later(a, b wanted) wanted {
+	if a.at.IsZero() || b.at.IsZero() || a.ambiguous || b.ambiguous {
+		b.ambiguous = true
+		return b
+	}
+	since := a.since
+	if b.since.After(since) {
+		since = b.since
+	}
+	if a.at.After(b.at) {
+		b = a
+	}
+	b.since = since
+	return b
 }
 
 // unsettledServices returns the services to read again (watcher.unsettled),
@@ -498,8 +522,7 @@ func (w *watcher) unsettledServices(expect map[string]map[string]wanted) []strin
 				expect[id] = m
 			}
 			if fresh, ok := m[inst]; ok {
-				fresh.ambiguous = true
-				m[inst] = fresh
+				m[inst] = later(want, fresh)
 				continue
 			}
 			m[inst] = want
@@ -539,8 +562,14 @@ func (w *watcher) settle(expect map[string]map[string]wanted) {
 			shown := !want.ambiguous && ok == want.present
 			older := c.revision >= 0 && want.rev >= 0 && c.revision < want.rev
 			passed := single && c.revision >= 0 && want.rev >= 0 && c.revision > want.rev
-			if shown && (older || want.was != nil && maps.Equal(attrs, want.was) && !passed) {
+			switch {
+			case !shown:
+			case older:
 				shown = false // data from before the operation
+			case want.attrs != nil:
+				shown = holds(attrs, want.attrs)
+			case want.was != nil && maps.Equal(attrs, want.was) && !passed:
+				shown = false // maybe the attributes from before
 			}
 			if !shown {
 				missing[inst] = want
@@ -552,6 +581,16 @@ func (w *watcher) settle(expect map[string]map[string]wanted) {
 		}
 		w.unsettled[id] = &unsettled{expect: missing}
 	}
+}
+
+// holds reports whether attrs has every attribute of want, with its value.
+func holds(attrs, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := attrs[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // ownerPrefixes are the owner prefixes of the clusterset's clusters whose
@@ -574,19 +613,29 @@ func (s prefixSet) has(id string) bool {
 	return ok && s[prefix]
 }
 
-// unsettledKeys are the Services of the unsettled services; nil when none.
+// unsettledKeys are the Services whose reads do not show yet an operation
+// of the backend's own (the guard does not judge those); nil when none.
+// Only another's operations awaited, or one of them on an instance the
+// backend wrote too (ambiguous: someone else deleted or rewrote it, say),
+// leave the guard to judge: a repair of a read that was only stale writes
+// again what is there.
 func (w *watcher) unsettledKeys() map[registry.ServiceKey]bool {
-	if len(w.unsettled) == 0 {
-		return nil
-	}
-	keys := make(map[registry.ServiceKey]bool, len(w.unsettled))
-	for id := range w.unsettled {
-		if c := w.services[id]; c != nil {
-			keys[registry.ServiceKey{Namespace: c.svc.NS.Name, Name: c.svc.Name}] = true
+	var keys map[registry.ServiceKey]bool
+	for id, u := range w.unsettled {
+		c := w.services[id]
+		if c == nil || !slices.ContainsFunc(slices.Collect(maps.Values(u.expect)), ownAwaited) {
+			continue
 		}
+		if keys == nil {
+			keys = map[registry.ServiceKey]bool{}
+		}
+		keys[registry.ServiceKey{Namespace: c.svc.NS.Name, Name: c.svc.Name}] = true
 	}
 	return keys
 }
+
+// ownAwaited reports whether want is the backend's own operation alone.
+func ownAwaited(want wanted) bool { return !want.at.IsZero() && !want.ambiguous }
 
 // unseenRecords returns the records to look for again (watcher.unseen),
 // and forgets those looked for longer than propagation.

@@ -525,7 +525,7 @@ func (b *Backend) register(ctx context.Context, svc service, in instance) error 
 		// registration may have been made.
 		return fmt.Errorf("register instance %s: %w: %w", in.ID, errUnconfirmed, err)
 	}
-	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: in.ID})
+	b.noteOp(aws.ToString(out.OperationId), opTarget{service: svc.ID, instance: in.ID, attrs: in.Attrs})
 	if _, err := b.waitOperation(ctx, aws.ToString(out.OperationId)); err != nil {
 		return fmt.Errorf("register instance %s: %w: %w", in.ID, errUnconfirmed, err)
 	}
