@@ -435,8 +435,8 @@ func (w *watcher) noteBaseline(op *feedOp, now time.Time) {
 		return
 	}
 	op.rev = c.revision
-	if op.target.deregister {
-		return
+	if op.target.deregister || op.target.attrs != nil {
+		return // what the backend wrote itself is known (wanted.attrs)
 	}
 	for _, in := range c.instances {
 		if in.ID == op.target.instance {
@@ -623,7 +623,7 @@ func (w *watcher) unsettledKeys() map[registry.ServiceKey]bool {
 	var keys map[registry.ServiceKey]bool
 	for id, u := range w.unsettled {
 		c := w.services[id]
-		if c == nil || !slices.ContainsFunc(slices.Collect(maps.Values(u.expect)), ownAwaited) {
+		if c == nil || !u.ownAwaited() {
 			continue
 		}
 		if keys == nil {
@@ -634,8 +634,16 @@ func (w *watcher) unsettledKeys() map[registry.ServiceKey]bool {
 	return keys
 }
 
-// ownAwaited reports whether want is the backend's own operation alone.
-func ownAwaited(want wanted) bool { return !want.at.IsZero() && !want.ambiguous }
+// ownAwaited reports whether u awaits an operation of the backend's own
+// alone on an instance.
+func (u *unsettled) ownAwaited() bool {
+	for _, want := range u.expect {
+		if !want.at.IsZero() && !want.ambiguous {
+			return true
+		}
+	}
+	return false
+}
 
 // unseenRecords returns the records to look for again (watcher.unseen),
 // and forgets those looked for longer than propagation.
