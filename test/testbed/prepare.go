@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
@@ -42,6 +45,15 @@ func (c *Cluster) prepare(ctx context.Context) error {
 		return err
 	}
 	if err := InstallCRDs(ctx, cl); err != nil {
+		return err
+	}
+	// Established comes before the API server's discovery lists the new
+	// group versions; a client that maps a kind in between fails.
+	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
+	if err != nil {
+		return fmt.Errorf("discovery client for %s: %w", c.ID, err)
+	}
+	if err := waitDiscovered(ctx, dc); err != nil {
 		return err
 	}
 	// A new client discovers the CRDs just installed.
@@ -120,6 +132,66 @@ func InstallCRDs(ctx context.Context, cl client.Client) error {
 		}
 	}
 	return nil
+}
+
+// waitDiscovered waits until discovery lists every served version of each of
+// mcsd's CRDs with its resource.
+func waitDiscovered(ctx context.Context, dc discovery.DiscoveryInterface) error {
+	crds, err := crd.All()
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, defaultWait, "mcsd's APIs to be discovered", func(context.Context) (bool, error) {
+		missing, err := undiscovered(dc, crds)
+		if err != nil {
+			return false, err
+		}
+		if len(missing) > 0 {
+			return false, fmt.Errorf("not yet discovered: %s", strings.Join(missing, ", "))
+		}
+		return true, nil
+	})
+}
+
+// undiscovered returns the served group versions and resources of crds that
+// discovery does not list yet, as "group/version/resource".
+func undiscovered(dc discovery.DiscoveryInterface, crds []*apiextensionsv1.CustomResourceDefinition) ([]string, error) {
+	groups, err := dc.ServerGroups()
+	if err != nil {
+		return nil, fmt.Errorf("list API groups: %w", err)
+	}
+	listed := map[string]bool{}
+	for _, g := range groups.Groups {
+		for _, v := range g.Versions {
+			listed[v.GroupVersion] = true
+		}
+	}
+	var missing []string
+	for _, c := range crds {
+		for _, v := range c.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			gv := c.Spec.Group + "/" + v.Name
+			name := gv + "/" + c.Spec.Names.Plural
+			if !listed[gv] {
+				missing = append(missing, name)
+				continue
+			}
+			resources, err := dc.ServerResourcesForGroupVersion(gv)
+			if apierrors.IsNotFound(err) {
+				missing = append(missing, name)
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list resources of %s: %w", gv, err)
+			}
+			if !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == c.Spec.Names.Plural }) {
+				missing = append(missing, name)
+			}
+		}
+	}
+	return missing, nil
 }
 
 func ensureProperty(ctx context.Context, cl client.Client, name, value string) error {
