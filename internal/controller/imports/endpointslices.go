@@ -299,22 +299,18 @@ func setSliceOwners(s *scope, replacing bool) {
 // import's port names, with the cluster's own port numbers; the slices of a
 // cluster that serves none of the import's ports list its endpoints without
 // ports, so that kube-proxy sends them no traffic for the import (a
-// headless import leaves such a cluster out: DNS would name its endpoints).
-// For each IP family of the import that the cluster has no endpoints of (or
-// no endpoints record yet), it gets one empty slice of that address type,
-// without ports, as Kubernetes' EndpointSlice controller keeps a
-// placeholder. Endpoints whose hints differ by port get a set of slices for
+// headless import leaves such endpoints out: DNS would name them). Only
+// the import's IP families are listed (all, while it names none). For
+// each IP family of the import that the cluster has no endpoints of (or
+// no endpoints record yet, or none listed), it gets one empty slice of that
+// address type, without ports, as Kubernetes' EndpointSlice controller
+// keeps a placeholder. Endpoints whose hints differ by port get a set of slices for
 // each set of ports hinted alike (topology.Hints.PortSets).
 func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints, have []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
 	importPorts := s.res.Spec.Ports
 	headless := s.res.Spec.Type == mcsv1beta1.Headless
 	served := s.res.Served[cluster]
-	if headless && len(importPorts) > 0 && len(served) == 0 {
-		// DNS answers with every endpoint of a headless import's slices,
-		// ports or not: a cluster that serves none of its ports is left
-		// out, so that no name leads to it.
-		return nil
-	}
+	families := familyAddressTypes(s.res.Spec.IPFamilies)
 	// Groups whose served ports are the same share slices.
 	type set struct {
 		addressType discoveryv1.AddressType
@@ -324,8 +320,17 @@ func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints, have 
 	sets := map[string]*set{}
 	has := map[discoveryv1.AddressType]bool{} // families the cluster has endpoints of
 	for _, g := range endpoints.Groups {
+		if len(families) > 0 && !slices.Contains(families, g.AddressType) {
+			// A family the import does not have: its clients cannot ask
+			// for it, and a headless import's DNS would answer with these
+			// endpoints alone (merge: no IPFamilyConflict for it).
+			continue
+		}
 		ports := slicePorts(g.Ports, served, importPorts)
 		if headless && len(importPorts) > 0 && len(ports) == 0 {
+			// DNS answers with every endpoint of a headless import's
+			// slices, ports or not: endpoints that serve none of its ports
+			// are left out, so that no name leads to them.
 			continue
 		}
 		has[g.AddressType] = has[g.AddressType] || len(g.Endpoints) > 0
@@ -353,7 +358,7 @@ func clusterSlices(s *scope, cluster string, endpoints registry.Endpoints, have 
 		}
 	}
 	var out []*discoveryv1.EndpointSlice
-	for _, at := range familyAddressTypes(s.res.Spec.IPFamilies) {
+	for _, at := range families {
 		if !has[at] {
 			out = append(out, newSlice(s, cluster, string(at)+"|", 0, at, nil, nil))
 		}

@@ -148,16 +148,54 @@ func TestHints(t *testing.T) {
 	e.steady("web")
 }
 
-// TestHeadlessClusterServingNoPortGetsNoSlices: DNS answers with every
-// endpoint of a headless import's slices, so a cluster whose port lost a
-// conflict is left out rather than listed without ports.
-func TestHeadlessClusterServingNoPortGetsNoSlices(t *testing.T) {
+// TestHeadlessClusterServingNoPortListsNoEndpoints: DNS answers with every
+// endpoint of a headless import's slices, so the endpoints of a cluster
+// whose port lost a conflict are left out rather than listed without
+// ports; the cluster still has its empty slice of each family of the
+// import, as every source cluster does.
+func TestHeadlessClusterServingNoPortListsNoEndpoints(t *testing.T) {
 	e := newEnv(t, namespace(testNS))
 	twoHeadlessDB(e, 5433, ready("10.1.0.1"), ready("10.2.0.1"))
 	e.reconcile("web")
 	byCluster := e.slices("web")
-	if _, ok := byCluster["west"]; ok || len(byCluster["east"]) != 1 {
-		t.Fatalf("slices by cluster: %v", byCluster)
+	if len(byCluster["east"]) != 1 || len(byCluster["east"][0].Endpoints) != 1 {
+		t.Fatalf("east's slices: %v", byCluster["east"])
+	}
+	west := byCluster["west"]
+	if len(west) != 1 || west[0].AddressType != discoveryv1.AddressTypeIPv4 || len(west[0].Endpoints) != 0 || len(west[0].Ports) != 0 {
+		t.Fatalf("west's slices: %v, want one empty IPv4 slice without ports", west)
+	}
+	e.steady("web")
+}
+
+// TestHeadlessImportListsItsFamiliesOnly: a headless import has the IP
+// families of its oldest export; a newer export of more families does not
+// conflict (merge), so its endpoints of the other family are not listed:
+// DNS would answer that family's queries with that cluster's endpoints
+// alone.
+func TestHeadlessImportListsItsFamiliesOnly(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	dbPort := []registry.EndpointPort{epPort("db", 5432)}
+	e.publish([]registry.Export{
+		export("east", registry.Headless, v4, port("db", corev1.ProtocolTCP, 5432)),
+		export("west", registry.Headless, dual, port("db", corev1.ProtocolTCP, 5432)),
+	},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, dbPort, ready("10.1.0.1"))),
+		endpoints("west",
+			group(discoveryv1.AddressTypeIPv4, dbPort, ready("10.2.0.1")),
+			group(discoveryv1.AddressTypeIPv6, dbPort, ready("fd00::2:1"))),
+	)
+	e.reconcile("web")
+	wantCondition(t, e.serviceImport("web"), "Ready", metav1.ConditionTrue, "Ready")
+	for cluster, slices := range e.slices("web") {
+		for _, sl := range slices {
+			if sl.AddressType != discoveryv1.AddressTypeIPv4 {
+				t.Errorf("cluster %s has a slice of %s, which the import does not have: %v", cluster, sl.AddressType, sl.Endpoints)
+			}
+		}
+	}
+	if got := zoneHints(e.slices("web")); len(got) != 2 {
+		t.Errorf("endpoints listed: %v, want 10.1.0.1 and 10.2.0.1", got)
 	}
 	e.steady("web")
 }

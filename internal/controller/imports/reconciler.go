@@ -574,6 +574,7 @@ func (r *Reconciler) applyImport(ctx context.Context, s *scope) error {
 	if err := r.readDerivedService(ctx, s); err != nil {
 		return err
 	}
+	keepPrimaryFamily(s.res.Spec.IPFamilies, s.svc)
 	s.statusKnown = true
 	clusterSetIP := s.res.Spec.Type == mcsv1beta1.ClusterSetIP
 	replacing := s.svc != nil && (!clusterSetIP || needsRecreate(s.svc, s.res.Spec.IPFamilies))
@@ -661,7 +662,11 @@ func (r *Reconciler) applyOwnEndpoints(ctx context.Context, s *scope) error {
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.key.Namespace, Name: s.derivedName}, svc); err != nil {
 			return client.IgnoreNotFound(fmt.Errorf("get derived Service: %w", err))
 		}
-		if !isOurService(svc, s.key.Name) || needsRecreate(svc, s.res.Spec.IPFamilies) {
+		if !isOurService(svc, s.key.Name) {
+			return nil
+		}
+		keepPrimaryFamily(s.res.Spec.IPFamilies, svc)
+		if needsRecreate(svc, s.res.Spec.IPFamilies) {
 			return nil
 		}
 		s.svc = svc

@@ -596,6 +596,9 @@ func TestForeignDerivedService(t *testing.T) {
 			t.Error("slices route the foreign Service to the import's endpoints")
 		}
 	}
+	if n, ok := si.Annotations[wellknown.AnnotationDerivedService]; ok {
+		t.Errorf("the import names %q, the foreign Service, as its derived Service: a gateway would route to it", n)
+	}
 	e.events()
 	e.steady("web")
 
@@ -606,6 +609,9 @@ func TestForeignDerivedService(t *testing.T) {
 	e.reconcile("web")
 	if svc := e.service(squatter.Name); svc == nil || !isManaged(svc) {
 		t.Fatal("no derived Service after the foreign one was deleted")
+	}
+	if n := e.serviceImport("web").Annotations[wellknown.AnnotationDerivedService]; n != squatter.Name {
+		t.Errorf("derived-service annotation %q, want %q", n, squatter.Name)
 	}
 	for _, ss := range e.slices("web") {
 		if ss[0].Labels[discoveryv1.LabelServiceName] != squatter.Name {
@@ -1751,6 +1757,71 @@ func TestSecondaryFamilyChangedInPlace(t *testing.T) {
 		t.Errorf("cluster IPs %v policy %v, want 10.96.0.10 SingleStack", svc.Spec.ClusterIPs, svc.Spec.IPFamilyPolicy)
 	}
 	if d := cmp.Diff([]string{"10.96.0.10"}, e.serviceImport("web").Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	e.steady("web")
+}
+
+// TestFamilyOrderKeepsService: the import's families follow its oldest
+// export, but a change of their order alone (the oldest export of one order
+// withdrawn, the next listing them the other way), or a new family listed
+// first, keeps the derived Service and the import's IPs: Kubernetes cannot
+// change a Service's primary family, and the IPs must stay stable while
+// every family is still served.
+func TestFamilyOrderKeepsService(t *testing.T) {
+	e := newEnv(t, namespace(testNS))
+	v6v4 := []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
+	e.publish([]registry.Export{
+		export("east", registry.ClusterSetIP, dual, port("http", corev1.ProtocolTCP, 80)),
+		export("west", registry.ClusterSetIP, v6v4, port("http", corev1.ProtocolTCP, 80)),
+	})
+	e.reconcile("web")
+	e.allocate("web", "10.96.0.10", "fd00::10")
+	e.reconcile("web")
+	old := e.service(DerivedServiceName("web"))
+	ips := []string{"10.96.0.10", "fd00::10"}
+	if d := cmp.Diff(ips, e.serviceImport("web").Spec.IPs); d != "" {
+		t.Fatalf("ips (-want +got):\n%s", d)
+	}
+	e.steady("web")
+	e.events()
+
+	// east withdrawn: west, now the oldest, lists IPv6 first.
+	e.unexport("east")
+	e.reconcile("web")
+	if svc := e.service(DerivedServiceName("web")); svc == nil || svc.UID != old.UID {
+		t.Fatalf("derived Service recreated for a change of family order: %+v", svc)
+	}
+	si := e.serviceImport("web")
+	if d := cmp.Diff(ips, si.Spec.IPs); d != "" {
+		t.Errorf("ips (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(dual, si.Spec.IPFamilies); d != "" {
+		t.Errorf("families (-want +got):\n%s", d)
+	}
+	if ev := e.events(); slices.ContainsFunc(ev, func(s string) bool { return strings.Contains(s, eventServiceRecreated) }) {
+		t.Errorf("events %v", ev)
+	}
+	e.steady("web")
+
+	// West single-stack IPv4, then dual-stack again with IPv6 first: the
+	// secondary family goes and comes back in place.
+	e.publish([]registry.Export{export("west", registry.ClusterSetIP, v4, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	e.allocate("web", "10.96.0.10")
+	e.reconcile("web")
+	e.publish([]registry.Export{export("west", registry.ClusterSetIP, v6v4, port("http", corev1.ProtocolTCP, 80))})
+	e.reconcile("web")
+	svc := e.service(DerivedServiceName("web"))
+	if svc == nil || svc.UID != old.UID {
+		t.Fatalf("derived Service recreated for a family added before its own: %+v", svc)
+	}
+	if d := cmp.Diff(dual, svc.Spec.IPFamilies); d != "" {
+		t.Errorf("derived Service's families (-want +got):\n%s", d)
+	}
+	e.allocate("web", "10.96.0.10", "fd00::11")
+	e.reconcile("web")
+	if d := cmp.Diff([]string{"10.96.0.10", "fd00::11"}, e.serviceImport("web").Spec.IPs); d != "" {
 		t.Errorf("ips (-want +got):\n%s", d)
 	}
 	e.steady("web")

@@ -36,11 +36,13 @@ import (
 //
 // The import's IPs must stay stable for its whole life, so the Service is
 // updated in place and never recreated, with one exception: when the
-// import's primary IP family changes (the oldest export changed its
-// families), the Service is deleted and created again, since Kubernetes
-// does not let a Service change its primary family, and the import's IPs
-// change with it. A secondary family added or dropped is changed in place:
-// the primary cluster IP stays. mcsd compares the families it asked for
+// import no longer has the Service's primary IP family (the oldest export
+// changed its families), the Service is deleted and created again, since
+// Kubernetes does not let a Service change its primary family, and the
+// import's IPs change with it. While the import has that family, it comes
+// first in the import's families whatever the oldest export's order
+// (keepPrimaryFamily), and a secondary family added or dropped is changed in
+// place: the primary cluster IP stays. mcsd compares the families it asked for
 // (wellknown.AnnotationIPFamilies), not the ones the Service got, so a
 // Service the cluster gave fewer families is not changed over and over.
 //
@@ -414,6 +416,25 @@ func refusedFamilies(err error, families []corev1.IPFamily) []corev1.IPFamily {
 		bad = families[1:]
 	}
 	return bad
+}
+
+// keepPrimaryFamily moves the primary IP family of the derived Service svc
+// to the front of families, the import's, when they have it: an oldest
+// export that lists the same families in another order, or adds the other
+// one, changes neither the Service nor the import's IPs. families is
+// changed in place.
+func keepPrimaryFamily(families []corev1.IPFamily, svc *corev1.Service) {
+	if svc == nil || len(families) < 2 {
+		return
+	}
+	has, _ := importIPs(svc, nil)
+	if len(has) == 0 {
+		return
+	}
+	if i := slices.Index(families, has[0]); i > 0 {
+		copy(families[1:i+1], families[:i])
+		families[0] = has[0]
+	}
 }
 
 // needsRecreate reports whether the derived Service svc must be deleted and

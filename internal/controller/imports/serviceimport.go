@@ -101,7 +101,11 @@ func desiredImport(s *scope) *mcsv1beta1.ServiceImport {
 	spec.IPs = nil
 	s.retiring.annotate(annotations)
 	if spec.Type == mcsv1beta1.ClusterSetIP {
-		annotations[wellknown.AnnotationDerivedService] = s.derivedName
+		if s.foreignSvc == nil {
+			// Not while another party's Service holds the name: a
+			// gateway would send the import's traffic to its pods.
+			annotations[wellknown.AnnotationDerivedService] = s.derivedName
+		}
 		if s.svc != nil && !needsRecreate(s.svc, spec.IPFamilies) {
 			spec.IPFamilies, spec.IPs = importIPs(s.svc, spec.IPFamilies)
 		}

@@ -139,7 +139,7 @@ func writtenByMcsdAlone(sl *discoveryv1.EndpointSlice) bool {
 
 // sliceInputsVersion changes when clusterSlices makes other slices of the
 // same inputs, so that every digest does.
-const sliceInputsVersion = "1"
+const sliceInputsVersion = "2"
 
 // sliceInputs is the digest of everything clusterSlices makes cluster's
 // slices from: the Service's name, the cluster and whether it is this
