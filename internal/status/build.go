@@ -19,6 +19,9 @@ type Snapshot struct {
 	Exports   []registry.Export
 	Endpoints []registry.Endpoints
 	Clusters  []registry.Cluster
+	// Rejected are the records readers refuse; Exports and Endpoints hold
+	// none of their clusters' records of their Services.
+	Rejected []registry.Rejection
 }
 
 // LocalObjects is what Collect reads from the local cluster.
@@ -63,6 +66,12 @@ func Build(in Input) Report {
 	local := ""
 	if in.Local != nil {
 		local = in.Local.Cluster
+	}
+
+	for _, rej := range in.Snapshot.Rejected {
+		if in.Namespace == "" || rej.Record.Service.Namespace == in.Namespace {
+			r.Warnings = append(r.Warnings, rej.String()+": no cluster imports its cluster's records of that Service")
+		}
 	}
 
 	// Services, from the exports and endpoints of the namespace.

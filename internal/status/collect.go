@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -11,6 +13,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/clusterid"
+	"github.com/mcsd-io/mcsd/internal/clusterset"
 	"github.com/mcsd-io/mcsd/internal/wellknown"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
@@ -222,8 +225,37 @@ func (h *snapshotHandler) OnUpdate(u registry.Update) {
 		return
 	}
 	h.taken = true
-	h.full <- Snapshot{Exports: u.Exports, Endpoints: u.Endpoints, Clusters: u.Clusters}
+	h.full <- screened(u)
 	h.cancel()
+}
+
+// screened returns the records of the full update u as every mcsd reads
+// them (clusterset.View): without the records readers refuse, and without
+// the other records of a refused record's cluster and Service, which are
+// listed in Rejected.
+func screened(u registry.Update) Snapshot {
+	v := clusterset.NewView()
+	v.OnUpdate(u)
+	keys := map[registry.ServiceKey]bool{}
+	for _, x := range u.Exports {
+		keys[x.Service] = true
+	}
+	for _, e := range u.Endpoints {
+		keys[e.Service] = true
+	}
+	for _, r := range u.Rejected {
+		keys[r.Record.Service] = true
+	}
+	s := Snapshot{Clusters: u.Clusters}
+	for _, k := range slices.SortedFunc(maps.Keys(keys), registry.ServiceKey.Compare) {
+		svc := v.Service(k)
+		s.Exports = append(s.Exports, svc.Exports...)
+		for _, c := range slices.Sorted(maps.Keys(svc.Endpoints)) {
+			s.Endpoints = append(s.Endpoints, svc.Endpoints[c])
+		}
+		s.Rejected = append(s.Rejected, svc.Rejected...)
+	}
+	return s
 }
 
 func (h *snapshotHandler) OnConnection(connected bool, err error) {

@@ -397,3 +397,42 @@ func TestSpan(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedRecordsAreNotMerged: the report merges what every mcsd
+// imports. c0, the oldest exporter, has an endpoints record readers refuse:
+// none of its records of the Service count (its export would otherwise win
+// the type), and the report says why.
+func TestRefusedRecordsAreNotMerged(t *testing.T) {
+	bad := eps("c0", web, ago(time.Minute), 1, 0)
+	bad.Groups[0].AddressType = "IPv5"
+	u := registry.Update{
+		Full: true,
+		Clusters: []registry.Cluster{
+			{ID: "c0", Since: ago(time.Hour), TTL: 30 * time.Second},
+			{ID: "c1", Since: ago(time.Hour), TTL: 30 * time.Second},
+		},
+		Exports: []registry.Export{
+			{Cluster: "c0", Service: web, Spec: spec(registry.Headless, port("http", 80)), Order: 1},
+			{Cluster: "c1", Service: web, Spec: spec(registry.ClusterSetIP, port("http", 80)), Order: 2},
+		},
+		Endpoints: []registry.Endpoints{bad, eps("c1", web, ago(time.Minute), 2, 0)},
+	}
+	s := screened(u)
+	if len(s.Exports) != 1 || s.Exports[0].Cluster != "c1" || len(s.Endpoints) != 1 || s.Endpoints[0].Cluster != "c1" {
+		t.Fatalf("records kept: exports %+v endpoints %+v, want c1's alone", s.Exports, s.Endpoints)
+	}
+	if len(s.Rejected) != 1 || s.Rejected[0].Record.Cluster != "c0" {
+		t.Fatalf("rejected %+v, want c0's endpoints", s.Rejected)
+	}
+	r := Build(Input{ClusterSet: "prod", Time: now, Snapshot: s})
+	if len(r.Services) != 1 || r.Services[0].Import.Type != string(registry.ClusterSetIP) || !cmp.Equal(r.Services[0].Import.Clusters, []string{"c1"}) {
+		t.Errorf("services %+v, want web imported from c1 alone, ClusterSetIP", r.Services)
+	}
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], `cluster "c0" refused`) || !strings.Contains(r.Warnings[0], "IPv5") {
+		t.Errorf("warnings %q, want one naming c0's refused record", r.Warnings)
+	}
+	// In another namespace's report, nothing is said of it.
+	if r := Build(Input{ClusterSet: "prod", Namespace: "data", Time: now, Snapshot: s}); len(r.Warnings) != 0 {
+		t.Errorf("warnings of namespace data: %q", r.Warnings)
+	}
+}
