@@ -202,6 +202,37 @@ func TestServiceRecordWithoutEndpoints(t *testing.T) {
 	}
 }
 
+// TestUnreadableCreationRanksLast: the creation time of an mcsd service
+// record is its export's Order, the oldest winning conflicts; one that
+// cannot be read ranks after every other instead of first, and the
+// cluster itself does not take it for its own export's age.
+func TestUnreadableCreationRanksLast(t *testing.T) {
+	enc := newEncoder(testID)
+	spec := testSpec()
+	for _, bad := range []string{"", "soon", "0", "-5"} {
+		insts, err := enc.instances(state{Created: 5, Spec: &spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := insts[serviceRecordID(enc.prefix)]
+		if bad == "" {
+			delete(rec.Attrs, attrCreation)
+		} else {
+			rec.Attrs[attrCreation] = bad
+		}
+		r := decodeService(testID.ClusterSet, testKey, toList(insts))[testID.Cluster]
+		if r == nil || r.Export == nil {
+			t.Fatalf("creation %q: no export decoded", bad)
+		}
+		if r.Export.Order != orderUnknown {
+			t.Errorf("creation %q: order %d, want the last (%d)", bad, r.Export.Order, int64(orderUnknown))
+		}
+		if own, ok := decodeOwn(testID, testKey, toList(insts)); !ok || own.Created != 0 {
+			t.Errorf("creation %q: own state created %d (found %v), want 0 (unknown)", bad, own.Created, ok)
+		}
+	}
+}
+
 func TestLargeAndInvalidRecords(t *testing.T) {
 	enc := newEncoder(testID)
 	spec := testSpec()

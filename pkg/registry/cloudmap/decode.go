@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -111,7 +112,12 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 		}
 		if a.record != nil {
 			if spec, ok := decodeSpec(a.record); ok {
-				order, _ := strconv.ParseInt(a.record[attrCreation], 10, 64)
+				order, err := strconv.ParseInt(a.record[attrCreation], 10, 64)
+				if err != nil || order <= 0 {
+					// No age it can be ranked by: after every export
+					// that has one, so that it wins no conflict.
+					order = orderUnknown
+				}
 				// Instances of the AWS controller beside mcsd's (a take-over
 				// that did not finish) make the export not wholly mcsd's:
 				// it is published again, which withdraws them.
@@ -145,6 +151,10 @@ func decodeService(clusterSet string, key registry.ServiceKey, insts []instance)
 	}
 	return out
 }
+
+// orderUnknown is the Order of an mcsd export whose service record has no
+// valid creation time: the last.
+const orderUnknown = math.MaxInt64
 
 // decodeSpec reads the export of a service record.
 func decodeSpec(rec map[string]string) (registry.ServiceSpec, bool) {
@@ -316,7 +326,9 @@ func decodeOwn(id registry.Identity, key registry.ServiceKey, insts []instance) 
 	for _, in := range insts {
 		switch in.Attrs[attrRecord] {
 		case recordService:
-			st.Created, _ = strconv.ParseInt(in.Attrs[attrCreation], 10, 64)
+			if c, err := strconv.ParseInt(in.Attrs[attrCreation], 10, 64); err == nil && c > 0 {
+				st.Created = c
+			}
 			st.EndpointsUpdated, _ = strconv.ParseInt(in.Attrs[attrEndpointsUpdated], 10, 64)
 			found = true
 		case "":
@@ -331,7 +343,7 @@ func decodeOwn(id registry.Identity, key registry.ServiceKey, insts []instance) 
 	if recs != nil && recs.Export != nil {
 		spec := recs.Export.Spec
 		st.Spec = &spec
-		if st.Created == 0 {
+		if st.Created == 0 && recs.Export.Order != orderUnknown {
 			st.Created = recs.Export.Order
 		}
 	}

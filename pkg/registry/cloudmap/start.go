@@ -316,10 +316,15 @@ func (b *Backend) scanOwn(ctx context.Context, query map[string]string) (map[reg
 			// Endpoint instances without their service record: keep
 			// their creation time.
 			for _, in := range mine[key] {
-				if c, err := strconv.ParseInt(in.Attrs[attrCreation], 10, 64); err == nil && (o.created == 0 || c < o.created) {
+				if c, err := strconv.ParseInt(in.Attrs[attrCreation], 10, 64); err == nil && c > 0 && (o.created == 0 || c < o.created) {
 					o.created = c
 				}
 			}
+		}
+		if o.created == 0 {
+			// No valid creation time anywhere (readers rank it last):
+			// from now on, one.
+			o.created = b.now().UnixMilli()
 		}
 	}
 	return out, inherited, nil
