@@ -255,3 +255,60 @@ func TestSecondaryFamilyInPlace(t *testing.T) {
 		return importGone(t, cl, ns, "web")
 	})
 }
+
+// TestFamilyOrderKeepsIPs: c1's dual-stack export lists IPv4 first, c2's
+// IPv6 first. When c1's export, the oldest, is withdrawn, the import's
+// families are c2's, in another order: every cluster keeps its derived
+// Service and the import its IPs, IPv4 still first (Kubernetes cannot
+// change a Service's primary family; new IPs would break clients that
+// resolved the old ones).
+func TestFamilyOrderKeepsIPs(t *testing.T) {
+	ns, c1 := setUpTest(t, "family-order")
+	exportFirst(t, c1, fw.App{Namespace: ns, Name: "web", Replicas: 1, IPFamilyPolicy: corev1.IPFamilyPolicyRequireDualStack})
+	c2 := env.Client(t, "c2")
+	v6First := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "none"},
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+			IPFamilies:     []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol},
+			Ports:          []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if err := c2.Create(context.Background(), v6First); err != nil {
+		t.Fatal(err)
+	}
+	fw.Export(t, c2, ns, "web")
+
+	dual := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	type derived struct {
+		ips []string
+		uid string
+	}
+	first := map[string]derived{}
+	inEveryCluster(t, "a dual-stack import of both clusters, IPv4 first", func(id string, cl client.Client) (bool, string) {
+		si, svc := fw.GetImport(t, cl, ns, "web"), derivedService(t, cl, ns, "web")
+		if si == nil || svc == nil || len(si.Status.Clusters) != 2 || !slices.Equal(si.Spec.IPFamilies, dual) || len(si.Spec.IPs) != 2 {
+			return false, fmt.Sprintf("ServiceImport %v", si)
+		}
+		first[id] = derived{ips: slices.Clone(si.Spec.IPs), uid: string(svc.UID)}
+		return true, ""
+	})
+
+	fw.Unexport(t, c1, ns, "web")
+	inEveryCluster(t, "c2's import alone, with the same IPs and derived Service", func(id string, cl client.Client) (bool, string) {
+		si, svc := fw.GetImport(t, cl, ns, "web"), derivedService(t, cl, ns, "web")
+		if si == nil || svc == nil || len(si.Status.Clusters) != 1 || si.Status.Clusters[0].Cluster != "c2" {
+			return false, fmt.Sprintf("ServiceImport %v", si)
+		}
+		if string(svc.UID) != first[id].uid {
+			return false, "derived Service recreated"
+		}
+		if !slices.Equal(si.Spec.IPFamilies, dual) || !slices.Equal(si.Spec.IPs, first[id].ips) {
+			return false, fmt.Sprintf("import families %v IPs %v, want %v %v", si.Spec.IPFamilies, si.Spec.IPs, dual, first[id].ips)
+		}
+		return true, ""
+	})
+	fw.Unexport(t, c2, ns, "web")
+	inEveryCluster(t, "import gone", func(id string, cl client.Client) (bool, string) {
+		return importGone(t, cl, ns, "web")
+	})
+}
