@@ -42,6 +42,10 @@ type ownRecord struct {
 	// absent: the watch last found the key absent. A resync that finds it
 	// still absent, at a later revision, is no news.
 	absent bool
+	// goneAt is, while a write is under way, the latest revision at which
+	// the watch found the key absent: the write's own revision tells
+	// whether that was before it (no loss) or after (lost; written).
+	goneAt int64
 	// contention counts the times in a row the watch found the record
 	// changed by another writer.
 	contention contention
@@ -97,6 +101,10 @@ func (o *ownRecords) written(key, value string, rev int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r := o.recs[key]
+	if r.goneAt > rev && (!r.lost || r.goneAt > r.lostAt) {
+		// Deleted after this write landed, seen while it was under way.
+		r.lost, r.lostAt, r.absent = true, r.goneAt, true
+	}
 	if r.lost && r.lostAt > rev {
 		o.recs[key] = ownRecord{value: value, rev: rev, lost: true, lostAt: r.lostAt, absent: r.absent, contention: r.contention}
 		return
@@ -155,7 +163,10 @@ func (o *ownRecords) check(key string, kv *mvccpb.KeyValue, rev int64) bool {
 		return false
 	}
 	if kv == nil && r.rev == 0 && !r.lost {
-		// A write is under way, and will tell.
+		// A write is under way: its revision will tell whether this
+		// deletion came after it (written).
+		r.goneAt = max(r.goneAt, rev)
+		o.recs[key] = r
 		return false
 	}
 	if kv == nil && r.lost && r.absent {

@@ -104,3 +104,39 @@ func TestEchoOfTheWriteBeforeIsNoLoss(t *testing.T) {
 		t.Error("another writer's change during a write: not reported")
 	}
 }
+
+// TestDeletionDuringTheWrite: a deletion the watch sees while a write of the
+// record is under way is a loss when it came after the write landed (the
+// write's revision, known once it returns, is earlier): the record is
+// written again at the next put, though its value is the one stored. One
+// that came before the write is no loss: the write put the record back.
+func TestDeletionDuringTheWrite(t *testing.T) {
+	o := &ownRecords{recs: map[string]ownRecord{}, now: time.Now}
+	o.written("k", "v1", 10)
+
+	o.writing("k", "v2")
+	if o.check("k", &mvccpb.KeyValue{Key: []byte("k"), Value: []byte("v2")}, 12) {
+		t.Fatal("the write's own echo reported as a loss")
+	}
+	if o.check("k", nil, 13) {
+		t.Error("a deletion reported before the write told its revision")
+	}
+	o.written("k", "v2", 12)
+	if !o.isLost("k") {
+		t.Fatal("deleted at revision 13, after the write at 12: not lost")
+	}
+	if o.check("k", nil, 14) {
+		t.Error("still absent at a later resync: reported again")
+	}
+
+	// Deleted before the write landed: the write put it back.
+	o.written("k", "v2", 20)
+	o.writing("k", "v3")
+	if o.check("k", nil, 21) {
+		t.Error("a deletion reported before the write told its revision")
+	}
+	o.written("k", "v3", 22)
+	if o.isLost("k") {
+		t.Error("deleted at revision 21, before the write at 22: counted lost")
+	}
+}

@@ -259,6 +259,31 @@ func TestChangeSeenBeforeTheWriteReturnsRepaired(t *testing.T) {
 	}
 }
 
+// A Publish lands, then someone deletes the export, and the watch sees it,
+// before the reply comes: the same export put again is written back, not
+// skipped as already held.
+func TestDeletionSeenBeforeTheWriteReturnsRepaired(t *testing.T) {
+	t.Parallel()
+	x := startFaulty(t, true)
+	x.f.arm(func(invoke func() error) error {
+		if err := invoke(); err != nil {
+			return err
+		}
+		_, err := x.cli.Delete(t.Context(), faultExportKey)
+		must(t, err)
+		poll.Until(t, waitFor, "the watch to see the deletion", func() (bool, string) {
+			return counted(x.v, web) == "eps:a", counted(x.v, web)
+		})
+		return nil
+	})
+	must(t, x.a.PutExport(t.Context(), web, spec2))
+	must(t, x.a.PutExport(t.Context(), web, spec2))
+	if !present(t, x.cli, faultExportKey) {
+		t.Fatal("the export deleted after its write landed was not written again")
+	}
+	x.wantExport(t, spec2, "after PutExport(spec2) returned nil")
+}
+
 // The alive record is deleted; while its repair write is under way (after
 // it landed) it is deleted again, and the watch sees that before the write
 // returns: it is repaired again.
