@@ -283,6 +283,16 @@ func (b *Backend) checkLease(id clientv3.LeaseID) error {
 	return b.renewLeaseLocked(ctx)
 }
 
+// renewLeaseWithin is renewLeaseLocked within RequestTimeout, for a write
+// that found its lease gone: the repair's requests wait for the registry,
+// and must not hold the write lock, with the caller's context (a
+// reconcile's has no deadline), through an outage.
+func (b *Backend) renewLeaseWithin(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+	defer cancel()
+	return b.renewLeaseLocked(ctx)
+}
+
 // renewLeaseLocked replaces a lost lease: it grants a new one and writes
 // again everything this backend has stored.
 func (b *Backend) renewLeaseLocked(ctx context.Context) error {

@@ -235,7 +235,7 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 			// The lease is lost: repaired first (or refused,
 			// ErrClusterIDInUse, when the id is another cluster's now),
 			// then deleted under the new lease.
-			if err := b.renewLeaseLocked(ctx); err != nil {
+			if err := b.renewLeaseWithin(ctx); err != nil {
 				return fmt.Errorf("delete export %s: %w", key, err)
 			}
 			err = b.eachMember(ctx, del)
@@ -334,7 +334,7 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 	err := b.eachMember(ctx, write)
 	if isLeaseNotFound(err) {
 		// The lease expired under us: repair it, then write.
-		if err := b.renewLeaseLocked(ctx); err != nil {
+		if err := b.renewLeaseWithin(ctx); err != nil {
 			failed()
 			return err
 		}

@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -31,6 +32,21 @@ import (
 type fault struct {
 	mu   sync.Mutex
 	hook func(ctx context.Context, invoke func() error) error
+	// hang is a key whose every read waits for its context's end.
+	hang string
+}
+
+// hangReads makes every read of key wait for its context's end, until the
+// function returned is called.
+func (f *fault) hangReads(key string) (stop func()) {
+	f.mu.Lock()
+	f.hang = key
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		f.hang = ""
+		f.mu.Unlock()
+	}
 }
 
 func (f *fault) arm(hook func(invoke func() error) error) {
@@ -46,6 +62,15 @@ func (f *fault) armWithContext(hook func(ctx context.Context, invoke func() erro
 
 func (f *fault) interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	invoke := func() error { return invoker(ctx, method, req, reply, cc, opts...) }
+	if r, ok := req.(*etcdserverpb.RangeRequest); ok {
+		f.mu.Lock()
+		hang := f.hang != "" && string(r.Key) == f.hang
+		f.mu.Unlock()
+		if hang {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	}
 	if !isWrite(req) {
 		return invoke()
 	}
@@ -282,6 +307,47 @@ func TestDeletionSeenBeforeTheWriteReturnsRepaired(t *testing.T) {
 		t.Fatal("the export deleted after its write landed was not written again")
 	}
 	x.wantExport(t, spec2, "after PutExport(spec2) returned nil")
+}
+
+// A write that finds its lease gone repairs it first; while the registry
+// does not answer that repair's reads, the write gives up within the
+// backend's RequestTimeout, whatever its caller's context (a reconcile's has
+// no deadline), rather than hold the write lock through the outage.
+func TestLeaseRepairOfAWriteIsBounded(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	f := &fault{}
+	a := open(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) {
+		o.DialOptions = append(o.DialOptions, grpc.WithChainUnaryInterceptor(f.interceptor))
+		o.RequestTimeout = time.Second
+	})
+	must(t, a.Publish(t.Context(), web, spec, groups))
+	stop := f.hangReads(faultAliveKey)
+	defer stop()
+	_, err := cli.Revoke(t.Context(), leaseOf(t, cli, faultAliveKey))
+	must(t, err)
+
+	// The caller's context ends only when the test gives up.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	giveUp := time.AfterFunc(time.Minute, func() { cancel(errors.New("the test gave up")) })
+	defer giveUp.Stop()
+	err = a.PutExport(ctx, web, spec2)
+	switch {
+	case err == nil:
+		t.Fatal("PutExport succeeded with its lease gone and the repair's reads unanswered")
+	case context.Cause(ctx) != nil:
+		t.Fatalf("PutExport held on until its caller's context ended: %v", err)
+	}
+	stop()
+	poll.Until(t, waitFor, "the export written once the registry answers", func() (bool, string) {
+		if err := a.PutExport(t.Context(), web, spec2); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	x := faultyExport{cli: cli}
+	x.wantExport(t, spec2, "after the registry answered again")
 }
 
 // The alive record is deleted; while its repair write is under way (after
