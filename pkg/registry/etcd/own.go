@@ -96,20 +96,23 @@ func (o *ownRecords) failed(key string) {
 
 // written records a write of value to key at revision rev. A change the
 // watch saw after rev (it may come before the write returns) keeps the
-// record lost.
-func (o *ownRecords) written(key, value string, rev int64) {
+// record lost. It reports whether a deletion seen while the write was under
+// way made it lost (check said nothing of it then).
+func (o *ownRecords) written(key, value string, rev int64) (goneAfter bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r := o.recs[key]
 	if r.goneAt > rev && (!r.lost || r.goneAt > r.lostAt) {
 		// Deleted after this write landed, seen while it was under way.
 		r.lost, r.lostAt, r.absent = true, r.goneAt, true
+		goneAfter = true
 	}
 	if r.lost && r.lostAt > rev {
 		o.recs[key] = ownRecord{value: value, rev: rev, lost: true, lostAt: r.lostAt, absent: r.absent, contention: r.contention}
-		return
+		return goneAfter
 	}
 	o.recs[key] = ownRecord{value: value, rev: rev, contention: r.contention}
+	return false
 }
 
 // setLease records the lease every record is written on.

@@ -121,7 +121,9 @@ func TestDeletionDuringTheWrite(t *testing.T) {
 	if o.check("k", nil, 13) {
 		t.Error("a deletion reported before the write told its revision")
 	}
-	o.written("k", "v2", 12)
+	if !o.written("k", "v2", 12) {
+		t.Error("the deletion after the write: not reported when the write returned")
+	}
 	if !o.isLost("k") {
 		t.Fatal("deleted at revision 13, after the write at 12: not lost")
 	}
@@ -135,7 +137,9 @@ func TestDeletionDuringTheWrite(t *testing.T) {
 	if o.check("k", nil, 21) {
 		t.Error("a deletion reported before the write told its revision")
 	}
-	o.written("k", "v3", 22)
+	if o.written("k", "v3", 22) {
+		t.Error("the deletion before the write: reported")
+	}
 	if o.isLost("k") {
 		t.Error("deleted at revision 21, before the write at 22: counted lost")
 	}

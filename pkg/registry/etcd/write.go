@@ -346,7 +346,9 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 	}
 	for _, r := range recs {
 		b.stored[r.key] = r.value
-		b.own.written(r.key, r.value, rev)
+		if b.own.written(r.key, r.value, rev) {
+			b.lost(r.key)
+		}
 	}
 	return nil
 }
