@@ -165,6 +165,22 @@ func (x faultyExport) changeAfterLanding(t *testing.T) func(invoke func() error)
 	}
 }
 
+// deleteAfterLanding is a fault: the write lands, then someone else deletes
+// the export, and the watch sees it, before the reply comes.
+func (x faultyExport) deleteAfterLanding(t *testing.T) func(invoke func() error) error {
+	return func(invoke func() error) error {
+		if err := invoke(); err != nil {
+			return err
+		}
+		_, err := x.cli.Delete(t.Context(), faultExportKey)
+		must(t, err)
+		poll.Until(t, waitFor, "the watch to see the deletion", func() (bool, string) {
+			return len(x.v.Exports(web)) == 0, ""
+		})
+		return nil
+	}
+}
+
 // loseLease revokes the backend's lease and waits for its repair: the alive
 // record back on a new lease.
 func (x faultyExport) loseLease(t *testing.T) {
@@ -290,17 +306,7 @@ func TestChangeSeenBeforeTheWriteReturnsRepaired(t *testing.T) {
 func TestDeletionSeenBeforeTheWriteReturnsRepaired(t *testing.T) {
 	t.Parallel()
 	x := startFaulty(t, true)
-	x.f.arm(func(invoke func() error) error {
-		if err := invoke(); err != nil {
-			return err
-		}
-		_, err := x.cli.Delete(t.Context(), faultExportKey)
-		must(t, err)
-		poll.Until(t, waitFor, "the watch to see the deletion", func() (bool, string) {
-			return counted(x.v, web) == "eps:a", counted(x.v, web)
-		})
-		return nil
-	})
+	x.f.arm(x.deleteAfterLanding(t))
 	must(t, x.a.PutExport(t.Context(), web, spec2))
 	must(t, x.a.PutExport(t.Context(), web, spec2))
 	if !present(t, x.cli, faultExportKey) {
@@ -439,17 +445,7 @@ func TestDeletionDuringTheRetryOfAFailedWriteRepaired(t *testing.T) {
 	if err := x.a.PutExport(t.Context(), web, spec2); err == nil {
 		t.Fatal("PutExport succeeded, want the injected error")
 	}
-	x.f.arm(func(invoke func() error) error {
-		if err := invoke(); err != nil {
-			return err
-		}
-		_, err := x.cli.Delete(t.Context(), faultExportKey)
-		must(t, err)
-		poll.Until(t, waitFor, "the watch to see the deletion", func() (bool, string) {
-			return len(x.v.Exports(web)) == 0, ""
-		})
-		return nil
-	})
+	x.f.arm(x.deleteAfterLanding(t))
 	must(t, x.a.PutExport(t.Context(), web, spec2))
 	must(t, x.a.PutExport(t.Context(), web, spec2))
 	x.wantExport(t, spec2, "after PutExport(spec2) returned nil")
