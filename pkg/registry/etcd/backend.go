@@ -78,6 +78,10 @@ type Backend struct {
 	// id: every write and deletion is refused with it, since the keys are
 	// that cluster's now (Fenced). Set and cleared under sem.
 	fenced atomic.Pointer[error]
+	// aliveFenced: fenced was set because another Kubernetes cluster given
+	// this id holds the alive record while this backend's lease lives
+	// (aliveHolderLocked), not by a lease repair.
+	aliveFenced bool
 
 	// own is what the watch says etcd holds of the records in stored: a
 	// record someone else deleted or changed is written again by the next

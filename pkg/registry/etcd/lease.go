@@ -340,6 +340,7 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 		return fmt.Errorf("write records again: %w", err)
 	}
 	b.fenced.Store(nil)
+	b.aliveFenced = false
 	for _, k := range keys {
 		b.own.written(k, b.stored[k], rev)
 	}

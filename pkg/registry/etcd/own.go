@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/pkg/registry/internal/lifetime"
 )
 
@@ -284,16 +285,77 @@ func (b *Backend) repairAlive() error {
 		return err
 	}
 	defer unlock()
+	return b.repairAliveLocked(ctx)
+}
+
+// repairAliveLocked writes the cluster's alive record again, unless another
+// Kubernetes cluster given this id holds it now (aliveHolderLocked). b is
+// locked.
+func (b *Backend) repairAliveLocked(ctx context.Context) error {
+	rev, err := b.aliveHolderLocked(ctx)
+	if errors.Is(err, registry.ErrClusterIDInUse) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	if b.Fenced() != nil {
-		// The alive record is another cluster's: the lease's recovery
-		// writes this one's again if the id becomes free.
+		// The lease was lost while the id was another's: its recovery
+		// writes this one's again once the id is free.
 		return nil
 	}
 	key := b.keys.alive(b.opts.Identity.Cluster)
-	if err := b.putLocked(ctx, keyValue{key: key, value: b.stored[key]}); err != nil {
+	if err := b.putIfLocked(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)},
+		keyValue{key: key, value: b.stored[key]}); err != nil {
 		return fmt.Errorf("write alive record: %w", err)
 	}
 	return nil
+}
+
+// aliveHolderLocked reads the cluster's alive record, and returns its
+// revision (0: there is none) when this backend may write it again. While
+// its lease lives, the record may have been deleted by hand, and another
+// Kubernetes cluster given this id started meanwhile: it found no alive
+// record, took the cluster's records onto its own lease, and wrote its
+// alive record. That one is not overwritten: this backend is fenced
+// (ErrClusterIDInUse), and writes nothing until the record is gone or its
+// own again. b is locked.
+func (b *Backend) aliveHolderLocked(ctx context.Context) (int64, error) {
+	key := b.keys.alive(b.opts.Identity.Cluster)
+	resp, err := b.cli.Get(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("read alive record: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		b.unfenceAliveLocked()
+		return 0, nil
+	}
+	kv := resp.Kvs[0]
+	prev, _ := decodeAlive(string(kv.Value))
+	if clientv3.LeaseID(kv.Lease) == b.lease || !b.opts.Identity.OtherInstance(prev.Instance) {
+		b.unfenceAliveLocked()
+		return kv.ModRevision, nil
+	}
+	err = b.opts.Identity.InUseBy(prev.Instance, prev.Since)
+	b.fenced.Store(&err)
+	if !b.aliveFenced {
+		b.aliveFenced = true
+		b.log.Error(err, "another cluster took this cluster's id while its alive record was missing; writing nothing")
+	}
+	b.standing.Set(err)
+	return 0, err
+}
+
+// unfenceAliveLocked lifts the fence that aliveHolderLocked set, if it did.
+// b is locked.
+func (b *Backend) unfenceAliveLocked() {
+	if !b.aliveFenced {
+		return
+	}
+	b.aliveFenced = false
+	b.fenced.Store(nil)
+	b.standing.Set(nil)
+	b.log.Info("this cluster's id is free again; writing its records again")
 }
 
 // ownObserver hears what a watch reads of its cluster's own records, before

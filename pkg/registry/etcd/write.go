@@ -213,13 +213,9 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 	// the cluster are another's (another Kubernetes cluster given this id
 	// may have started meanwhile, before the lease repair could tell).
 	aliveKey := b.keys.alive(b.opts.Identity.Cluster)
-	underLease := true
+	held := clientv3.Compare(clientv3.LeaseValue(aliveKey), "=", b.lease)
 	del := func(ctx context.Context) error {
-		txn := b.cli.Txn(ctx)
-		if underLease {
-			txn = txn.If(clientv3.Compare(clientv3.LeaseValue(aliveKey), "=", b.lease))
-		}
-		resp, err := txn.Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
+		resp, err := b.cli.Txn(ctx).If(held).Then(clientv3.OpDelete(exportKey), clientv3.OpDelete(endpointsKey)).Commit()
 		if err == nil && !resp.Succeeded {
 			return errLeaseGone
 		}
@@ -238,12 +234,20 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 			if err := b.renewLeaseWithin(ctx); err != nil {
 				return fmt.Errorf("delete export %s: %w", key, err)
 			}
+			held = clientv3.Compare(clientv3.LeaseValue(aliveKey), "=", b.lease)
 			err = b.eachMember(ctx, del)
 		case terr == nil:
-			// The lease lives, the alive record does not (deleted or
-			// rewritten by someone; the watch has it repaired): the keys
-			// are deleted as before.
-			underLease = false
+			// The lease lives, the alive record is not under it (deleted
+			// or rewritten by someone; the watch has it repaired): the
+			// keys are deleted as before while it is still as read, and
+			// not another cluster's (aliveHolderLocked).
+			rctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
+			rev, herr := b.aliveHolderLocked(rctx)
+			cancel()
+			if herr != nil {
+				return fmt.Errorf("delete export %s: %w", key, herr)
+			}
+			held = clientv3.Compare(clientv3.ModRevision(aliveKey), "=", rev)
 			err = b.eachMember(ctx, del)
 		default:
 			err = fmt.Errorf("look up lease: %w", terr)
@@ -274,8 +278,27 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 
 // putLocked writes recs under the lease, in one transaction, but those
 // whose keys hold their values already. A record that the watch saw deleted
-// or changed by someone else is written again.
+// or changed by someone else is written again, after the alive record if
+// that was lost too: another cluster given this id may hold it now
+// (aliveHolderLocked).
 func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
+	if err := b.Fenced(); err != nil {
+		return err
+	}
+	if aliveKey := b.keys.alive(b.opts.Identity.Cluster); b.own.isLost(aliveKey) {
+		if err := b.repairAliveLocked(ctx); err != nil {
+			return err
+		}
+		if err := b.Fenced(); err != nil {
+			return err
+		}
+	}
+	return b.putIfLocked(ctx, nil, recs...)
+}
+
+// putIfLocked is putLocked in a transaction whose writes are made only if
+// cmps hold (errAliveRaced otherwise), without the alive record's check.
+func (b *Backend) putIfLocked(ctx context.Context, cmps []clientv3.Cmp, recs ...keyValue) error {
 	if err := b.Fenced(); err != nil {
 		return err
 	}
@@ -297,7 +320,7 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 	}
 	var rev int64
 	write := func(ctx context.Context) error {
-		if len(recs) == 1 {
+		if len(recs) == 1 && len(cmps) == 0 {
 			resp, err := b.cli.Put(ctx, recs[0].key, recs[0].value, clientv3.WithLease(b.lease))
 			if err == nil {
 				rev = resp.Header.Revision
@@ -308,11 +331,15 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 		for i, r := range recs {
 			ops[i] = clientv3.OpPut(r.key, r.value, clientv3.WithLease(b.lease))
 		}
-		resp, err := b.cli.Txn(ctx).Then(ops...).Commit()
-		if err == nil {
-			rev = resp.Header.Revision
+		resp, err := b.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		switch {
+		case err != nil:
+			return err
+		case !resp.Succeeded:
+			return errAliveRaced
 		}
-		return err
+		rev = resp.Header.Revision
+		return nil
 	}
 	// On failure the outcome is unknown (a reply lost, a timeout: the put
 	// may have landed), and others may have written meanwhile: each record

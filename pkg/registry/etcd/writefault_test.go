@@ -99,8 +99,13 @@ func isWrite(req any) bool {
 }
 
 func openFaulty(t *testing.T, url string) (*etcd.Backend, *fault) {
+	return openFaultyAs(t, url, registry.Identity{ClusterSet: "set1", Cluster: "a"})
+}
+
+// openFaultyAs opens a backend of id whose writes can be faulted.
+func openFaultyAs(t *testing.T, url string, id registry.Identity) (*etcd.Backend, *fault) {
 	f := &fault{}
-	b := open(t, url, registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) {
+	b := open(t, url, id, func(o *etcd.Options) {
 		o.DialOptions = append(o.DialOptions, grpc.WithChainUnaryInterceptor(f.interceptor))
 	})
 	return b, f
@@ -539,5 +544,103 @@ func TestTwoWritersOfOneClusterStop(t *testing.T) {
 	}
 	if rounds > 12 {
 		t.Errorf("refused after %d rounds, want about 10", rounds)
+	}
+}
+
+// The alive record of cluster a is deleted by hand while a's lease lives,
+// and another Kubernetes cluster given a's id starts before a's repair of
+// the record lands: it finds no alive record, and takes a's records onto
+// its lease. a's repair does not write over the other's alive record: a is
+// fenced, and its writes and withdrawals are refused, until the other's
+// lease has ended; then a takes its id back.
+func TestAliveTakenWhileItWasGoneFences(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	id := registry.Identity{ClusterSet: "set1", Cluster: "a", Instance: "uid-first"}
+	a, f := openFaultyAs(t, srv.ClientURL(), id)
+	v := watchView(t, a)
+	must(t, a.Publish(t.Context(), web, spec, groups))
+	waitView(t, v, web, "a,eps:a", "")
+
+	// a's repair write waits until the other cluster has started.
+	repairing, started := make(chan struct{}), make(chan struct{})
+	f.arm(func(invoke func() error) error {
+		close(repairing)
+		select {
+		case <-started:
+		case <-t.Context().Done():
+		}
+		return invoke()
+	})
+	_, err := cli.Delete(t.Context(), faultAliveKey)
+	must(t, err)
+	<-repairing
+	otherID := id
+	otherID.Instance = "uid-other"
+	other := open(t, srv.ClientURL(), otherID)
+	close(started)
+	otherLease := leaseOf(t, cli, faultAliveKey)
+
+	poll.Until(t, waitFor, "a fenced", func() (bool, string) {
+		err := a.Fenced()
+		return errors.Is(err, registry.ErrClusterIDInUse), fmt.Sprintf("Fenced() = %v", err)
+	})
+	if err := a.Lapsed(); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("a's Lapsed() = %v, want ErrClusterIDInUse (its exports say why)", err)
+	}
+	if err := a.PutExport(t.Context(), web, spec2); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("a's put while the id is another's: %v, want ErrClusterIDInUse", err)
+	}
+	if err := a.DeleteExport(t.Context(), web); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("a's withdrawal while the id is another's: %v, want ErrClusterIDInUse", err)
+	}
+	if kv := getKey(t, cli, faultAliveKey); clientv3.LeaseID(kv.Lease) != otherLease || !strings.Contains(string(kv.Value), "uid-other") {
+		t.Errorf("the alive record: %s on lease %x, want the other cluster's", kv.Value, kv.Lease)
+	}
+	if kv := getKey(t, cli, faultExportKey); clientv3.LeaseID(kv.Lease) != otherLease {
+		t.Errorf("the export on lease %x, want the other cluster's", kv.Lease)
+	}
+
+	// The other cluster stops, and its lease ends: a writes its alive
+	// record again, and its records once its controller puts them.
+	must(t, other.Close())
+	_, err = cli.Revoke(t.Context(), otherLease)
+	must(t, err)
+	poll.Until(t, waitFor, "a's alive record back", func() (bool, string) {
+		resp, err := cli.Get(t.Context(), faultAliveKey)
+		return err == nil && len(resp.Kvs) == 1 && strings.Contains(string(resp.Kvs[0].Value), "uid-first") && a.Fenced() == nil,
+			fmt.Sprintf("Fenced() = %v", a.Fenced())
+	})
+	if err := a.Lapsed(); err != nil {
+		t.Errorf("a's Lapsed() = %v once its id is free again, want nil", err)
+	}
+	must(t, a.Publish(t.Context(), web, spec, groups))
+	waitView(t, v, web, "a,eps:a", "")
+}
+
+// Cluster a withdraws an export just as its alive record was deleted by
+// hand and another Kubernetes cluster given a's id took its records: the
+// withdrawal, which finds a's lease alive and the alive record another's,
+// deletes none of the other's records.
+func TestWithdrawalWhileAnotherTookTheAliveRecordDeletesNothing(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	id := registry.Identity{ClusterSet: "set1", Cluster: "a", Instance: "uid-first"}
+	a, f := openFaultyAs(t, srv.ClientURL(), id)
+	must(t, a.Publish(t.Context(), web, spec, groups))
+
+	f.arm(func(invoke func() error) error {
+		_, err := cli.Delete(t.Context(), faultAliveKey)
+		must(t, err)
+		otherID := id
+		otherID.Instance = "uid-other"
+		open(t, srv.ClientURL(), otherID)
+		return invoke()
+	})
+	if err := a.DeleteExport(t.Context(), web); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("a's withdrawal with the id another's: %v, want ErrClusterIDInUse", err)
+	}
+	if !present(t, cli, faultExportKey) {
+		t.Error("a's withdrawal deleted the other cluster's export")
 	}
 }
