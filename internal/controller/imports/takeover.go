@@ -96,7 +96,7 @@ func (r retirement) annotate(annotations map[string]string) {
 // takeOver prepares the take-over of si, an import of the AWS controller,
 // whose merged exports ask for families: it finds that controller's derived
 // Services of the import, makes the first by name that can stay the
-// import's (a cluster IP, of the import's primary family) mcsd's
+// import's (a cluster IP, of one of the import's families) mcsd's
 // (adoptAWSService) and returns it (nil when none fits, such as for a
 // headless import) and the retirement of the others.
 func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport, families []corev1.IPFamily) (*corev1.Service, retirement, error) {
@@ -105,14 +105,16 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport,
 	if err != nil {
 		return nil, retirement{}, err
 	}
-	// Kubernetes does not change a Service's primary family: one of another
-	// family would have to be recreated, with another IP; it retires.
+	// Kubernetes does not change a Service's primary family: one whose
+	// family the import does not have would have to be recreated, with
+	// another IP; it retires. One of a family the import has stays, that
+	// family kept first (keepPrimaryFamily).
 	adoptable := func(svc *corev1.Service) bool {
 		if svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 			return false
 		}
 		has, _ := importIPs(svc, nil)
-		return len(families) == 0 || (len(has) > 0 && has[0] == families[0])
+		return len(families) == 0 || (len(has) > 0 && slices.Contains(families, has[0]))
 	}
 	// One adopted by an earlier try that did not finish comes first.
 	i := slices.IndexFunc(candidates, func(svc *corev1.Service) bool { return isOurService(svc, si.Name) && adoptable(svc) })

@@ -326,6 +326,8 @@ func TestTakeOverFamilies(t *testing.T) {
 		wantRetir string
 	}{
 		{"dual-stack import", []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}, "imported-east", "imported-west"},
+		// The IPv4 Services can stay: the import keeps their family first.
+		{"IPv6-first dual-stack import", []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}, "imported-east", "imported-west"},
 		{"IPv6 import", []corev1.IPFamily{corev1.IPv6Protocol}, "", "imported-east,imported-west"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -352,8 +354,9 @@ func TestTakeOverFamilies(t *testing.T) {
 			if strings.Contains(writes, "delete *v1.Service "+tc.wantKept) || svc == nil || svc.Spec.ClusterIP != "10.96.0.20" {
 				t.Fatalf("the adopted Service was recreated (writes %s)", writes)
 			}
-			if !slices.Equal(svc.Spec.IPFamilies, tc.families) || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyRequireDualStack {
-				t.Errorf("adopted Service families %v policy %v, want %v RequireDualStack", svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy, tc.families)
+			want := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+			if !slices.Equal(svc.Spec.IPFamilies, want) || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyRequireDualStack {
+				t.Errorf("adopted Service families %v policy %v, want %v RequireDualStack", svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy, want)
 			}
 			// The API server allocates the secondary family's IP.
 			svc.Spec.ClusterIPs = []string{"10.96.0.20", "fd00::20"}
