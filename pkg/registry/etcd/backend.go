@@ -266,9 +266,10 @@ func open(ctx context.Context, cli *clientv3.Client, opts Options, ownsClient bo
 		repair:     make(chan struct{}, 1),
 		standing:   standing.New(),
 	}
-	sctx, scancel := context.WithTimeout(ctx, opts.RequestTimeout)
-	defer scancel()
-	if err := b.start(sctx); err != nil {
+	// Each of start's requests is bounded by RequestTimeout (eachMember),
+	// not all of them together: attaching many records to a new lease
+	// takes a transaction per maxTxnOps records.
+	if err := b.start(ctx); err != nil {
 		cancel()
 		return nil, errors.Join(fmt.Errorf("open etcd registry: %w", b.permissionHint(err)), b.lessor.Close())
 	}

@@ -43,7 +43,11 @@ var errAliveRaced = errors.New("alive record written by another process meanwhil
 
 func (b *Backend) startOnce(ctx context.Context) error {
 	own := b.opts.Identity.Cluster
-	resp, err := b.cli.Get(ctx, b.keys.cluster(own), clientv3.WithPrefix())
+	var resp *clientv3.GetResponse
+	err := b.eachMember(ctx, func(ctx context.Context) (err error) {
+		resp, err = b.cli.Get(ctx, b.keys.cluster(own), clientv3.WithPrefix())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("read own records: %w", err)
 	}
@@ -61,7 +65,11 @@ func (b *Backend) startOnce(ctx context.Context) error {
 	// The old lease is reused if it lives and has the TTL asked for.
 	oldLives := false
 	if oldLease != clientv3.NoLease {
-		ttl, err := b.lessor.TimeToLive(ctx, oldLease)
+		var ttl *clientv3.LeaseTimeToLiveResponse
+		err := b.eachMember(ctx, func(ctx context.Context) (err error) {
+			ttl, err = b.lessor.TimeToLive(ctx, oldLease)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("look up lease %s: %w", leaseString(oldLease), err)
 		}
@@ -82,7 +90,10 @@ func (b *Backend) startOnce(ctx context.Context) error {
 		// Renewing it proves, with etcd auth on, that this cluster's user
 		// may write the cluster's records: a restart within the TTL writes
 		// nothing else.
-		_, err := b.lessor.KeepAliveOnce(ctx, b.lease)
+		err := b.eachMember(ctx, func(ctx context.Context) error {
+			_, err := b.lessor.KeepAliveOnce(ctx, b.lease)
+			return err
+		})
 		switch {
 		case isLeaseNotFound(err):
 			// It expired just now.
@@ -94,12 +105,12 @@ func (b *Backend) startOnce(ctx context.Context) error {
 	if b.lease != clientv3.NoLease {
 		b.log.Info("reusing lease", "lease", leaseString(b.lease))
 	} else {
-		grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
+		id, err := b.grant(ctx)
 		if err != nil {
-			return fmt.Errorf("grant lease: %w", err)
+			return err
 		}
-		b.lease = grant.ID
-		b.log.Info("granted lease", "lease", leaseString(b.lease), "ttlSeconds", grant.TTL)
+		b.lease = id
+		b.log.Info("granted lease", "lease", leaseString(b.lease), "ttlSeconds", b.opts.ttlSeconds())
 	}
 
 	// Records on an expired lease are gone or about to be; all others are
@@ -142,7 +153,7 @@ func (b *Backend) startOnce(ctx context.Context) error {
 	}
 	// The alive record must be the one read: two processes starting at
 	// once for one cluster id must not both take it.
-	rev, err := b.commit(ctx, ops, clientv3.Compare(clientv3.ModRevision(aliveKey), "=", aliveRev))
+	rev, err := b.commit(ctx, b.lease, ops, clientv3.Compare(clientv3.ModRevision(aliveKey), "=", aliveRev))
 	if err != nil {
 		return fmt.Errorf("attach records to lease: %w", err)
 	}
@@ -263,9 +274,13 @@ func (b *Backend) recoverLease(id clientv3.LeaseID, why error) {
 }
 
 func (b *Backend) checkLease(id clientv3.LeaseID) error {
-	ctx, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
+	// The lock is waited for within RequestTimeout; each request made
+	// under it is bounded on its own (eachMember), so that a repair that
+	// writes many records, one transaction after another, is not cut off
+	// half done by one deadline for them all.
+	wait, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
 	defer cancel()
-	ctx, unlock, err := b.lock(ctx)
+	_, unlock, err := b.lock(wait)
 	if err != nil {
 		return err
 	}
@@ -273,33 +288,47 @@ func (b *Backend) checkLease(id clientv3.LeaseID) error {
 	if b.lease != id {
 		return nil
 	}
-	ttl, err := b.lessor.TimeToLive(ctx, id)
+	var ttl *clientv3.LeaseTimeToLiveResponse
+	err = b.eachMember(b.ctx, func(ctx context.Context) (err error) {
+		ttl, err = b.lessor.TimeToLive(ctx, id)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("look up lease: %w", err)
 	}
 	if ttl.TTL >= 0 { // it lives (0: less than a second left)
 		return nil
 	}
-	return b.renewLeaseLocked(ctx)
+	return b.renewLeaseLocked(b.ctx)
 }
 
-// renewLeaseWithin is renewLeaseLocked within RequestTimeout, for a write
-// that found its lease gone: the repair's requests wait for the registry,
-// and must not hold the write lock, with the caller's context (a
-// reconcile's has no deadline), through an outage.
-func (b *Backend) renewLeaseWithin(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
-	defer cancel()
-	return b.renewLeaseLocked(ctx)
+// grant grants a lease of the backend's TTL.
+func (b *Backend) grant(ctx context.Context) (clientv3.LeaseID, error) {
+	var grant *clientv3.LeaseGrantResponse
+	err := b.eachMember(ctx, func(ctx context.Context) (err error) {
+		grant, err = b.lessor.Grant(ctx, b.opts.ttlSeconds())
+		return err
+	})
+	if err != nil {
+		return clientv3.NoLease, fmt.Errorf("grant lease: %w", err)
+	}
+	return grant.ID, nil
 }
 
 // renewLeaseLocked replaces a lost lease: it grants a new one and writes
-// again everything this backend has stored.
+// again everything this backend has stored. Each of its requests is bounded
+// by RequestTimeout when ctx has no deadline (eachMember): a write that
+// found its lease gone does not hold the write lock, with its caller's
+// context (a reconcile's has no deadline), through an outage.
 func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	// While this backend's lease was lost, another Kubernetes cluster given
 	// this id may have started under it: its records are not overwritten.
 	aliveKey := b.keys.alive(b.opts.Identity.Cluster)
-	resp, err := b.cli.Get(ctx, aliveKey)
+	var resp *clientv3.GetResponse
+	err := b.eachMember(ctx, func(ctx context.Context) (err error) {
+		resp, err = b.cli.Get(ctx, aliveKey)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("read alive record: %w", err)
 	}
@@ -312,9 +341,9 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 			return err
 		}
 	}
-	grant, err := b.lessor.Grant(ctx, b.opts.ttlSeconds())
+	lease, err := b.grant(ctx)
 	if err != nil {
-		return fmt.Errorf("grant lease: %w", err)
+		return err
 	}
 	// The records expired with the old lease: they are live again from now.
 	alive, err := b.aliveRecord(b.now())
@@ -331,10 +360,10 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	slices.Sort(keys)
 	ops := make([]clientv3.Op, 0, len(keys))
 	for _, k := range keys {
-		ops = append(ops, clientv3.OpPut(k, b.stored[k], clientv3.WithLease(grant.ID)))
+		ops = append(ops, clientv3.OpPut(k, b.stored[k], clientv3.WithLease(lease)))
 	}
-	b.own.setLease(grant.ID)
-	rev, err := b.commit(ctx, ops, clientv3.Compare(clientv3.ModRevision(aliveKey), "=", aliveRev))
+	b.own.setLease(lease)
+	rev, err := b.commit(ctx, lease, ops, clientv3.Compare(clientv3.ModRevision(aliveKey), "=", aliveRev))
 	if err != nil {
 		b.own.setLease(b.lease)
 		return fmt.Errorf("write records again: %w", err)
@@ -344,22 +373,41 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	for _, k := range keys {
 		b.own.written(k, b.stored[k], rev)
 	}
-	b.log.Info("lease lost, records written again", "oldLease", leaseString(b.lease), "lease", leaseString(grant.ID), "records", len(ops))
-	b.lease = grant.ID
+	b.log.Info("lease lost, records written again", "oldLease", leaseString(b.lease), "lease", leaseString(lease), "records", len(ops))
+	b.lease = lease
 	return nil
 }
 
-// commit writes ops in transactions of at most maxTxnOps, and returns the
-// revision of the first (0 when there was nothing to write): every write
-// is at that revision or later.
-func (b *Backend) commit(ctx context.Context, ops []clientv3.Op, firstIf ...clientv3.Cmp) (int64, error) {
+// commit writes ops, puts on lease, in transactions of at most maxTxnOps,
+// each bounded on its own (eachMember), and returns the revision of the
+// first (0 when there was nothing to write): every write is at that
+// revision or later. The first is made only if firstIf holds
+// (errAliveRaced otherwise). Nothing renews the lease until commit has
+// returned: when the transactions take longer than a third of the TTL (a
+// loaded registry, many records), commit renews it itself.
+func (b *Backend) commit(ctx context.Context, lease clientv3.LeaseID, ops []clientv3.Op, firstIf ...clientv3.Cmp) (int64, error) {
 	var first int64
+	renewed := time.Now()
 	for chunk := range slices.Chunk(ops, maxTxnOps) {
-		txn := b.cli.Txn(ctx)
-		if first == 0 && len(firstIf) > 0 {
-			txn = txn.If(firstIf...)
+		if time.Since(renewed) >= b.opts.TTL/3 {
+			err := b.eachMember(ctx, func(ctx context.Context) error {
+				_, err := b.lessor.KeepAliveOnce(ctx, lease)
+				return err
+			})
+			if err != nil {
+				return 0, fmt.Errorf("renew lease %s: %w", leaseString(lease), err)
+			}
+			renewed = time.Now()
 		}
-		resp, err := txn.Then(chunk...).Commit()
+		var resp *clientv3.TxnResponse
+		err := b.eachMember(ctx, func(ctx context.Context) (err error) {
+			txn := b.cli.Txn(ctx)
+			if first == 0 && len(firstIf) > 0 {
+				txn = txn.If(firstIf...)
+			}
+			resp, err = txn.Then(chunk...).Commit()
+			return err
+		})
 		if err != nil {
 			return 0, err
 		}

@@ -322,7 +322,11 @@ func (b *Backend) repairAliveLocked(ctx context.Context) error {
 // own again. b is locked.
 func (b *Backend) aliveHolderLocked(ctx context.Context) (int64, error) {
 	key := b.keys.alive(b.opts.Identity.Cluster)
-	resp, err := b.cli.Get(ctx, key)
+	var resp *clientv3.GetResponse
+	err := b.eachMember(ctx, func(ctx context.Context) (err error) {
+		resp, err = b.cli.Get(ctx, key)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("read alive record: %w", err)
 	}

@@ -231,7 +231,7 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 			// The lease is lost: repaired first (or refused,
 			// ErrClusterIDInUse, when the id is another cluster's now),
 			// then deleted under the new lease.
-			if err := b.renewLeaseWithin(ctx); err != nil {
+			if err := b.renewLeaseLocked(ctx); err != nil {
 				return fmt.Errorf("delete export %s: %w", key, err)
 			}
 			held = clientv3.Compare(clientv3.LeaseValue(aliveKey), "=", b.lease)
@@ -241,9 +241,7 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 			// or rewritten by someone; the watch has it repaired): the
 			// keys are deleted as before while it is still as read, and
 			// not another cluster's (aliveHolderLocked).
-			rctx, cancel := context.WithTimeout(ctx, b.opts.RequestTimeout)
-			rev, herr := b.aliveHolderLocked(rctx)
-			cancel()
+			rev, herr := b.aliveHolderLocked(ctx)
 			if herr != nil {
 				return fmt.Errorf("delete export %s: %w", key, herr)
 			}
@@ -361,7 +359,7 @@ func (b *Backend) putIfLocked(ctx context.Context, cmps []clientv3.Cmp, recs ...
 	err := b.eachMember(ctx, write)
 	if isLeaseNotFound(err) {
 		// The lease expired under us: repair it, then write.
-		if err := b.renewLeaseWithin(ctx); err != nil {
+		if err := b.renewLeaseLocked(ctx); err != nil {
 			failed()
 			return err
 		}

@@ -34,6 +34,15 @@ type fault struct {
 	hook func(ctx context.Context, invoke func() error) error
 	// hang is a key whose every read waits for its context's end.
 	hang string
+	// slow is how long every write waits before it is sent.
+	slow time.Duration
+}
+
+// slowWrites makes every write wait d before it is sent.
+func (f *fault) slowWrites(d time.Duration) {
+	f.mu.Lock()
+	f.slow = d
+	f.mu.Unlock()
 }
 
 // hangReads makes every read of key wait for its context's end, until the
@@ -75,9 +84,16 @@ func (f *fault) interceptor(ctx context.Context, method string, req, reply any, 
 		return invoke()
 	}
 	f.mu.Lock()
-	hook := f.hook
+	hook, slow := f.hook, f.slow
 	f.hook = nil
 	f.mu.Unlock()
+	if slow > 0 {
+		select {
+		case <-time.After(slow):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if hook == nil {
 		return invoke()
 	}
@@ -103,11 +119,11 @@ func openFaulty(t *testing.T, url string) (*etcd.Backend, *fault) {
 }
 
 // openFaultyAs opens a backend of id whose writes can be faulted.
-func openFaultyAs(t *testing.T, url string, id registry.Identity) (*etcd.Backend, *fault) {
+func openFaultyAs(t *testing.T, url string, id registry.Identity, modify ...func(*etcd.Options)) (*etcd.Backend, *fault) {
 	f := &fault{}
-	b := open(t, url, id, func(o *etcd.Options) {
+	b := open(t, url, id, append(modify, func(o *etcd.Options) {
 		o.DialOptions = append(o.DialOptions, grpc.WithChainUnaryInterceptor(f.interceptor))
-	})
+	})...)
 	return b, f
 }
 
@@ -643,4 +659,57 @@ func TestWithdrawalWhileAnotherTookTheAliveRecordDeletesNothing(t *testing.T) {
 	if !present(t, cli, faultExportKey) {
 		t.Error("a's withdrawal deleted the other cluster's export")
 	}
+}
+
+// A lost lease is replaced, and every record written again on the new one,
+// though the registry is slow: its transactions (one per 64 records) take
+// longer together than the request timeout, and than the TTL. Each is
+// bounded on its own, and the new lease is renewed while they are made.
+func TestLeaseRepairOfManyRecordsOnASlowRegistry(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	a, f := openFaultyAs(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) {
+		o.TTL, o.RequestTimeout = 2*time.Second, time.Second
+	})
+	const services = 320 // 640 records and the alive record: 11 transactions
+	for i := range services {
+		must(t, a.Publish(t.Context(), registry.ServiceKey{Namespace: "shop", Name: fmt.Sprintf("web-%d", i)}, spec, groups))
+	}
+	f.slowWrites(250 * time.Millisecond)
+	lease := leaseOf(t, cli, faultAliveKey)
+	_, err := cli.Revoke(t.Context(), lease)
+	must(t, err)
+
+	onLease := func() (clientv3.LeaseID, int) {
+		resp, err := cli.Get(t.Context(), "/test/set1/clusters/a/", clientv3.WithPrefix())
+		must(t, err)
+		var alive clientv3.LeaseID
+		for _, kv := range resp.Kvs {
+			if string(kv.Key) == faultAliveKey {
+				alive = clientv3.LeaseID(kv.Lease)
+			}
+		}
+		n := 0
+		for _, kv := range resp.Kvs {
+			if alive != clientv3.NoLease && clientv3.LeaseID(kv.Lease) == alive {
+				n++
+			}
+		}
+		return alive, n
+	}
+	var repaired clientv3.LeaseID
+	poll.Until(t, 30*time.Second, "every record on a new lease", func() (bool, string) {
+		l, n := onLease()
+		repaired = l
+		return l != lease && n == 2*services+1, fmt.Sprintf("%d records on the alive record's lease", n)
+	})
+	// Two TTLs later they are all still there, on that lease.
+	f.slowWrites(0)
+	until := time.Now().Add(4 * time.Second)
+	poll.Until(t, 10*time.Second, "two TTLs with every record", func() (bool, string) {
+		if l, n := onLease(); l != repaired || n != 2*services+1 {
+			t.Fatalf("%d records on lease %x after the repair, want %d on %x", n, l, 2*services+1, repaired)
+		}
+		return time.Now().After(until), "waiting"
+	})
 }
