@@ -116,8 +116,15 @@ func (r *Reconciler) takeOver(ctx context.Context, si *mcsv1beta1.ServiceImport,
 		has, _ := importIPs(svc, nil)
 		return len(families) == 0 || (len(has) > 0 && slices.Contains(families, has[0]))
 	}
-	// One adopted by an earlier try that did not finish comes first.
+	// One adopted by an earlier try that did not finish comes first, then
+	// one whose family is the import's first.
 	i := slices.IndexFunc(candidates, func(svc *corev1.Service) bool { return isOurService(svc, si.Name) && adoptable(svc) })
+	if i < 0 && len(families) > 0 {
+		i = slices.IndexFunc(candidates, func(svc *corev1.Service) bool {
+			has, _ := importIPs(svc, nil)
+			return adoptable(svc) && has[0] == families[0]
+		})
+	}
 	if i < 0 {
 		i = slices.IndexFunc(candidates, adoptable)
 	}

@@ -370,3 +370,27 @@ func TestTakeOverFamilies(t *testing.T) {
 		})
 	}
 }
+
+// Of the AWS controller's derived Services, one whose family is the
+// import's first is kept before one of its second family, first by name.
+func TestTakeOverPrefersTheImportsFirstFamily(t *testing.T) {
+	objs := awsImport(mcsv1beta1.ClusterSetIP, []string{"east", "west"}, []string{"fd00::20", "10.96.0.30"}, []string{"10.1.0.1", "10.2.0.1"}, 2)
+	for _, o := range objs {
+		if svc, ok := o.(*corev1.Service); ok && svc.Name == "imported-east" {
+			svc.Spec.IPFamilies = v6
+		}
+	}
+	e := newEnv(t, append([]client.Object{namespace(testNS)}, objs...)...)
+	families := []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	e.publish([]registry.Export{export("east", registry.ClusterSetIP, families, port("http", corev1.ProtocolTCP, 80))},
+		endpoints("east", group(discoveryv1.AddressTypeIPv4, []registry.EndpointPort{epPort("http", 8080)}, ready("10.1.0.1"))))
+	e.reconcile("web")
+	e.reconcile("web")
+	si := e.serviceImport("web")
+	if got := si.Annotations[wellknown.AnnotationDerivedService]; got != "imported-west" {
+		t.Errorf("derived-service = %q, want imported-west (IPv4, the import's first family)", got)
+	}
+	if svc := e.service("imported-west"); svc == nil || svc.Spec.ClusterIP != "10.96.0.30" {
+		t.Errorf("imported-west %+v, want it kept with its IPv4 IP", svc)
+	}
+}

@@ -80,8 +80,9 @@ type Backend struct {
 	fenced atomic.Pointer[error]
 	// aliveFenced: fenced was set because another Kubernetes cluster given
 	// this id holds the alive record while this backend's lease lives
-	// (aliveHolderLocked), not by a lease repair.
-	aliveFenced bool
+	// (aliveHolderLocked), not by a lease repair. Set and cleared under
+	// sem; repairLoop reads it to look again while it holds.
+	aliveFenced atomic.Bool
 
 	// own is what the watch says etcd holds of the records in stored: a
 	// record someone else deleted or changed is written again by the next

@@ -229,7 +229,7 @@ func (b *Backend) keepAlive() {
 		if b.ctx.Err() != nil {
 			return
 		}
-		b.standing.Set(nil)
+		b.setStanding(nil)
 		if renewed {
 			delay = retryMin
 			continue
@@ -240,6 +240,18 @@ func (b *Backend) keepAlive() {
 		}
 		delay = b.nextDelay(delay)
 	}
+}
+
+// setStanding sets what Lapsed returns to why, or to the fence while
+// another cluster holds the cluster's alive record (aliveHolderLocked): the
+// lease's health does not lift that.
+func (b *Backend) setStanding(why error) {
+	if b.aliveFenced.Load() {
+		if err := b.Fenced(); err != nil {
+			why = err
+		}
+	}
+	b.standing.Set(why)
 }
 
 // recoverLease returns once lease id is known to live, or has been replaced.
@@ -258,7 +270,7 @@ func (b *Backend) recoverLease(id clientv3.LeaseID, why error) {
 		if errors.Is(err, registry.ErrClusterIDInUse) {
 			b.standing.Set(err)
 		} else {
-			b.standing.Set(why)
+			b.setStanding(why)
 		}
 		if !errors.Is(err, registry.ErrClusterIDInUse) || err.Error() != said {
 			// Another cluster's hold on the id is said once, not at
@@ -369,7 +381,7 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 		return fmt.Errorf("write records again: %w", err)
 	}
 	b.fenced.Store(nil)
-	b.aliveFenced = false
+	b.aliveFenced.Store(false)
 	for _, k := range keys {
 		b.own.written(k, b.stored[k], rev)
 	}

@@ -248,10 +248,17 @@ func (b *Backend) lost(key string) {
 // repairLoop writes the alive record again when it is lost, until Close.
 func (b *Backend) repairLoop() {
 	for {
+		// While another cluster holds the alive record, it is looked at
+		// again every TTL too: the watch may miss its end (a compaction).
+		var again <-chan time.Time
+		if b.aliveFenced.Load() {
+			again = time.After(b.opts.TTL)
+		}
 		select {
 		case <-b.ctx.Done():
 			return
 		case <-b.repair:
+		case <-again:
 		}
 		delay := retryMin
 		for b.ctx.Err() == nil {
@@ -278,14 +285,17 @@ func (b *Backend) repairLoop() {
 const repairSpacing = time.Second
 
 func (b *Backend) repairAlive() error {
-	ctx, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
+	// The lock is waited for within RequestTimeout; the requests under it
+	// are each bounded on their own, as in checkLease: a lease found lost
+	// is replaced here, every record written again.
+	wait, cancel := context.WithTimeout(b.ctx, b.opts.RequestTimeout)
 	defer cancel()
-	ctx, unlock, err := b.lock(ctx)
+	_, unlock, err := b.lock(wait)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	return b.repairAliveLocked(ctx)
+	return b.repairAliveLocked(b.ctx)
 }
 
 // repairAliveLocked writes the cluster's alive record again, unless another
@@ -341,22 +351,21 @@ func (b *Backend) aliveHolderLocked(ctx context.Context) (int64, error) {
 		return kv.ModRevision, nil
 	}
 	err = b.opts.Identity.InUseBy(prev.Instance, prev.Since)
+	b.standing.Set(err)
 	b.fenced.Store(&err)
-	if !b.aliveFenced {
-		b.aliveFenced = true
+	if !b.aliveFenced.Swap(true) {
 		b.log.Error(err, "another cluster took this cluster's id while its alive record was missing; writing nothing")
 	}
-	b.standing.Set(err)
 	return 0, err
 }
 
 // unfenceAliveLocked lifts the fence that aliveHolderLocked set, if it did.
 // b is locked.
 func (b *Backend) unfenceAliveLocked() {
-	if !b.aliveFenced {
+	if !b.aliveFenced.Load() {
 		return
 	}
-	b.aliveFenced = false
+	b.aliveFenced.Store(false)
 	b.fenced.Store(nil)
 	b.standing.Set(nil)
 	b.log.Info("this cluster's id is free again; writing its records again")

@@ -192,6 +192,12 @@ func (b *Backend) DeleteExport(ctx context.Context, key registry.ServiceKey) err
 		return err
 	}
 	defer unlock()
+	if b.aliveFenced.Load() {
+		// Free again, perhaps: the watch may not have said so.
+		if _, err := b.aliveHolderLocked(ctx); err != nil {
+			return fmt.Errorf("delete export %s: %w", key, err)
+		}
+	}
 	if err := b.Fenced(); err != nil {
 		return fmt.Errorf("delete export %s: %w", key, err)
 	}
@@ -280,6 +286,12 @@ func (b *Backend) Exported(ctx context.Context) ([]registry.ServiceKey, error) {
 // that was lost too: another cluster given this id may hold it now
 // (aliveHolderLocked).
 func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
+	if b.aliveFenced.Load() {
+		// Free again, perhaps: the watch may not have said so.
+		if _, err := b.aliveHolderLocked(ctx); err != nil {
+			return err
+		}
+	}
 	if err := b.Fenced(); err != nil {
 		return err
 	}
@@ -294,8 +306,12 @@ func (b *Backend) putLocked(ctx context.Context, recs ...keyValue) error {
 	return b.putIfLocked(ctx, nil, recs...)
 }
 
-// putIfLocked is putLocked in a transaction whose writes are made only if
-// cmps hold (errAliveRaced otherwise), without the alive record's check.
+// putIfLocked is putLocked without the alive record's repair. Without cmps,
+// the records are written only while the cluster's alive record is under
+// the lease: the watch may not have told yet that it was deleted, and
+// another cluster given this id took the records (aliveHolderLocked). With
+// cmps (the alive record's own repair), only if they hold (errAliveRaced
+// otherwise).
 func (b *Backend) putIfLocked(ctx context.Context, cmps []clientv3.Cmp, recs ...keyValue) error {
 	if err := b.Fenced(); err != nil {
 		return err
@@ -316,15 +332,16 @@ func (b *Backend) putIfLocked(ctx context.Context, cmps []clientv3.Cmp, recs ...
 	for _, r := range recs {
 		b.own.writing(r.key, r.value)
 	}
+	aliveKey := b.keys.alive(b.opts.Identity.Cluster)
+	guarded := len(cmps) == 0
+	underLease := func() []clientv3.Cmp {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(aliveKey), "=", b.lease)}
+	}
+	if guarded {
+		cmps = underLease()
+	}
 	var rev int64
 	write := func(ctx context.Context) error {
-		if len(recs) == 1 && len(cmps) == 0 {
-			resp, err := b.cli.Put(ctx, recs[0].key, recs[0].value, clientv3.WithLease(b.lease))
-			if err == nil {
-				rev = resp.Header.Revision
-			}
-			return err
-		}
 		ops := make([]clientv3.Op, len(recs))
 		for i, r := range recs {
 			ops[i] = clientv3.OpPut(r.key, r.value, clientv3.WithLease(b.lease))
@@ -333,6 +350,8 @@ func (b *Backend) putIfLocked(ctx context.Context, cmps []clientv3.Cmp, recs ...
 		switch {
 		case err != nil:
 			return err
+		case !resp.Succeeded && guarded:
+			return errLeaseGone
 		case !resp.Succeeded:
 			return errAliveRaced
 		}
@@ -357,12 +376,31 @@ func (b *Backend) putIfLocked(ctx context.Context, cmps []clientv3.Cmp, recs ...
 		}
 	}
 	err := b.eachMember(ctx, write)
+	if errors.Is(err, errLeaseGone) {
+		// The alive record was deleted or changed (the watch has it
+		// repaired), or the lease lost: written while the record is as
+		// read, and not another cluster's.
+		rev, herr := b.aliveHolderLocked(ctx)
+		if herr != nil {
+			failed()
+			return herr
+		}
+		cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(aliveKey), "=", rev)}
+		guarded = false
+		err = b.eachMember(ctx, write)
+	}
 	if isLeaseNotFound(err) {
 		// The lease expired under us: repair it, then write.
 		if err := b.renewLeaseLocked(ctx); err != nil {
 			failed()
 			return err
 		}
+		if slices.ContainsFunc(recs, func(r keyValue) bool { return r.key == aliveKey }) {
+			// The alive record's repair: the lease's wrote it, with
+			// everything else held.
+			return nil
+		}
+		cmps, guarded = underLease(), true
 		err = b.eachMember(ctx, write)
 	}
 	if err != nil {

@@ -713,3 +713,33 @@ func TestLeaseRepairOfManyRecordsOnASlowRegistry(t *testing.T) {
 		return time.Now().After(until), "waiting"
 	})
 }
+
+// Cluster a writes its endpoints just after its alive record was deleted by
+// hand and another Kubernetes cluster given a's id took its records, before
+// a's watch has told it: the write, which finds the alive record no longer
+// under a's lease and another's, writes nothing over the other's record.
+func TestPutWhileAnotherTookTheAliveRecordWritesNothing(t *testing.T) {
+	t.Parallel()
+	srv, cli := startWithClient(t)
+	id := registry.Identity{ClusterSet: "set1", Cluster: "a", Instance: "uid-first"}
+	a, f := openFaultyAs(t, srv.ClientURL(), id)
+	must(t, a.Publish(t.Context(), web, spec, groups))
+
+	var otherLease clientv3.LeaseID
+	f.arm(func(invoke func() error) error {
+		_, err := cli.Delete(t.Context(), faultAliveKey)
+		must(t, err)
+		otherID := id
+		otherID.Instance = "uid-other"
+		open(t, srv.ClientURL(), otherID)
+		otherLease = leaseOf(t, cli, faultAliveKey)
+		return invoke()
+	})
+	moved := []registry.EndpointGroup{{AddressType: "IPv4"}}
+	if err := a.PutEndpoints(t.Context(), web, moved); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("a's put with the id another's: %v, want ErrClusterIDInUse", err)
+	}
+	if kv := getKey(t, cli, "/test/set1/clusters/a/endpoints/shop/web"); clientv3.LeaseID(kv.Lease) != otherLease {
+		t.Errorf("the endpoints on lease %x, want the other cluster's %x: a wrote over them", kv.Lease, otherLease)
+	}
+}
