@@ -634,30 +634,56 @@ func TestAliveTakenWhileItWasGoneFences(t *testing.T) {
 	waitView(t, v, web, "a,eps:a", "")
 }
 
-// Cluster a withdraws an export just as its alive record was deleted by
-// hand and another Kubernetes cluster given a's id took its records: the
-// withdrawal, which finds a's lease alive and the alive record another's,
-// deletes none of the other's records.
-func TestWithdrawalWhileAnotherTookTheAliveRecordDeletesNothing(t *testing.T) {
-	t.Parallel()
+// aliveTakenAtTheNextWrite opens a backend of cluster a with web published,
+// and arms its next write to find, as it is sent, a's alive record deleted
+// by hand and another Kubernetes cluster given a's id started, holding a's
+// records; other returns that cluster's lease once it has started.
+func aliveTakenAtTheNextWrite(t *testing.T) (a *etcd.Backend, cli *clientv3.Client, other func() clientv3.LeaseID) {
 	srv, cli := startWithClient(t)
 	id := registry.Identity{ClusterSet: "set1", Cluster: "a", Instance: "uid-first"}
 	a, f := openFaultyAs(t, srv.ClientURL(), id)
 	must(t, a.Publish(t.Context(), web, spec, groups))
-
+	var lease atomic.Int64
 	f.arm(func(invoke func() error) error {
 		_, err := cli.Delete(t.Context(), faultAliveKey)
 		must(t, err)
 		otherID := id
 		otherID.Instance = "uid-other"
 		open(t, srv.ClientURL(), otherID)
+		lease.Store(int64(leaseOf(t, cli, faultAliveKey)))
 		return invoke()
 	})
+	return a, cli, func() clientv3.LeaseID { return clientv3.LeaseID(lease.Load()) }
+}
+
+// Cluster a withdraws an export just as its alive record was deleted by
+// hand and another Kubernetes cluster given a's id took its records: the
+// withdrawal, which finds a's lease alive and the alive record another's,
+// deletes none of the other's records.
+func TestWithdrawalWhileAnotherTookTheAliveRecordDeletesNothing(t *testing.T) {
+	t.Parallel()
+	a, cli, _ := aliveTakenAtTheNextWrite(t)
 	if err := a.DeleteExport(t.Context(), web); !errors.Is(err, registry.ErrClusterIDInUse) {
 		t.Errorf("a's withdrawal with the id another's: %v, want ErrClusterIDInUse", err)
 	}
 	if !present(t, cli, faultExportKey) {
 		t.Error("a's withdrawal deleted the other cluster's export")
+	}
+}
+
+// Cluster a writes its endpoints just after its alive record was deleted by
+// hand and another Kubernetes cluster given a's id took its records, before
+// a's watch has told it: the write, which finds the alive record no longer
+// under a's lease and another's, writes nothing over the other's record.
+func TestPutWhileAnotherTookTheAliveRecordWritesNothing(t *testing.T) {
+	t.Parallel()
+	a, cli, other := aliveTakenAtTheNextWrite(t)
+	moved := []registry.EndpointGroup{{AddressType: "IPv4"}}
+	if err := a.PutEndpoints(t.Context(), web, moved); !errors.Is(err, registry.ErrClusterIDInUse) {
+		t.Errorf("a's put with the id another's: %v, want ErrClusterIDInUse", err)
+	}
+	if kv := getKey(t, cli, "/test/set1/clusters/a/endpoints/shop/web"); clientv3.LeaseID(kv.Lease) != other() {
+		t.Errorf("the endpoints on lease %x, want the other cluster's %x: a wrote over them", kv.Lease, other())
 	}
 }
 
@@ -712,34 +738,4 @@ func TestLeaseRepairOfManyRecordsOnASlowRegistry(t *testing.T) {
 		}
 		return time.Now().After(until), "waiting"
 	})
-}
-
-// Cluster a writes its endpoints just after its alive record was deleted by
-// hand and another Kubernetes cluster given a's id took its records, before
-// a's watch has told it: the write, which finds the alive record no longer
-// under a's lease and another's, writes nothing over the other's record.
-func TestPutWhileAnotherTookTheAliveRecordWritesNothing(t *testing.T) {
-	t.Parallel()
-	srv, cli := startWithClient(t)
-	id := registry.Identity{ClusterSet: "set1", Cluster: "a", Instance: "uid-first"}
-	a, f := openFaultyAs(t, srv.ClientURL(), id)
-	must(t, a.Publish(t.Context(), web, spec, groups))
-
-	var otherLease clientv3.LeaseID
-	f.arm(func(invoke func() error) error {
-		_, err := cli.Delete(t.Context(), faultAliveKey)
-		must(t, err)
-		otherID := id
-		otherID.Instance = "uid-other"
-		open(t, srv.ClientURL(), otherID)
-		otherLease = leaseOf(t, cli, faultAliveKey)
-		return invoke()
-	})
-	moved := []registry.EndpointGroup{{AddressType: "IPv4"}}
-	if err := a.PutEndpoints(t.Context(), web, moved); !errors.Is(err, registry.ErrClusterIDInUse) {
-		t.Errorf("a's put with the id another's: %v, want ErrClusterIDInUse", err)
-	}
-	if kv := getKey(t, cli, "/test/set1/clusters/a/endpoints/shop/web"); clientv3.LeaseID(kv.Lease) != otherLease {
-		t.Errorf("the endpoints on lease %x, want the other cluster's %x: a wrote over them", kv.Lease, otherLease)
-	}
 }
