@@ -380,12 +380,12 @@ func (b *Backend) putIfLocked(ctx context.Context, cmps []clientv3.Cmp, recs ...
 		// The alive record was deleted or changed (the watch has it
 		// repaired), or the lease lost: written while the record is as
 		// read, and not another cluster's.
-		rev, herr := b.aliveHolderLocked(ctx)
+		aliveRev, herr := b.aliveHolderLocked(ctx)
 		if herr != nil {
 			failed()
 			return herr
 		}
-		cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(aliveKey), "=", rev)}
+		cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(aliveKey), "=", aliveRev)}
 		guarded = false
 		err = b.eachMember(ctx, write)
 	}
