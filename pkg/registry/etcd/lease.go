@@ -394,23 +394,14 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 // each bounded on its own (eachMember), and returns the revision of the
 // first (0 when there was nothing to write): every write is at that
 // revision or later. The first is made only if firstIf holds
-// (errAliveRaced otherwise). Nothing renews the lease until commit has
-// returned: when the transactions take longer than a third of the TTL (a
-// loaded registry, many records), commit renews it itself.
+// (errAliveRaced otherwise). Nothing else renews the lease until commit has
+// returned, and the transactions may take longer than the TTL (a loaded
+// registry, many records), one slow one alone longer than what is left of
+// it: commit renews it every TTL/3 while they run.
 func (b *Backend) commit(ctx context.Context, lease clientv3.LeaseID, ops []clientv3.Op, firstIf ...clientv3.Cmp) (int64, error) {
+	defer b.renewWhile(ctx, lease)()
 	var first int64
-	renewed := time.Now()
 	for chunk := range slices.Chunk(ops, maxTxnOps) {
-		if time.Since(renewed) >= b.opts.TTL/3 {
-			err := b.eachMember(ctx, func(ctx context.Context) error {
-				_, err := b.lessor.KeepAliveOnce(ctx, lease)
-				return err
-			})
-			if err != nil {
-				return 0, fmt.Errorf("renew lease %s: %w", leaseString(lease), err)
-			}
-			renewed = time.Now()
-		}
 		var resp *clientv3.TxnResponse
 		err := b.eachMember(ctx, func(ctx context.Context) (err error) {
 			txn := b.cli.Txn(ctx)
@@ -431,6 +422,37 @@ func (b *Backend) commit(ctx context.Context, lease clientv3.LeaseID, ops []clie
 		}
 	}
 	return first, nil
+}
+
+// renewWhile renews lease every TTL/3 until the function it returns is
+// called, and waits for that renewal's end. A renewal that fails is only
+// logged: a lease gone fails the next transaction put on it.
+func (b *Backend) renewWhile(ctx context.Context, lease clientv3.LeaseID) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(b.opts.TTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			err := b.eachMember(ctx, func(ctx context.Context) error {
+				_, err := b.lessor.KeepAliveOnce(ctx, lease)
+				return err
+			})
+			if err != nil && ctx.Err() == nil {
+				b.log.Error(err, "cannot renew lease during a write", "lease", leaseString(lease))
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 func leaseString(id clientv3.LeaseID) string { return fmt.Sprintf("%x", int64(id)) }

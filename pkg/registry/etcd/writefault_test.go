@@ -687,21 +687,36 @@ func TestPutWhileAnotherTookTheAliveRecordWritesNothing(t *testing.T) {
 	}
 }
 
-// A lost lease is replaced, and every record written again on the new one,
-// though the registry is slow: its transactions (one per 64 records) take
-// longer together than the request timeout, and than the TTL. Each is
-// bounded on its own, and the new lease is renewed while they are made.
+// TestLeaseRepairOfManyRecordsOnASlowRegistry: a lease repair of more
+// records than one transaction holds, on a registry whose every write is
+// slow, completes, and the records stay: each transaction is bounded on its
+// own, and the new lease is renewed while they run.
 func TestLeaseRepairOfManyRecordsOnASlowRegistry(t *testing.T) {
 	t.Parallel()
+	const services = 320 // 640 records and the alive record: 11 transactions
+	leaseRepairOnASlowRegistry(t, services, 250*time.Millisecond, time.Second)
+}
+
+// TestLeaseRepairWithAWriteSlowerThanTheTTL: one transaction of a lease
+// repair that takes longer than the TTL does not lose the new lease.
+func TestLeaseRepairWithAWriteSlowerThanTheTTL(t *testing.T) {
+	t.Parallel()
+	leaseRepairOnASlowRegistry(t, 10, 3*time.Second, 8*time.Second)
+}
+
+// leaseRepairOnASlowRegistry publishes services with a TTL of 2 s, makes
+// every write wait slow, revokes the lease, and waits for every record on
+// a new lease, still there two TTLs later.
+func leaseRepairOnASlowRegistry(t *testing.T, services int, slow, requestTimeout time.Duration) {
+	t.Helper()
 	srv, cli := startWithClient(t)
 	a, f := openFaultyAs(t, srv.ClientURL(), registry.Identity{ClusterSet: "set1", Cluster: "a"}, func(o *etcd.Options) {
-		o.TTL, o.RequestTimeout = 2*time.Second, time.Second
+		o.TTL, o.RequestTimeout = 2*time.Second, requestTimeout
 	})
-	const services = 320 // 640 records and the alive record: 11 transactions
 	for i := range services {
 		must(t, a.Publish(t.Context(), registry.ServiceKey{Namespace: "shop", Name: fmt.Sprintf("web-%d", i)}, spec, groups))
 	}
-	f.slowWrites(250 * time.Millisecond)
+	f.slowWrites(slow)
 	lease := leaseOf(t, cli, faultAliveKey)
 	_, err := cli.Revoke(t.Context(), lease)
 	must(t, err)
