@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -581,6 +582,12 @@ var handedOut = struct {
 
 // FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a
 // moment ago and that this process has not handed out before.
+//
+// They are taken below the kernel's ephemeral range when there is room:
+// the testbed binds a port a moment after choosing it, and in that moment
+// an outgoing connection of any process on the machine (a control plane
+// of another test package, its clients) may be given a port of that range
+// as its own, and the bind would fail.
 func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -590,13 +597,21 @@ func FreePorts(n int) ([]int, error) {
 	}()
 	handedOut.Lock()
 	defer handedOut.Unlock()
+	lo, hi := portsBelowEphemeral()
 	var out []int
-	for len(out) < n {
-		if len(ls) > n+1000 {
-			return nil, errors.New("find a free port: every port offered was handed out already")
+	for tries := 0; len(out) < n; tries++ {
+		if tries > n+1000 {
+			return nil, errors.New("find a free port: every port offered was taken or handed out already")
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		addr := "127.0.0.1:0"
+		if hi > lo {
+			addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if hi > lo {
+				continue // taken: try another
+			}
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
 		ls = append(ls, l) // held until the end: not offered again meanwhile
@@ -606,6 +621,26 @@ func FreePorts(n int) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// portsBelowEphemeral is the range [lo, hi) FreePorts picks from: from
+// 10000 up to the kernel's ephemeral range, or an empty range when that
+// starts too low to leave room (FreePorts then lets the kernel choose).
+func portsBelowEphemeral() (lo, hi int) {
+	const first, room = 10000, 4096
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	start, err := strconv.Atoi(f[0])
+	if err != nil || start-first < room {
+		return 0, 0
+	}
+	return first, start
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago (see

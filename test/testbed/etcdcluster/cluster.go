@@ -66,7 +66,10 @@ type member struct {
 	done chan struct{}
 }
 
-// Start starts a new cluster and waits until it is healthy.
+// Start starts a new cluster and waits until it is healthy. A start that
+// fails (a member that cannot bind a port taken in the meantime, or stays
+// unhealthy) is tried again from new data directories on new ports, up to
+// three times; the error tells each member's state and its log's end.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Members == 0 {
 		cfg.Members = 3
@@ -74,15 +77,40 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Binary == "" {
 		return nil, errors.New("etcdcluster: no etcd binary")
 	}
+	if cfg.Dir == "" {
+		return nil, errors.New("etcdcluster: no directory")
+	}
+	var errs []error
+	for try := 1; try <= 3; try++ {
+		c, err := start(ctx, cfg)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, fmt.Errorf("try %d: %w", try, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+func start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, partitioned: map[int]bool{}}
+	fail := func(err error) (*Cluster, error) {
+		err = fmt.Errorf("%w%s", err, c.diagnose())
+		c.Close()
+		for _, m := range c.members {
+			_ = os.RemoveAll(m.dir)
+		}
+		return nil, err
+	}
 	var initial []string
 	for i := range cfg.Members {
 		// The proxy listens from now on; the member's own ports are free
 		// until it binds them, a moment later.
 		ports, err := testbed.FreePorts(2)
 		if err != nil {
-			c.Close()
-			return nil, err
+			return fail(err)
 		}
 		m := &member{
 			name:      fmt.Sprintf("m%d", i),
@@ -91,8 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		}
 		if m.proxy, err = newPeerProxy(c, i, m.peerURL); err != nil {
-			c.Close()
-			return nil, err
+			return fail(err)
 		}
 		m.proxyURL = m.proxy.url
 		c.mu.Lock()
@@ -101,24 +128,49 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		initial = append(initial, m.name+"="+m.proxyURL)
 	}
 	for _, m := range c.members {
+		// A new cluster: no data of an earlier one.
+		if err := os.RemoveAll(m.dir); err != nil {
+			return fail(err)
+		}
 		if err := os.MkdirAll(m.dir, 0o700); err != nil {
-			c.Close()
-			return nil, err
+			return fail(err)
 		}
 		if err := c.startMember(m, strings.Join(initial, ",")); err != nil {
-			c.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	if err := c.WaitHealthy(ctx); err != nil {
-		c.Close()
-		return nil, err
+		return fail(err)
 	}
 	if err := c.learnIDs(ctx); err != nil {
-		c.Close()
-		return nil, err
+		return fail(err)
 	}
 	return c, nil
+}
+
+// diagnose tells, for an error, whether each member runs and how its log
+// ends.
+func (c *Cluster) diagnose() string {
+	var b strings.Builder
+	for i, m := range c.members {
+		state := "running"
+		if !c.Running(i) {
+			state = "not running"
+			m.mu.Lock()
+			if m.cmd != nil && m.cmd.ProcessState != nil {
+				state = "exited: " + m.cmd.ProcessState.String()
+			}
+			m.mu.Unlock()
+		}
+		fmt.Fprintf(&b, "\n  etcd member %s (client %s, peer %s): %s", m.name, m.clientURL, m.peerURL, state)
+		if out, err := os.ReadFile(filepath.Join(m.dir, "etcd.log")); err == nil && len(out) > 0 {
+			if len(out) > 1500 {
+				out = out[len(out)-1500:]
+			}
+			fmt.Fprintf(&b, "\n    %s", strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "\n    "))
+		}
+	}
+	return b.String()
 }
 
 // startMember runs m's etcd process; initial is the initial cluster, used
@@ -280,6 +332,10 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 			if err == nil {
 				break
 			}
+			if !c.Running(i) {
+				_ = cli.Close()
+				return fmt.Errorf("etcd member %s exited before it was healthy: %w", m.name, err)
+			}
 			select {
 			case <-ctx.Done():
 				_ = cli.Close()
@@ -362,7 +418,10 @@ func (c *Cluster) RestartAll(ctx context.Context) error {
 			return err
 		}
 	}
-	return c.WaitHealthy(ctx)
+	if err := c.WaitHealthy(ctx); err != nil {
+		return fmt.Errorf("%w%s", err, c.diagnose())
+	}
+	return nil
 }
 
 // Partition cuts member i off from the other members: no peer message

@@ -2,10 +2,16 @@ package etcdcluster
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/mcsd-io/mcsd/test/testbed"
 )
 
 // TestFaults: the cluster elects a new leader when its leader is killed,
@@ -96,5 +102,60 @@ func TestFaults(t *testing.T) {
 	resp, err = one.Get(gctx, "c")
 	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" {
 		t.Fatalf("healed member reads c = %v, %v", resp, err)
+	}
+}
+
+// TestStartTriesAgain: a member that cannot start (as when its port was
+// taken between the choice and the bind) makes Start try again on new
+// ports, and a member that never starts is reported with its log's end.
+func TestStartTriesAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short (make test-unit) runs nothing that needs the testbed's binaries; make test, which CI runs, runs this")
+	}
+	ctx := context.Background()
+	bins, err := testbed.EnsureBinaries(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	failed := filepath.Join(dir, "failed-once")
+	// The first member started fails as etcd does on a port taken; every
+	// later start is the real etcd.
+	once := filepath.Join(dir, "etcd-once")
+	script := fmt.Sprintf("#!/bin/bash\nif mkdir %q 2>/dev/null; then echo 'listen tcp: bind: address already in use' >&2; exit 1; fi\nexec %q \"$@\"\n", failed, bins.Etcd)
+	if err := os.WriteFile(once, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Start(ctx, Config{Binary: once, Dir: filepath.Join(dir, "etcd")})
+	if err != nil {
+		t.Fatalf("start after a member failed once: %v", err)
+	}
+	defer c.Close()
+	if _, err := os.Stat(failed); err != nil {
+		t.Fatalf("the first member did not fail: %v", err)
+	}
+	cli, err := c.client(c.ClientURLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Put(pctx, "a", "1"); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+
+	never := filepath.Join(dir, "etcd-never")
+	if err := os.WriteFile(never, []byte("#!/bin/bash\necho 'no such thing: member cannot start' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Start(ctx, Config{Binary: never, Dir: filepath.Join(dir, "never"), Members: 1})
+	if err == nil {
+		t.Fatal("a member that never starts: Start succeeded")
+	}
+	for _, want := range []string{"try 3:", "exited before it was healthy", "exit status 3", "member cannot start"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
 	}
 }
