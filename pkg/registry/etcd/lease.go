@@ -336,18 +336,14 @@ func (b *Backend) renewLeaseLocked(ctx context.Context) error {
 	// While this backend's lease was lost, another Kubernetes cluster given
 	// this id may have started under it: its records are not overwritten.
 	aliveKey := b.keys.alive(b.opts.Identity.Cluster)
-	var resp *clientv3.GetResponse
-	err := b.eachMember(ctx, func(ctx context.Context) (err error) {
-		resp, err = b.cli.Get(ctx, aliveKey)
-		return err
-	})
+	kv, prev, err := b.readAlive(ctx)
 	if err != nil {
-		return fmt.Errorf("read alive record: %w", err)
+		return err
 	}
 	var aliveRev int64
-	if len(resp.Kvs) > 0 {
-		aliveRev = resp.Kvs[0].ModRevision
-		if prev, _ := decodeAlive(string(resp.Kvs[0].Value)); b.opts.Identity.OtherInstance(prev.Instance) {
+	if kv != nil {
+		aliveRev = kv.ModRevision
+		if b.opts.Identity.OtherInstance(prev.Instance) {
 			err := b.opts.Identity.InUseBy(prev.Instance, prev.Since)
 			b.fenced.Store(&err)
 			return err

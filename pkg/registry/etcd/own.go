@@ -331,21 +331,14 @@ func (b *Backend) repairAliveLocked(ctx context.Context) error {
 // (ErrClusterIDInUse), and writes nothing until the record is gone or its
 // own again. b is locked.
 func (b *Backend) aliveHolderLocked(ctx context.Context) (int64, error) {
-	key := b.keys.alive(b.opts.Identity.Cluster)
-	var resp *clientv3.GetResponse
-	err := b.eachMember(ctx, func(ctx context.Context) (err error) {
-		resp, err = b.cli.Get(ctx, key)
-		return err
-	})
+	kv, prev, err := b.readAlive(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("read alive record: %w", err)
+		return 0, err
 	}
-	if len(resp.Kvs) == 0 {
+	if kv == nil {
 		b.unfenceAliveLocked()
 		return 0, nil
 	}
-	kv := resp.Kvs[0]
-	prev, _ := decodeAlive(string(kv.Value))
 	if clientv3.LeaseID(kv.Lease) == b.lease || !b.opts.Identity.OtherInstance(prev.Instance) {
 		b.unfenceAliveLocked()
 		return kv.ModRevision, nil
@@ -357,6 +350,23 @@ func (b *Backend) aliveHolderLocked(ctx context.Context) (int64, error) {
 		b.log.Error(err, "another cluster took this cluster's id while its alive record was missing; writing nothing")
 	}
 	return 0, err
+}
+
+// readAlive reads the cluster's alive record: nil when there is none.
+func (b *Backend) readAlive(ctx context.Context) (*mvccpb.KeyValue, aliveValue, error) {
+	var resp *clientv3.GetResponse
+	err := b.eachMember(ctx, func(ctx context.Context) (err error) {
+		resp, err = b.cli.Get(ctx, b.keys.alive(b.opts.Identity.Cluster))
+		return err
+	})
+	if err != nil {
+		return nil, aliveValue{}, fmt.Errorf("read alive record: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, aliveValue{}, nil
+	}
+	v, _ := decodeAlive(string(resp.Kvs[0].Value))
+	return resp.Kvs[0], v, nil
 }
 
 // unfenceAliveLocked lifts the fence that aliveHolderLocked set, if it did.
