@@ -608,10 +608,10 @@ func FreePorts(n int) ([]int, error) {
 			addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
 		}
 		l, err := net.Listen("tcp", addr)
+		if hi > lo && errors.Is(err, syscall.EADDRINUSE) {
+			continue // taken: try another
+		}
 		if err != nil {
-			if hi > lo {
-				continue // taken: try another
-			}
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}
 		ls = append(ls, l) // held until the end: not offered again meanwhile

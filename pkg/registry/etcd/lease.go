@@ -436,10 +436,14 @@ func (b *Backend) renewWhile(ctx context.Context, lease clientv3.LeaseID) (stop 
 				return
 			case <-tick.C:
 			}
-			err := b.eachMember(ctx, func(ctx context.Context) error {
+			// Bounded by the period: a renewal stuck on a slow member
+			// does not hold back the next.
+			rctx, rcancel := context.WithTimeout(ctx, b.opts.TTL/3)
+			err := b.eachMember(rctx, func(ctx context.Context) error {
 				_, err := b.lessor.KeepAliveOnce(ctx, lease)
 				return err
 			})
+			rcancel()
 			if err != nil && ctx.Err() == nil {
 				b.log.Error(err, "cannot renew lease during a write", "lease", leaseString(lease))
 			}

@@ -66,10 +66,11 @@ type member struct {
 	done chan struct{}
 }
 
-// Start starts a new cluster and waits until it is healthy. A start that
-// fails (a member that cannot bind a port taken in the meantime, or stays
-// unhealthy) is tried again from new data directories on new ports, up to
-// three times; the error tells each member's state and its log's end.
+// Start starts a new cluster in Dir, whose members' data directories it
+// empties first, and waits until it is healthy. A start that fails (a
+// member that cannot bind a port taken in the meantime, or stays
+// unhealthy) is tried again from empty data directories on new ports, up
+// to three times; the error tells each member's state and its log's end.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Members == 0 {
 		cfg.Members = 3
@@ -99,9 +100,6 @@ func start(ctx context.Context, cfg Config) (*Cluster, error) {
 	fail := func(err error) (*Cluster, error) {
 		err = fmt.Errorf("%w%s", err, c.diagnose())
 		c.Close()
-		for _, m := range c.members {
-			_ = os.RemoveAll(m.dir)
-		}
 		return nil, err
 	}
 	var initial []string
@@ -142,26 +140,43 @@ func start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := c.WaitHealthy(ctx); err != nil {
 		return fail(err)
 	}
+	// WaitHealthy passes over a member that is not running; the others
+	// make a quorum without it.
+	if err := c.allRunning(); err != nil {
+		return fail(err)
+	}
 	if err := c.learnIDs(ctx); err != nil {
 		return fail(err)
 	}
 	return c, nil
 }
 
+// allRunning fails for the first member whose process does not run.
+func (c *Cluster) allRunning() error {
+	for i, m := range c.members {
+		if !c.Running(i) {
+			return fmt.Errorf("etcd member %s exited", m.name)
+		}
+	}
+	return nil
+}
+
 // diagnose tells, for an error, whether each member runs and how its log
 // ends.
 func (c *Cluster) diagnose() string {
 	var b strings.Builder
-	for i, m := range c.members {
-		state := "running"
-		if !c.Running(i) {
-			state = "not running"
-			m.mu.Lock()
-			if m.cmd != nil && m.cmd.ProcessState != nil {
+	for _, m := range c.members {
+		m.mu.Lock()
+		state := "not started"
+		if m.done != nil {
+			select {
+			case <-m.done: // cmd.Wait has returned
 				state = "exited: " + m.cmd.ProcessState.String()
+			default:
+				state = "running"
 			}
-			m.mu.Unlock()
 		}
+		m.mu.Unlock()
 		fmt.Fprintf(&b, "\n  etcd member %s (client %s, peer %s): %s", m.name, m.clientURL, m.peerURL, state)
 		if out, err := os.ReadFile(filepath.Join(m.dir, "etcd.log")); err == nil && len(out) > 0 {
 			if len(out) > 1500 {
@@ -418,7 +433,11 @@ func (c *Cluster) RestartAll(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.WaitHealthy(ctx); err != nil {
+	err := c.WaitHealthy(ctx)
+	if err == nil {
+		err = c.allRunning()
+	}
+	if err != nil {
 		return fmt.Errorf("%w%s", err, c.diagnose())
 	}
 	return nil
