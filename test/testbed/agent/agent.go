@@ -44,6 +44,10 @@ type Agent struct {
 	sandboxes map[types.UID]*sandbox
 	byKey     map[string]types.UID
 	children  *children
+	// proxyLog is kube-proxy's log; proxyLogFrom where its current start's
+	// lines begin (waitTopology).
+	proxyLog     string
+	proxyLogFrom int64
 }
 
 // New returns an agent for cfg; self is this program's path (its pause and

@@ -17,10 +17,11 @@ import (
 // side, kube-proxy, CoreDNS): each is restarted when it exits, after a
 // growing delay, until the agent stops; each dies with the agent.
 type children struct {
-	log  logr.Logger
-	mu   sync.Mutex
-	cmds []*exec.Cmd
-	done bool
+	log   logr.Logger
+	mu    sync.Mutex
+	cmds  []*exec.Cmd
+	names map[*exec.Cmd]string
+	done  bool
 }
 
 // run starts name's command line (from newCmd, called for every start),
@@ -43,6 +44,10 @@ func (c *children) run(ctx context.Context, name, logPath string, newCmd func() 
 			err = cmd.Start()
 			if err == nil {
 				c.cmds = append(c.cmds, cmd)
+				if c.names == nil {
+					c.names = map[*exec.Cmd]string{}
+				}
+				c.names[cmd] = name
 			}
 			c.mu.Unlock()
 			if err == nil {
@@ -71,6 +76,18 @@ func (c *children) forget(cmd *exec.Cmd) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cmds = slices.DeleteFunc(c.cmds, func(x *exec.Cmd) bool { return x == cmd })
+	delete(c.names, cmd)
+}
+
+// restart kills name's process group; run starts it again.
+func (c *children) restart(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cmd := range c.cmds {
+		if c.names[cmd] == name && cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // stopAll kills every helper's process group.

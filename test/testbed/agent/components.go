@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // kube-proxy's health endpoint, inside the node namespace.
@@ -33,11 +37,88 @@ func (a *Agent) startKubeProxy(ctx context.Context) error {
 		"--conntrack-tcp-timeout-established=0",
 		"--conntrack-tcp-timeout-close-wait=0",
 		"--v=2",
+		// Its proxier's log of the node's topology labels (waitTopology).
+		"--vmodule=proxier=4",
 	}
-	a.children.run(ctx, "kube-proxy", filepath.Join(a.cfg.StateDir, "kube-proxy.log"), func() *exec.Cmd {
+	a.proxyLog = filepath.Join(a.cfg.StateDir, "kube-proxy.log")
+	a.proxyLogFrom = fileSize(a.proxyLog)
+	a.children.run(ctx, "kube-proxy", a.proxyLog, func() *exec.Cmd {
 		return exec.Command("ip", args...)
 	})
 	return nil
+}
+
+// topologyLogged is what kube-proxy's proxier logs (at -v=4) when it is
+// given its node's topology labels.
+const topologyLogged = "Updated proxier node topology labels"
+
+// waitTopology waits until kube-proxy's proxier has its node's zone, and
+// starts kube-proxy again when it does not get it (at most twice).
+// kube-proxy 1.35 adds the handler that reads the node's labels to a node
+// informer already running, and names the proxier as that handler's
+// receiver only after: when the handler's replay of the node comes first,
+// the proxier never hears of the zone and ignores every topology hint, for
+// as long as the zone does not change.
+func (a *Agent) waitTopology(ctx context.Context) error {
+	for try := 0; ; try++ {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			ok, err := zoneLogged(a.proxyLog, a.proxyLogFrom)
+			if err != nil {
+				return err
+			}
+			if ok {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("wait for kube-proxy of %s to learn its node's zone: %w", a.cfg.Cluster, ctx.Err())
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		if try == 2 {
+			return fmt.Errorf("kube-proxy of %s did not learn its node's zone in %d starts (no %q in %s)", a.cfg.Cluster, try+1, topologyLogged, a.proxyLog)
+		}
+		a.log.Info("kube-proxy did not learn its node's zone; starting it again", "cluster", a.cfg.Cluster)
+		a.proxyLogFrom = fileSize(a.proxyLog)
+		a.children.restart("kube-proxy")
+		if err := a.probe(ctx, []string{"probe", "-http", "http://" + kubeProxyHealthz + "/healthz"}); err != nil {
+			return err
+		}
+	}
+}
+
+// zoneLogged reports whether the log at path, from offset from, has
+// kube-proxy's line for topology labels that include a zone.
+func zoneLogged(path string, from int64) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read kube-proxy log: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return false, fmt.Errorf("read kube-proxy log: %w", err)
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for sc.Scan() {
+		if line := sc.Text(); strings.Contains(line, topologyLogged) && strings.Contains(line, corev1.LabelTopologyZone) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// fileSize is the size of the file at path, 0 if there is none.
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
 }
 
 // dnsAddrs are where the cluster's DNS server listens: node 0's addresses,
@@ -70,22 +151,30 @@ func (a *Agent) waitServing(ctx context.Context) error {
 		{"probe", "-dns", net.JoinHostPort(a.dnsAddrs()[0], "53")},
 		{"probe", "-http", "http://127.0.0.1:8181/ready"},
 	}
-	var last error
 	for _, c := range checks {
-		for {
-			out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", a.cfg.NodeNetns, a.progs.Self}, c...)...).CombinedOutput()
-			if err == nil {
-				break
-			}
-			last = fmt.Errorf("%s: %w: %s", strings.Join(c, " "), err, strings.TrimSpace(string(out)))
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("wait for kube-proxy and DNS of %s: %w (last: %w)", a.cfg.Cluster, ctx.Err(), last)
-			case <-time.After(200 * time.Millisecond):
-			}
+		if err := a.probe(ctx, c); err != nil {
+			return err
 		}
 	}
-	return nil
+	return a.waitTopology(ctx)
+}
+
+// probe runs the agent's probe command c in the node namespace until it
+// succeeds.
+func (a *Agent) probe(ctx context.Context, c []string) error {
+	var last error
+	for {
+		out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", a.cfg.NodeNetns, a.progs.Self}, c...)...).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		last = fmt.Errorf("%s: %w: %s", strings.Join(c, " "), err, strings.TrimSpace(string(out)))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for kube-proxy and DNS of %s: %w (last: %w)", a.cfg.Cluster, ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Probe checks, once, an HTTP URL (status 200) or a DNS server (it answers
