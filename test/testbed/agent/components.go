@@ -16,6 +16,7 @@ import (
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // kube-proxy's health endpoint, inside the node namespace.
@@ -60,6 +61,13 @@ const topologyLogged = "Updated proxier node topology labels"
 // the proxier never hears of the zone and ignores every topology hint, for
 // as long as the zone does not change.
 func (a *Agent) waitTopology(ctx context.Context) error {
+	node, err := a.cs.CoreV1().Nodes().Get(ctx, a.cfg.Nodes[0].Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s: %w", a.cfg.Nodes[0].Name, err)
+	}
+	if _, ok := node.Labels[corev1.LabelTopologyZone]; !ok {
+		return nil // no zone to learn: kube-proxy logs nothing
+	}
 	for try := 0; ; try++ {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
@@ -103,11 +111,14 @@ func zoneLogged(path string, from int64) (bool, error) {
 		return false, fmt.Errorf("read kube-proxy log: %w", err)
 	}
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
 	for sc.Scan() {
 		if line := sc.Text(); strings.Contains(line, topologyLogged) && strings.Contains(line, corev1.LabelTopologyZone) {
 			return true, nil
 		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, fmt.Errorf("read kube-proxy log: %w", err)
 	}
 	return false, nil
 }
