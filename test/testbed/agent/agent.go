@@ -44,9 +44,8 @@ type Agent struct {
 	sandboxes map[types.UID]*sandbox
 	byKey     map[string]types.UID
 	children  *children
-	// proxyLog is kube-proxy's log; proxyLogFrom where its current start's
-	// lines begin (waitTopology).
-	proxyLog     string
+	// proxyLogFrom is where the current start's lines begin in kube-proxy's
+	// log (waitTopology).
 	proxyLogFrom int64
 }
 

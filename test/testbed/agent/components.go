@@ -41,13 +41,15 @@ func (a *Agent) startKubeProxy(ctx context.Context) error {
 		// Its proxier's log of the node's topology labels (waitTopology).
 		"--vmodule=proxier=4",
 	}
-	a.proxyLog = filepath.Join(a.cfg.StateDir, "kube-proxy.log")
-	a.proxyLogFrom = fileSize(a.proxyLog)
-	a.children.run(ctx, "kube-proxy", a.proxyLog, func() *exec.Cmd {
+	a.proxyLogFrom = fileSize(a.proxyLog())
+	a.children.run(ctx, "kube-proxy", a.proxyLog(), func() *exec.Cmd {
 		return exec.Command("ip", args...)
 	})
 	return nil
 }
+
+// proxyLog is kube-proxy's log.
+func (a *Agent) proxyLog() string { return filepath.Join(a.cfg.StateDir, "kube-proxy.log") }
 
 // topologyLogged is what kube-proxy's proxier logs (at -v=4) when it is
 // given its node's topology labels.
@@ -71,7 +73,7 @@ func (a *Agent) waitTopology(ctx context.Context) error {
 	for try := 0; ; try++ {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			ok, err := zoneLogged(a.proxyLog, a.proxyLogFrom)
+			ok, err := zoneLogged(a.proxyLog(), a.proxyLogFrom)
 			if err != nil {
 				return err
 			}
@@ -85,10 +87,10 @@ func (a *Agent) waitTopology(ctx context.Context) error {
 			}
 		}
 		if try == 2 {
-			return fmt.Errorf("kube-proxy of %s did not learn its node's zone in %d starts (no %q in %s)", a.cfg.Cluster, try+1, topologyLogged, a.proxyLog)
+			return fmt.Errorf("kube-proxy of %s did not learn its node's zone in %d starts (no %q in %s)", a.cfg.Cluster, try+1, topologyLogged, a.proxyLog())
 		}
 		a.log.Info("kube-proxy did not learn its node's zone; starting it again", "cluster", a.cfg.Cluster)
-		a.proxyLogFrom = fileSize(a.proxyLog)
+		a.proxyLogFrom = fileSize(a.proxyLog())
 		a.children.restart("kube-proxy")
 		if err := a.probe(ctx, []string{"probe", "-http", "http://" + kubeProxyHealthz + "/healthz"}); err != nil {
 			return err
