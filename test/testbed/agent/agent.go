@@ -44,9 +44,8 @@ type Agent struct {
 	sandboxes map[types.UID]*sandbox
 	byKey     map[string]types.UID
 	children  *children
-	// proxyLogFrom is where the current start's lines begin in kube-proxy's
-	// log (waitTopology).
-	proxyLogFrom int64
+	// zone sees that kube-proxy has its node's zone.
+	zone *zoneKeeper
 }
 
 // New returns an agent for cfg; self is this program's path (its pause and
@@ -140,6 +139,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
 		return errors.New("pod cache did not sync")
 	}
+	// The API server answers: kube-proxy's starts are followed from here.
+	go a.zone.run(ctx, a.nodeZoned)
 	// Addresses that pods hold already are not handed out again.
 	pods, _ := a.pods.List(everything)
 	for _, p := range pods {

@@ -25,15 +25,21 @@ type children struct {
 }
 
 // run starts name's command line (from newCmd, called for every start),
-// logging to logPath, and keeps it running until ctx ends.
-func (c *children) run(ctx context.Context, name, logPath string, newCmd func() *exec.Cmd) {
+// logging to logPath, and keeps it running until ctx ends. started, when
+// not nil, is called after each start with the log's size before it: where
+// that start's lines begin.
+func (c *children) run(ctx context.Context, name, logPath string, newCmd func() *exec.Cmd, started func(logFrom int64)) {
 	go func() {
 		delay := 200 * time.Millisecond
 		for ctx.Err() == nil {
 			cmd := newCmd()
 			logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+			var logFrom int64
 			if err == nil {
 				cmd.Stdout, cmd.Stderr = logf, logf
+				if st, err := logf.Stat(); err == nil {
+					logFrom = st.Size()
+				}
 			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 			c.mu.Lock()
@@ -50,6 +56,9 @@ func (c *children) run(ctx context.Context, name, logPath string, newCmd func() 
 				c.names[cmd] = name
 			}
 			c.mu.Unlock()
+			if err == nil && started != nil {
+				started(logFrom)
+			}
 			if err == nil {
 				err = cmd.Wait()
 				c.forget(cmd)

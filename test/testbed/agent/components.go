@@ -1,11 +1,8 @@
 package agent
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -38,101 +35,28 @@ func (a *Agent) startKubeProxy(ctx context.Context) error {
 		"--conntrack-tcp-timeout-established=0",
 		"--conntrack-tcp-timeout-close-wait=0",
 		"--v=2",
-		// Its proxier's log of the node's topology labels (waitTopology).
+		// Its proxier's log of the node's topology labels (zoneKeeper).
 		"--vmodule=proxier=4",
 	}
-	a.proxyLogFrom = fileSize(a.proxyLog())
+	a.zone = newZoneKeeper(a.log.WithValues("cluster", a.cfg.Cluster), a.proxyLog(), func() { a.children.restart("kube-proxy") })
 	a.children.run(ctx, "kube-proxy", a.proxyLog(), func() *exec.Cmd {
 		return exec.Command("ip", args...)
-	})
+	}, a.zone.started)
 	return nil
+}
+
+// nodeZoned reports whether node 0 has a zone label.
+func (a *Agent) nodeZoned(ctx context.Context) (bool, error) {
+	node, err := a.cs.CoreV1().Nodes().Get(ctx, a.cfg.Nodes[0].Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", a.cfg.Nodes[0].Name, err)
+	}
+	_, ok := node.Labels[corev1.LabelTopologyZone]
+	return ok, nil
 }
 
 // proxyLog is kube-proxy's log.
 func (a *Agent) proxyLog() string { return filepath.Join(a.cfg.StateDir, "kube-proxy.log") }
-
-// topologyLogged is what kube-proxy's proxier logs (at -v=4) when it is
-// given its node's topology labels.
-const topologyLogged = "Updated proxier node topology labels"
-
-// waitTopology waits until kube-proxy's proxier has its node's zone, and
-// starts kube-proxy again when it does not get it (at most twice).
-// kube-proxy 1.35 adds the handler that reads the node's labels to a node
-// informer already running, and names the proxier as that handler's
-// receiver only after: when the handler's replay of the node comes first,
-// the proxier never hears of the zone and ignores every topology hint, for
-// as long as the zone does not change.
-func (a *Agent) waitTopology(ctx context.Context) error {
-	node, err := a.cs.CoreV1().Nodes().Get(ctx, a.cfg.Nodes[0].Name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("read node %s: %w", a.cfg.Nodes[0].Name, err)
-	}
-	if _, ok := node.Labels[corev1.LabelTopologyZone]; !ok {
-		return nil // no zone to learn: kube-proxy logs nothing
-	}
-	for try := 0; ; try++ {
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			ok, err := zoneLogged(a.proxyLog(), a.proxyLogFrom)
-			if err != nil {
-				return err
-			}
-			if ok {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("wait for kube-proxy of %s to learn its node's zone: %w", a.cfg.Cluster, ctx.Err())
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-		if try == 2 {
-			return fmt.Errorf("kube-proxy of %s did not learn its node's zone in %d starts (no %q in %s)", a.cfg.Cluster, try+1, topologyLogged, a.proxyLog())
-		}
-		a.log.Info("kube-proxy did not learn its node's zone; starting it again", "cluster", a.cfg.Cluster)
-		a.proxyLogFrom = fileSize(a.proxyLog())
-		a.children.restart("kube-proxy")
-		if err := a.probe(ctx, []string{"probe", "-http", "http://" + kubeProxyHealthz + "/healthz"}); err != nil {
-			return err
-		}
-	}
-}
-
-// zoneLogged reports whether the log at path, from offset from, has
-// kube-proxy's line for topology labels that include a zone.
-func zoneLogged(path string, from int64) (bool, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read kube-proxy log: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	if _, err := f.Seek(from, io.SeekStart); err != nil {
-		return false, fmt.Errorf("read kube-proxy log: %w", err)
-	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
-	for sc.Scan() {
-		if line := sc.Text(); strings.Contains(line, topologyLogged) && strings.Contains(line, corev1.LabelTopologyZone) {
-			return true, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return false, fmt.Errorf("read kube-proxy log: %w", err)
-	}
-	return false, nil
-}
-
-// fileSize is the size of the file at path, 0 if there is none.
-func fileSize(path string) int64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return st.Size()
-}
 
 // dnsAddrs are where the cluster's DNS server listens: node 0's addresses,
 // the endpoints of the kube-dns Service.
@@ -150,7 +74,7 @@ func (a *Agent) startDNS(ctx context.Context) error {
 		cmd := exec.Command("ip", "netns", "exec", a.cfg.NodeNetns, a.cfg.CoreDNS, "-conf", path)
 		cmd.Dir = a.cfg.StateDir
 		return cmd
-	})
+	}, nil)
 	return nil
 }
 
@@ -169,7 +93,10 @@ func (a *Agent) waitServing(ctx context.Context) error {
 			return err
 		}
 	}
-	return a.waitTopology(ctx)
+	if err := a.zone.Ready(ctx); err != nil {
+		return fmt.Errorf("wait for kube-proxy of %s to learn its node's zone: %w", a.cfg.Cluster, err)
+	}
+	return nil
 }
 
 // probe runs the agent's probe command c in the node namespace until it

@@ -34,7 +34,7 @@ func (a *Agent) startRelay(ctx context.Context) error {
 	go Forward(l, func() (net.Conn, error) { return net.Dial("tcp", a.cfg.APIAddr) })
 	a.children.run(ctx, "relay", filepath.Join(a.cfg.StateDir, "relay.log"), func() *exec.Cmd {
 		return exec.Command("ip", "netns", "exec", a.cfg.NodeNetns, a.progs.Self, "relay", "-listen", a.cfg.APIAddr, "-to", sock)
-	})
+	}, nil)
 	// The same port on node 0's address is the kubernetes Service's
 	// endpoint (the API server advertises it): pods' in-cluster clients
 	// reach the API server through the Service's cluster IP.
@@ -45,7 +45,7 @@ func (a *Agent) startRelay(ctx context.Context) error {
 	nodeAddr := net.JoinHostPort(a.cfg.Nodes[0].IPs[0], port)
 	a.children.run(ctx, "relay-service", filepath.Join(a.cfg.StateDir, "relay.log"), func() *exec.Cmd {
 		return exec.Command("ip", "netns", "exec", a.cfg.NodeNetns, a.progs.Self, "relay", "-listen", nodeAddr, "-to", sock)
-	})
+	}, nil)
 	return nil
 }
 
