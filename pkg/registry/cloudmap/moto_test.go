@@ -133,6 +133,17 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { _ = b.Close() })
 		return b, nil
 	})
+	// The switch is a proxy that answers every call with a throttling
+	// error.
+	registrytest.RunLapse(t, func(t *testing.T, id registry.Identity, ttl time.Duration) (registry.Registry, registrytest.Switch, registrytest.Factory) {
+		proxy := newThrottlingProxy(t, srv.URL)
+		opts := motoOptions(srv, id, ttl)
+		opts.Endpoint, opts.MaxAttempts = proxy.URL, 1
+		return openBackend(t, opts), registrytest.Switch{
+			Cut:  func() { proxy.throttling.Store(true) },
+			Heal: func() { proxy.throttling.Store(false) },
+		}, factory
+	})
 }
 
 func openWatcher(t *testing.T, opts Options) *Watcher {

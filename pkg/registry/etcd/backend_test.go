@@ -64,6 +64,15 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { _ = b.Close() })
 		return b, nil
 	})
+	// The switch stops the registry itself, on a server of its own.
+	registrytest.RunLapse(t, func(t *testing.T, id registry.Identity, ttl time.Duration) (registry.Registry, registrytest.Switch, registrytest.Factory) {
+		srv, restart := startRestartable(t)
+		url := srv.ClientURL()
+		a := open(t, url, id, func(o *etcd.Options) { o.TTL, o.RequestTimeout = ttl, time.Second })
+		return a, registrytest.Switch{Cut: srv.Close, Heal: restart}, func(t *testing.T, id registry.Identity, ttl time.Duration) registry.Registry {
+			return open(t, url, id, func(o *etcd.Options) { o.TTL = ttl })
+		}
+	})
 }
 
 // TestWatcherWritesNothing opens a read-only watcher: it grants no lease and
@@ -396,52 +405,6 @@ func TestServerRestart(t *testing.T) {
 	// wait for the watch stream to end.
 	must(t, a.Close())
 	must(t, b.Close())
-}
-
-// TestLapseWhileRegistryDown: a backend whose lease goes unrenewed for its
-// TTL (etcd down) says its records may have lapsed (registry.Lapser), with a
-// signal; once etcd is back and the lease known to live, that they are
-// live, with another.
-func TestLapseWhileRegistryDown(t *testing.T) {
-	t.Parallel()
-	srv, restart, a, b := startRestartablePair(t, func(o *etcd.Options) {
-		o.TTL = 2 * time.Second
-		o.RequestTimeout = time.Second
-	})
-	putWeb(t, a)
-	if err := a.Lapsed(); err != nil {
-		t.Fatalf("Lapsed() = %v before any outage", err)
-	}
-	srv.Close()
-	signalled(t, a, 10*time.Second, "the lapse")
-	if err := a.Lapsed(); !errors.Is(err, registry.ErrRecordsLapsed) {
-		t.Errorf("Lapsed() = %v while etcd is down, want why the records may have expired", err)
-	}
-	restart()
-	poll.Until(t, 20*time.Second, "the records live again", func() (bool, string) {
-		err := a.Lapsed()
-		return err == nil, fmt.Sprintf("Lapsed() = %v", err)
-	})
-	signalled(t, a, 0, "the records live again")
-	must(t, a.Close())
-	must(t, b.Close())
-}
-
-// signalled fails the test unless b signals on Lapses within d.
-func signalled(t *testing.T, b *etcd.Backend, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case <-b.Lapses():
-		return
-	default:
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-b.Lapses():
-	case <-timer.C:
-		t.Fatalf("no signal on Lapses for %s within %s", what, d)
-	}
 }
 
 func startServer(t *testing.T, dir, url string) *embedded.Server {
