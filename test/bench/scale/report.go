@@ -45,10 +45,22 @@ func (x *realResult) line() string {
 	if x == nil {
 		return ""
 	}
-	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s, %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f; CPU-seconds from the start: the machine's %.1f, the controllers' %.1f, the benchmark's %.1f; during the floor: the machine's %.1f, the benchmark's %.1f; the machine's busy CPUs before the floor %.2f, before the join %.2f; by process, floor → join: %s; object bytes %s, the floor's %s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
-		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, x.JoinCPU, x.JoinMachine, x.JoinFloorMachine,
+	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s; every join / floor: %s; %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f; CPU-seconds from the start: the machine's %.1f, the controllers' %.1f, the benchmark's %.1f; during the floor: the machine's %.1f, the benchmark's %.1f; the machine's busy CPUs before the floor %.2f, before the join %.2f; by process, floor → join: %s; object bytes %s, the floor's %s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
+		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.JoinFloor.Round(time.Millisecond), x.pairRatios(), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, x.JoinCPU, x.JoinMachine, x.JoinFloorMachine,
 		x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinHarnessSeconds, x.JoinFloorMachineSeconds, x.JoinFloorHarnessSeconds, x.JoinFloorSettled, x.JoinSettled, processLine(x.JoinFloorProcessSeconds, x.JoinProcessSeconds), counts(x.JoinObjectBytes), counts(x.JoinFloorObjectBytes), ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
 		x.SliceWritesPerChange, x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, x.LeaverSlices, x.LeaveGone.Round(time.Millisecond), counts(x.LeaveWrites))
+}
+
+// pairRatios lists each join's ratio to its floor, in order.
+func (x *realResult) pairRatios() string {
+	var parts []string
+	for _, p := range x.JoinPairs {
+		parts = append(parts, fmt.Sprintf("%.2f", p.Join.Seconds()/p.Floor.Seconds()))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ") + " ×"
 }
 
 func ms(d time.Duration) string { return report.MS(d.Seconds()) }
@@ -113,8 +125,30 @@ func (res results) realMarkdown() string {
 			x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, counts(x.RestartWrites),
 			x.LeaveGone.Round(time.Millisecond), x.LeaverSlices, counts(x.LeaveWrites), x.LeaveOtherDeletions)
 	}
+	b.WriteString(res.joinPairsMarkdown())
 	b.WriteString(res.joinProcessMarkdown())
 	b.WriteString("\nThe join is timed from the controllers' start (both real clusters at once) to the arrival, on the benchmark's watch, of the last object as wanted; its floor is the harness writing the same ServiceImports, derived Services and EndpointSlices in both clusters at once, with the import controller's concurrency and in its order, then deleted before the controllers start. Each begins on a settled machine: the benchmark's garbage collected, and the machine's CPUs less than 0.3 busy over a second. Where the floor keeps every CPU of the machine busy, the join outlasts it by its start-up (until ready) plus what the join's CPU-seconds exceed the floor's, over the machine's CPUs: the controllers' own (start-up included), less the floor's client (the benchmark's writes), plus what the API servers do for the controllers beyond the writes. The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch. Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
+	return b.String()
+}
+
+// joinPairsMarkdown lists every join of the run against its floor, when
+// the real clusters joined more than once.
+func (res results) joinPairsMarkdown() string {
+	var b strings.Builder
+	for _, r := range res.Runs {
+		x := r.Real
+		if x == nil || len(x.JoinPairs) < 2 {
+			continue
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "\nThe real clusters joined %d times at each N, each join after a floor of its own (the controllers stopped and their imports deleted in between); the table shows the pair whose join took the median of the ratios. Every pair, in order, join / floor:\n\n", len(x.JoinPairs))
+		}
+		var parts []string
+		for _, p := range x.JoinPairs {
+			parts = append(parts, fmt.Sprintf("%s / %s (%.2f ×)", p.Join.Round(time.Millisecond), p.Floor.Round(time.Millisecond), p.Join.Seconds()/p.Floor.Seconds()))
+		}
+		fmt.Fprintf(&b, "- N = %d: %s\n", r.N, strings.Join(parts, "; "))
+	}
 	return b.String()
 }
 

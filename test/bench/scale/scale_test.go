@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,6 +40,9 @@ func TestSmallRun(t *testing.T) {
 			// A real cluster running mcsd among the members, importing two
 			// namespaces.
 			cfg.Real, cfg.RealNamespaces = 1, 2
+			// Twice: the controllers stopped and their imports deleted
+			// between the joins.
+			cfg.JoinRepeats = 2
 		}
 		r, err := runOne(t.Context(), cfg, n)
 		if err != nil {
@@ -81,6 +85,14 @@ func checkReal(t *testing.T, x *realResult) {
 	if x.Imports == 0 || x.Join == 0 {
 		t.Errorf("real cluster: %d imports, joined in %s; want imports, whole", x.Imports, x.Join)
 	}
+	if len(x.JoinPairs) != 2 || !slices.ContainsFunc(x.JoinPairs, func(p joinPair) bool { return p.Join == x.Join && p.Floor == x.JoinFloor }) {
+		t.Errorf("real cluster: joins %+v; want 2, the figures one of them", x.JoinPairs)
+	}
+	for _, p := range x.JoinPairs {
+		if p.Join <= 0 || p.Floor <= 0 || p.Ready <= 0 || p.Ready > p.Join {
+			t.Errorf("real cluster: join %+v; want each timed", p)
+		}
+	}
 	// The busy CPUs once ready are measured over what the join took after
 	// it: a small run's imports may all be whole within a tick of the
 	// machine's CPU times (10 ms) after ready, or before ready was seen.
@@ -118,5 +130,40 @@ func checkReal(t *testing.T, x *realResult) {
 	if x.LeaverSlices == 0 || x.LeaveOtherDeletions != 0 || x.LeaveWrites["endpointslices"] != x.LeaverSlices {
 		t.Errorf("real cluster: the leaver's %d EndpointSlices cost writes %v and %d other deletions; want one write each and none",
 			x.LeaverSlices, x.LeaveWrites, x.LeaveOtherDeletions)
+	}
+}
+
+// medianJoin takes the pair with the median ratio of join to floor, not
+// of either alone, and keeps every pair in order.
+func TestMedianJoin(t *testing.T) {
+	pair := func(floor, join time.Duration) realResult {
+		return realResult{JoinFloor: floor, Join: join, JoinReady: join / 10, Imports: int(join / time.Millisecond)}
+	}
+	for _, tc := range []struct {
+		name  string
+		pairs []realResult
+		want  time.Duration // the Join of the pair taken
+	}{
+		{"one", []realResult{pair(4*time.Second, 5*time.Second)}, 5 * time.Second},
+		// Ratios 1.25, 0.90, 1.10: the median is 1.10, though its join is
+		// neither the shortest nor the median join.
+		{"three", []realResult{pair(4*time.Second, 5*time.Second), pair(5*time.Second, 4500*time.Millisecond), pair(3*time.Second, 3300*time.Millisecond)}, 3300 * time.Millisecond},
+		// Ratios 1.2, 1.0, 1.3, 1.1: the lower middle, 1.1.
+		{"four", []realResult{pair(time.Second, 1200*time.Millisecond), pair(time.Second, time.Second), pair(time.Second, 1300*time.Millisecond), pair(time.Second, 1100*time.Millisecond)}, 1100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := medianJoin(tc.pairs)
+			if got.Join != tc.want || got.Imports != int(tc.want/time.Millisecond) {
+				t.Errorf("took the pair with join %s (imports %d), want %s", got.Join, got.Imports, tc.want)
+			}
+			if len(got.JoinPairs) != len(tc.pairs) {
+				t.Fatalf("%d pairs kept, want %d", len(got.JoinPairs), len(tc.pairs))
+			}
+			for i, p := range tc.pairs {
+				if w := (joinPair{Floor: p.JoinFloor, Join: p.Join, Ready: p.JoinReady}); got.JoinPairs[i] != w {
+					t.Errorf("pair %d: %+v, want %+v", i, got.JoinPairs[i], w)
+				}
+			}
+		})
 	}
 }
