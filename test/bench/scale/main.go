@@ -59,7 +59,7 @@ type config struct {
 	Settle time.Duration `json:"settle"`
 	// ProfileJoin writes a CPU profile of each real controller from its
 	// process's start to every import whole (join-<cluster>.pprof beside
-	// its log).
+	// its log; each join writes it again: the last join's is kept).
 	ProfileJoin bool `json:"profileJoin,omitempty"`
 	// JoinRepeats is how many times the real clusters join, each after a
 	// floor of its own (the controllers stopped and their imports deleted

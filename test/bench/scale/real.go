@@ -127,7 +127,8 @@ type realResult struct {
 	SliceWritesPerChange float64        `json:"sliceWritesPerChange"`
 	OtherWrites          map[string]int `json:"otherWrites,omitempty"`
 	// CPU is the busiest controller's cores during the churn; PeakRSS the
-	// largest peak resident set of a controller, over the whole run.
+	// largest peak resident set of a controller, over the whole run (the
+	// processes of every join).
 	CPU     float64 `json:"cores"`
 	PeakRSS uint64  `json:"peakRSS"`
 
@@ -174,6 +175,10 @@ type realSet struct {
 
 	mu   sync.Mutex
 	puts map[string]time.Time // churn addresses → when their put began
+
+	// stoppedPeakRSS is the largest peak resident set of the controllers
+	// stopped between joins (unjoin).
+	stoppedPeakRSS uint64
 }
 
 // startReal starts n testbed clusters in the clusterset, with the
@@ -468,8 +473,8 @@ type joinPair struct {
 }
 
 // medianJoin is the result of the pair whose join took the median of the
-// pairs' ratios to their floors (the lower middle of an even count), with
-// every pair in JoinPairs.
+// pairs' ratios to their floors (the upper middle of an even count: the
+// less favourable), with every pair in JoinPairs.
 func medianJoin(pairs []realResult) realResult {
 	all := make([]joinPair, len(pairs))
 	for i, p := range pairs {
@@ -478,7 +483,7 @@ func medianJoin(pairs []realResult) realResult {
 	ratio := func(p realResult) float64 { return p.Join.Seconds() / p.JoinFloor.Seconds() }
 	byRatio := slices.Clone(pairs)
 	slices.SortStableFunc(byRatio, func(a, b realResult) int { return cmp.Compare(ratio(a), ratio(b)) })
-	out := byRatio[(len(byRatio)-1)/2]
+	out := byRatio[len(byRatio)/2]
 	out.JoinPairs = all
 	return out
 }
@@ -487,6 +492,7 @@ func medianJoin(pairs []realResult) realResult {
 // deletes what they wrote (their namespaces, made again empty), and waits
 // until the benchmark's watch has seen every import go.
 func (rs *realSet) unjoin(ctx context.Context, namespaces []string, timeout time.Duration) error {
+	rs.stoppedPeakRSS = rs.peakRSS()
 	for _, rc := range rs.clusters {
 		rc.ctrl.Stop()
 		rc.ctrl = nil
@@ -838,8 +844,11 @@ func (rs *realSet) usage() []float64 {
 
 // peakRSS is the largest peak resident set of a real controller.
 func (rs *realSet) peakRSS() uint64 {
-	var peak uint64
+	peak := rs.stoppedPeakRSS
 	for _, rc := range rs.clusters {
+		if rc.ctrl == nil {
+			continue
+		}
 		if n, err := harness.ProcPeakRSS(rc.ctrl.PID()); err == nil {
 			peak = max(peak, n)
 		}

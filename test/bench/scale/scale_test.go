@@ -148,8 +148,8 @@ func TestMedianJoin(t *testing.T) {
 		// Ratios 1.25, 0.90, 1.10: the median is 1.10, though its join is
 		// neither the shortest nor the median join.
 		{"three", []realResult{pair(4*time.Second, 5*time.Second), pair(5*time.Second, 4500*time.Millisecond), pair(3*time.Second, 3300*time.Millisecond)}, 3300 * time.Millisecond},
-		// Ratios 1.2, 1.0, 1.3, 1.1: the lower middle, 1.1.
-		{"four", []realResult{pair(time.Second, 1200*time.Millisecond), pair(time.Second, time.Second), pair(time.Second, 1300*time.Millisecond), pair(time.Second, 1100*time.Millisecond)}, 1100 * time.Millisecond},
+		// Ratios 1.2, 1.0, 1.3, 1.1: the upper middle, 1.2.
+		{"four", []realResult{pair(time.Second, 1200*time.Millisecond), pair(time.Second, time.Second), pair(time.Second, 1300*time.Millisecond), pair(time.Second, 1100*time.Millisecond)}, 1200 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := medianJoin(tc.pairs)

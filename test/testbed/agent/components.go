@@ -96,7 +96,9 @@ func (a *Agent) waitServing(ctx context.Context) error {
 	if err := a.zone.Ready(ctx); err != nil {
 		return fmt.Errorf("wait for kube-proxy of %s to learn its node's zone: %w", a.cfg.Cluster, err)
 	}
-	return nil
+	// Healthy again: the start that has the zone may be a later one than
+	// the start probed above.
+	return a.probe(ctx, checks[0])
 }
 
 // probe runs the agent's probe command c in the node namespace until it

@@ -58,10 +58,7 @@ func (z *zoneKeeper) started(logFrom int64) {
 	z.start++
 	z.from = logFrom
 	z.mu.Unlock()
-	select {
-	case z.kick <- struct{}{}:
-	default:
-	}
+	z.kickAgain()
 }
 
 func (z *zoneKeeper) last() (start int, from int64) {
@@ -118,26 +115,47 @@ func (z *zoneKeeper) run(ctx context.Context, zoned func(context.Context) (bool,
 		case err != nil:
 			z.report(err)
 		case logged == awaitNewStart:
-			// Started again meanwhile (a crash): that start is the one to
-			// wait for.
-			select {
-			case z.kick <- struct{}{}:
-			default:
-			}
+			// Started again meanwhile (a crash) without the zone: a miss,
+			// and that start is the one to wait for.
+			missed = z.missed(missed)
+			z.kickAgain()
 		case logged == awaitLogged:
 			if missed > 0 {
 				z.log.Info("kube-proxy learnt its node's zone", "starts", missed+1)
 			}
 			missed = 0
 			z.report(nil)
-		case missed+1 == zoneStarts:
-			missed = 0
-			z.report(fmt.Errorf("kube-proxy did not learn its node's zone in %d starts (no %q in %s)", zoneStarts, topologyLogged, z.path))
 		default:
-			missed++
+			if missed = z.missed(missed); missed == 0 {
+				continue // reported: the next start is the supervisor's
+			}
+			if now, _ := z.last(); now != start {
+				// Started again since the wait ended: that start is
+				// not killed unseen.
+				z.kickAgain()
+				continue
+			}
 			z.log.Info("kube-proxy did not learn its node's zone; starting it again", "starts", missed)
 			z.restart()
 		}
+	}
+}
+
+// missed counts one more start in a row without the zone, of missed
+// before; at zoneStarts it reports it and starts the count again (0).
+func (z *zoneKeeper) missed(missed int) int {
+	if missed+1 < zoneStarts {
+		return missed + 1
+	}
+	z.report(fmt.Errorf("kube-proxy did not learn its node's zone in %d starts in a row (no %q in %s)", zoneStarts, topologyLogged, z.path))
+	return 0
+}
+
+// kickAgain has run look at the last start.
+func (z *zoneKeeper) kickAgain() {
+	select {
+	case z.kick <- struct{}{}:
+	default:
 	}
 }
 

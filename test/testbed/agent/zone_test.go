@@ -51,8 +51,8 @@ func TestZoneLogged(t *testing.T) {
 
 // fakeProxy is a stand-in for kube-proxy under the agent's supervisor: each
 // start counts itself in dir/starts and logs its node's zone when its
-// number is in zoneOn, then runs until killed.
-func fakeProxy(t *testing.T, dir string, zoneOn ...int) func() *exec.Cmd {
+// number is in zoneOn, then runs until killed (exits at once, with crash).
+func fakeProxy(t *testing.T, dir string, crash bool, zoneOn ...int) func() *exec.Cmd {
 	t.Helper()
 	on := ""
 	for _, n := range zoneOn {
@@ -60,11 +60,15 @@ func fakeProxy(t *testing.T, dir string, zoneOn ...int) func() *exec.Cmd {
 	}
 	script := `n=$(cat starts 2>/dev/null || echo 0); n=$((n+1)); echo $n > starts
 case "$ZONE_ON " in *" $n "*) echo 'I1129 00:33:20.2 1 proxier.go:849] "Updated proxier node topology labels" ipFamily="IPv4" labels={"topology.kubernetes.io/zone":"zone-a"}';; esac
+[ -n "$CRASH" ] && exit 1
 exec sleep 60`
 	return func() *exec.Cmd {
 		cmd := exec.Command("sh", "-c", script)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "ZONE_ON="+on)
+		if crash {
+			cmd.Env = append(cmd.Env, "CRASH=1")
+		}
 		return cmd
 	}
 }
@@ -87,7 +91,7 @@ func starts(t *testing.T, dir string) int {
 
 // runKept supervises a fake kube-proxy with a zone keeper; learnt receives
 // each time the keeper logs that a start learnt its zone after a miss.
-func runKept(t *testing.T, zoneOn ...int) (dir string, c *children, z *zoneKeeper, learnt <-chan struct{}) {
+func runKept(t *testing.T, wait time.Duration, crash bool, zoneOn ...int) (dir string, c *children, z *zoneKeeper, learnt <-chan struct{}) {
 	t.Helper()
 	dir = t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -100,16 +104,16 @@ func runKept(t *testing.T, zoneOn ...int) (dir string, c *children, z *zoneKeepe
 		}
 	}, funcr.Options{})
 	z = newZoneKeeper(log, filepath.Join(dir, "kube-proxy.log"), func() { c.restart("kube-proxy") })
-	z.wait = 500 * time.Millisecond
+	z.wait = wait
 	go z.run(ctx, func(context.Context) (bool, error) { return true, nil })
-	c.run(ctx, "kube-proxy", z.path, fakeProxy(t, dir, zoneOn...), z.started)
+	c.run(ctx, "kube-proxy", z.path, fakeProxy(t, dir, crash, zoneOn...), z.started)
 	return dir, c, z, ch
 }
 
 // A start of kube-proxy that misses its node's zone is followed by another,
 // the first start's and one after a crash alike.
 func TestZoneKeeperStartsKubeProxyAgain(t *testing.T) {
-	dir, c, z, learnt := runKept(t, 2, 4)
+	dir, c, z, learnt := runKept(t, 500*time.Millisecond, false, 2, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := z.Ready(ctx); err != nil {
@@ -135,7 +139,7 @@ func TestZoneKeeperStartsKubeProxyAgain(t *testing.T) {
 // A kube-proxy that never logs its zone is reported after zoneStarts
 // starts.
 func TestZoneKeeperGivesUp(t *testing.T) {
-	dir, _, z, _ := runKept(t)
+	dir, _, z, _ := runKept(t, 500*time.Millisecond, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := z.Ready(ctx)
@@ -144,5 +148,22 @@ func TestZoneKeeperGivesUp(t *testing.T) {
 	}
 	if n := starts(t, dir); n != zoneStarts {
 		t.Fatalf("%d starts, want %d", n, zoneStarts)
+	}
+}
+
+// A kube-proxy that crashes before it logs its zone, again and again, is
+// reported after zoneStarts starts, though no start ran its whole wait.
+func TestZoneKeeperCrashLoop(t *testing.T) {
+	// Each start's wait is longer than the supervisor's delays: no start
+	// waits its whole wait.
+	dir, _, z, _ := runKept(t, 20*time.Second, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := z.Ready(ctx)
+	if err == nil || !strings.Contains(err.Error(), topologyLogged) {
+		t.Fatalf("Ready: %v, want an error naming %q", err, topologyLogged)
+	}
+	if n := starts(t, dir); n < zoneStarts {
+		t.Fatalf("reported after %d starts, want %d or more", n, zoneStarts)
 	}
 }
