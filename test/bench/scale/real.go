@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -472,17 +471,24 @@ type joinPair struct {
 	Ready time.Duration `json:"ready"`
 }
 
+// ratio is the join's time over its floor's.
+func (p joinPair) ratio() float64 { return p.Join.Seconds() / p.Floor.Seconds() }
+
+// pair is x's floor and join.
+func (x *realResult) pair() joinPair {
+	return joinPair{Floor: x.JoinFloor, Join: x.Join, Ready: x.JoinReady}
+}
+
 // medianJoin is the result of the pair whose join took the median of the
 // pairs' ratios to their floors (the upper middle of an even count: the
 // less favourable), with every pair in JoinPairs.
 func medianJoin(pairs []realResult) realResult {
 	all := make([]joinPair, len(pairs))
 	for i, p := range pairs {
-		all[i] = joinPair{Floor: p.JoinFloor, Join: p.Join, Ready: p.JoinReady}
+		all[i] = p.pair()
 	}
-	ratio := func(p realResult) float64 { return p.Join.Seconds() / p.JoinFloor.Seconds() }
 	byRatio := slices.Clone(pairs)
-	slices.SortStableFunc(byRatio, func(a, b realResult) int { return cmp.Compare(ratio(a), ratio(b)) })
+	slices.SortStableFunc(byRatio, func(a, b realResult) int { return cmp.Compare(a.pair().ratio(), b.pair().ratio()) })
 	out := byRatio[len(byRatio)/2]
 	out.JoinPairs = all
 	return out
@@ -506,17 +512,22 @@ func (rs *realSet) unjoin(ctx context.Context, namespaces []string, timeout time
 			defer rc.mu.Unlock()
 			// (The watch also holds slices of other namespaces: the
 			// kubernetes Service's.)
-			in := func(key string) bool {
-				ns, _, _ := strings.Cut(key, "/")
-				return slices.Contains(namespaces, ns)
-			}
-			return !slices.ContainsFunc(slices.Collect(maps.Keys(rc.ready)), in) &&
-				!slices.ContainsFunc(slices.Collect(maps.Keys(rc.slices)), in)
+			return !anyIn(rc.ready, namespaces) && !anyIn(rc.slices, namespaces)
 		}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// anyIn reports whether m has a key ("ns/...") in one of namespaces.
+func anyIn[V any](m map[string]V, namespaces []string) bool {
+	for key := range m {
+		if ns, _, _ := strings.Cut(key, "/"); slices.Contains(namespaces, ns) {
+			return true
+		}
+	}
+	return false
 }
 
 // joinOnce times one join and its floor before it.

@@ -55,7 +55,7 @@ func (x *realResult) line() string {
 func (x *realResult) pairRatios() string {
 	var parts []string
 	for _, p := range x.JoinPairs {
-		parts = append(parts, fmt.Sprintf("%.2f", p.Join.Seconds()/p.Floor.Seconds()))
+		parts = append(parts, fmt.Sprintf("%.2f", p.ratio()))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -145,7 +145,7 @@ func (res results) joinPairsMarkdown() string {
 		}
 		var parts []string
 		for _, p := range x.JoinPairs {
-			parts = append(parts, fmt.Sprintf("%s / %s (%.2f ×)", p.Join.Round(time.Millisecond), p.Floor.Round(time.Millisecond), p.Join.Seconds()/p.Floor.Seconds()))
+			parts = append(parts, fmt.Sprintf("%s / %s (%.2f ×)", p.Join.Round(time.Millisecond), p.Floor.Round(time.Millisecond), p.ratio()))
 		}
 		fmt.Fprintf(&b, "- N = %d: %s\n", r.N, strings.Join(parts, "; "))
 	}

@@ -160,7 +160,7 @@ func TestMedianJoin(t *testing.T) {
 				t.Fatalf("%d pairs kept, want %d", len(got.JoinPairs), len(tc.pairs))
 			}
 			for i, p := range tc.pairs {
-				if w := (joinPair{Floor: p.JoinFloor, Join: p.Join, Ready: p.JoinReady}); got.JoinPairs[i] != w {
+				if w := p.pair(); got.JoinPairs[i] != w {
 					t.Errorf("pair %d: %+v, want %+v", i, got.JoinPairs[i], w)
 				}
 			}

@@ -83,8 +83,9 @@ func (a *Agent) startDNS(ctx context.Context) error {
 func (a *Agent) waitServing(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
+	proxyHealthy := []string{"probe", "-http", "http://" + kubeProxyHealthz + "/healthz"}
 	checks := [][]string{
-		{"probe", "-http", "http://" + kubeProxyHealthz + "/healthz"},
+		proxyHealthy,
 		{"probe", "-dns", net.JoinHostPort(a.dnsAddrs()[0], "53")},
 		{"probe", "-http", "http://127.0.0.1:8181/ready"},
 	}
@@ -98,7 +99,7 @@ func (a *Agent) waitServing(ctx context.Context) error {
 	}
 	// Healthy again: the start that has the zone may be a later one than
 	// the start probed above.
-	return a.probe(ctx, checks[0])
+	return a.probe(ctx, proxyHealthy)
 }
 
 // probe runs the agent's probe command c in the node namespace until it

@@ -108,18 +108,18 @@ func (z *zoneKeeper) run(ctx context.Context, zoned func(context.Context) (bool,
 			continue
 		}
 		seen = start
-		logged, err := z.await(ctx, start, from)
+		res, err := z.await(ctx, start, from)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			z.report(err)
-		case logged == awaitNewStart:
+		case res == awaitNewStart:
 			// Started again meanwhile (a crash) without the zone: a miss,
 			// and that start is the one to wait for.
 			missed = z.missed(missed)
 			z.kickAgain()
-		case logged == awaitLogged:
+		case res == awaitLogged:
 			if missed > 0 {
 				z.log.Info("kube-proxy learnt its node's zone", "starts", missed+1)
 			}
@@ -171,9 +171,11 @@ const (
 func (z *zoneKeeper) await(ctx context.Context, start int, from int64) (awaitResult, error) {
 	deadline := time.Now().Add(z.wait)
 	for {
-		ok, err := zoneLogged(z.path, from)
-		if err != nil || ok {
-			return awaitLogged, err
+		switch ok, err := zoneLogged(z.path, from); {
+		case err != nil:
+			return awaitMissed, err
+		case ok:
+			return awaitLogged, nil
 		}
 		if now, _ := z.last(); now != start {
 			return awaitNewStart, nil
