@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
@@ -107,5 +108,61 @@ func TestListErrorsNameWhatHasNotSynced(t *testing.T) {
 	want := "the caches have not synced in 3s: *v1.PartialObjectMetadata (Node): its first list has not returned, and no list or watch of it failed"
 	if got := waitErr(t, &hung, "Node"); got != want {
 		t.Errorf("a Node list that does not return: %q, want %q", got, want)
+	}
+}
+
+// ownWait is a cache's own wait for its sync, which answers true and
+// counts its calls and those made before synced said so.
+type ownWait struct {
+	cache.Cache
+	synced       func() bool
+	calls, early atomic.Int32
+}
+
+func (w *ownWait) WaitForCacheSync(context.Context) bool {
+	w.calls.Add(1)
+	if !w.synced() {
+		w.early.Add(1)
+	}
+	return true
+}
+
+// quickSync's wait returns once every informer has synced, and asks the
+// cache's own wait only then; a wait whose ctx ends first returns false
+// without asking it.
+func TestQuickSyncWaitsForEveryInformer(t *testing.T) {
+	var l listErrors
+	runInformer(t, &l, &corev1.Namespace{}, func(context.Context) (runtime.Object, error) {
+		return &corev1.NamespaceList{ListMeta: metav1.ListMeta{ResourceVersion: "2"}}, nil
+	})
+	release := make(chan struct{})
+	runInformer(t, &l, &corev1.Service{}, func(ctx context.Context) (runtime.Object, error) {
+		select {
+		case <-release:
+			return &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "3"}}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	own := &ownWait{synced: l.synced}
+	q := quickSync{Cache: own, synced: l.synced, poll: time.Millisecond}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if q.WaitForCacheSync(ctx) {
+		t.Error("synced while the Services' list had not returned")
+	}
+	if n := own.calls.Load(); n != 0 {
+		t.Errorf("the cache's own wait was asked %d times before the Services listed", n)
+	}
+
+	done := make(chan bool, 1)
+	go func() { done <- q.WaitForCacheSync(t.Context()) }()
+	close(release)
+	if !<-done {
+		t.Error("not synced once every list returned")
+	}
+	if calls, early := own.calls.Load(), own.early.Load(); calls != 1 || early != 0 {
+		t.Errorf("the cache's own wait was asked %d times, %d of them before every informer synced; want once, after", calls, early)
 	}
 }
