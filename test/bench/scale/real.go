@@ -178,6 +178,34 @@ type realSet struct {
 	// stoppedPeakRSS is the largest peak resident set of the controllers
 	// stopped between joins (unjoin).
 	stoppedPeakRSS uint64
+	// deleted is when each namespace was last deleted (recreateNamespaces).
+	deleted map[string]time.Time
+}
+
+// liveLookupTTL is how long after a namespace's deletion the API server
+// checks, for every write in a namespace of that name, that the namespace
+// exists with a read of its own (the NamespaceLifecycle admission plugin's
+// forceLiveLookupTTL, 30 s, and a second more): a namespace made again at
+// once costs each write an extra request to the API server and to its etcd
+// for that long.
+const liveLookupTTL = 31 * time.Second
+
+// awaitLiveLookups waits until the API servers write in namespaces as they
+// do in one never deleted: liveLookupTTL after the last deletion of each of
+// names. Each floor and each join is timed after it, so that neither pays
+// for the deletions made between them, nor one more than the other.
+func (rs *realSet) awaitLiveLookups(ctx context.Context, names ...string) error {
+	var until time.Time
+	for _, name := range names {
+		if at, ok := rs.deleted[name]; ok {
+			until = latest(until, at.Add(liveLookupTTL))
+		}
+	}
+	if d := time.Until(until); d > 0 {
+		fmt.Fprintf(os.Stderr, "[scale]   waiting %s for the API servers' checks of deleted namespaces to end\n", d.Round(time.Second))
+		return harness.Sleep(ctx, d)
+	}
+	return nil
 }
 
 // startReal starts n testbed clusters in the clusterset, with the
@@ -192,7 +220,7 @@ func (r *sizeRun) startReal(ctx context.Context) error {
 	if r.cfg.Out != "" {
 		logs = filepath.Join(r.cfg.Out, fmt.Sprintf("logs-N%d", r.n))
 	}
-	rs := &realSet{tb: tb, logs: logs, puts: map[string]time.Time{}}
+	rs := &realSet{tb: tb, logs: logs, puts: map[string]time.Time{}, deleted: map[string]time.Time{}}
 	r.real = rs
 	if err := os.MkdirAll(rs.logs, 0o755); err != nil {
 		return err
@@ -234,6 +262,7 @@ func (rs *realSet) recreateNamespaces(ctx context.Context, names []string, timeo
 			if err := client.IgnoreNotFound(rc.cl.Delete(ctx, ns)); err != nil {
 				return fmt.Errorf("delete namespace %s in %s: %w", name, rc.c.ID, err)
 			}
+			rs.deleted[name] = time.Now()
 		}
 	}
 	for _, rc := range rs.clusters {
@@ -536,6 +565,9 @@ func (r *sizeRun) joinOnce(ctx context.Context, want map[registry.ServiceKey][]s
 		return err
 	}
 
+	if err := r.real.awaitLiveLookups(ctx, r.realNamespaceNames()...); err != nil {
+		return err
+	}
 	var err error
 	if res.JoinSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {
 		return err
@@ -625,6 +657,9 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 	sources := make([]string, k)
 	for i := range sources {
 		sources[i] = fmt.Sprintf("floor%d", i)
+	}
+	if err := r.real.awaitLiveLookups(ctx, harness.FloorNamespace); err != nil {
+		return err
 	}
 	var err error
 	if res.JoinFloorSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {

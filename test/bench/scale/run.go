@@ -322,6 +322,13 @@ func (r *sizeRun) waitAll(what string, cond func(*member) bool) error {
 // at random (ChurnLockstep: from the first); every other member's delivery
 // is timed, and a raw etcd put → watch beside it is the floor.
 func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
+	if r.real != nil {
+		// The real clusters' writes, the controllers' and the API
+		// floor's, in namespaces of theirs that the joins deleted.
+		if err := r.real.awaitLiveLookups(ctx, append(r.realNamespaceNames(), harness.FloorNamespace)...); err != nil {
+			return err
+		}
+	}
 	for _, m := range r.members {
 		m.measure(true)
 	}

@@ -88,8 +88,10 @@ func checkReal(t *testing.T, x *realResult) {
 	if len(x.JoinPairs) != 2 || !slices.ContainsFunc(x.JoinPairs, func(p joinPair) bool { return p.Join == x.Join && p.Floor == x.JoinFloor }) {
 		t.Errorf("real cluster: joins %+v; want 2, the figures one of them", x.JoinPairs)
 	}
+	// Ready is when the harness's look at the controllers' readiness saw
+	// it: a small run's imports may be whole before.
 	for _, p := range x.JoinPairs {
-		if p.Join <= 0 || p.Floor <= 0 || p.Ready <= 0 || p.Ready > p.Join {
+		if p.Join <= 0 || p.Floor <= 0 || p.Ready <= 0 {
 			t.Errorf("real cluster: join %+v; want each timed", p)
 		}
 	}
