@@ -14,8 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/mcsd-io/mcsd/internal/controller/kind"
 )
 
 // listErrors keeps the informers of the caches (newInformer makes them)
@@ -121,6 +124,9 @@ func (l *listErrors) synced() bool {
 // controllers once that wait returns: with a registry read in a few
 // milliseconds, as a small clusterset's is, the controllers started
 // about 100 ms after the caches had synced (docs/performance.md).
+// synced covers every informer the cache has made: mcsd removes none
+// (cache.RemoveInformer), which would keep one that had not synced in it
+// for good, and the wait with it.
 type quickSync struct {
 	cache.Cache
 	synced func() bool
@@ -129,12 +135,25 @@ type quickSync struct {
 
 // WaitForCacheSync waits until every informer has synced, then returns
 // what the cache's own wait does: at once, unless an informer was made
-// meanwhile. It returns false when ctx ends first.
+// meanwhile (then at its next look, within 100 ms). It returns false when
+// ctx ends first.
 func (q quickSync) WaitForCacheSync(ctx context.Context) bool {
 	err := wait.PollUntilContextCancel(ctx, q.poll, true, func(context.Context) (bool, error) {
 		return q.synced(), nil
 	})
 	return err == nil && q.Cache.WaitForCacheSync(ctx)
+}
+
+// newQuickSync returns the manager's NewCache: controller-runtime's cache,
+// as quickSync over the informers l keeps.
+func newQuickSync(l *listErrors) cache.NewCacheFunc {
+	return func(cfg *rest.Config, o cache.Options) (cache.Cache, error) {
+		c, err := cache.New(cfg, o)
+		if err != nil {
+			return nil, fmt.Errorf("create cache: %w", err)
+		}
+		return quickSync{Cache: c, synced: l.synced, poll: kind.SyncPoll}, nil
+	}
 }
 
 // errCacheSync is the error of controllers whose caches did not sync in

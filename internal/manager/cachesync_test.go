@@ -15,9 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
+	"github.com/mcsd-io/mcsd/internal/controller/kind"
 	"github.com/mcsd-io/mcsd/internal/testutil/ctrltest"
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 )
@@ -157,12 +159,33 @@ func TestQuickSyncWaitsForEveryInformer(t *testing.T) {
 	}
 
 	done := make(chan bool, 1)
-	go func() { done <- q.WaitForCacheSync(t.Context()) }()
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		done <- q.WaitForCacheSync(ctx)
+	}()
 	close(release)
 	if !<-done {
-		t.Error("not synced once every list returned")
+		t.Error("not synced within 10 s of every list's return")
 	}
 	if calls, early := own.calls.Load(), own.early.Load(); calls != 1 || early != 0 {
 		t.Errorf("the cache's own wait was asked %d times, %d of them before every informer synced; want once, after", calls, early)
+	}
+}
+
+// The manager's cache (newQuickSync) is controller-runtime's, as quickSync
+// over the informers listErrors keeps, looked at every kind.SyncPoll.
+func TestNewQuickSync(t *testing.T) {
+	var l listErrors
+	c, err := newQuickSync(&l)(&rest.Config{Host: "https://127.0.0.1:1"}, cache.Options{Scheme: Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, ok := c.(quickSync)
+	if !ok {
+		t.Fatalf("the manager's cache is a %T, want quickSync", c)
+	}
+	if q.poll != kind.SyncPoll || q.synced == nil {
+		t.Errorf("quickSync looks every %s (synced set: %t), want every %s", q.poll, q.synced != nil, kind.SyncPoll)
 	}
 }

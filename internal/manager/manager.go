@@ -409,13 +409,7 @@ func runControllers(ctx context.Context, opts Options, api apiClients, id regist
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: "0", // served by Run for its whole life
 		Cache:                  CacheOptions(listErrs.newInformer),
-		NewCache: func(cfg *rest.Config, o cache.Options) (cache.Cache, error) {
-			c, err := cache.New(cfg, o)
-			if err != nil {
-				return nil, err
-			}
-			return quickSync{Cache: c, synced: listErrs.synced, poll: kind.SyncPoll}, nil
-		},
+		NewCache:               newQuickSync(listErrs),
 
 		LeaderElection: false,
 		// Run starts the controllers again in the same process when the

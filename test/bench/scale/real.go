@@ -259,10 +259,12 @@ func (rs *realSet) recreateNamespaces(ctx context.Context, names []string, timeo
 	for _, rc := range rs.clusters {
 		for _, name := range names {
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-			if err := client.IgnoreNotFound(rc.cl.Delete(ctx, ns)); err != nil {
+			switch err := rc.cl.Delete(ctx, ns); {
+			case err == nil:
+				rs.deleted[name] = time.Now()
+			case !apierrors.IsNotFound(err):
 				return fmt.Errorf("delete namespace %s in %s: %w", name, rc.c.ID, err)
 			}
-			rs.deleted[name] = time.Now()
 		}
 	}
 	for _, rc := range rs.clusters {
