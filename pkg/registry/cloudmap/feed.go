@@ -37,7 +37,12 @@ import (
 const feedSkew = 5 * time.Minute
 
 // primeFeed lists the operations of the last feedSkew and takes them as
-// handled: the sweep that follows reads what they changed.
+// handled: the sweep that follows reads what they changed. The backend's
+// own are the exception: the sweep may read their services before Cloud
+// Map's discovery data shows what they did, and no later operation would
+// have them read again before the next sweep. The next poll judges them as
+// any new operation of the feed (its services read again until they show
+// it, watcher.settle), at no call: their targets are known.
 func (w *watcher) primeFeed(ctx context.Context) error {
 	b := w.b
 	start := b.now()
@@ -46,6 +51,10 @@ func (w *watcher) primeFeed(ctx context.Context) error {
 		return err
 	}
 	for _, id := range ids {
+		if t, ok := b.ownOp(id); ok {
+			w.ops[id] = &feedOp{target: t}
+			continue
+		}
 		w.ops[id] = &feedOp{handled: true}
 	}
 	w.feedFrom = start

@@ -207,6 +207,7 @@ func TestExpectInstance(t *testing.T) {
 func TestOwnEndpointsReadBeforeTheyPropagated(t *testing.T) {
 	srv := moto(t)
 	opts := motoOptions(srv, registry.Identity{ClusterSet: randName("ownlag"), Cluster: "east"}, 30*time.Second)
+	opts.SweepInterval = 10 * time.Minute // the polls, not a sweep
 	client, err := NewClient(t.Context(), opts)
 	mustDo(t, err)
 	api := &laggingDiscovery{API: client, lagging: lagging{lag: 3 * time.Second}}
@@ -215,13 +216,13 @@ func TestOwnEndpointsReadBeforeTheyPropagated(t *testing.T) {
 	key := randWebKey()
 	id := registry.RecordID{Cluster: "east", Service: key}
 	putWeb(t, a, key, "10.0.0.1")
-	rec.WaitFor(t, 20*time.Second, "the endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+	rec.WaitFor(t, time.Minute, "the endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
 	})
 
 	putWeb(t, a, key, "10.0.0.2")
 	markedLost := false
-	rec.WaitFor(t, 20*time.Second, "the endpoints moved", func(_ registrytest.Event, v *registrytest.View) bool {
+	rec.WaitFor(t, time.Minute, "the endpoints moved", func(_ registrytest.Event, v *registrytest.View) bool {
 		a.ownWatch.mu.Lock()
 		markedLost = markedLost || a.ownWatch.lost[key]
 		a.ownWatch.mu.Unlock()
@@ -539,4 +540,27 @@ func TestUnsettledKeysForTheGuard(t *testing.T) {
 	if got := w.unsettledKeys(); !reflect.DeepEqual(got, want) {
 		t.Errorf("unsettledKeys() = %v, want %v", got, want)
 	}
+}
+
+// TestOwnEndpointsWrittenJustBeforeTheWatch: the backend registers an
+// endpoint, and its watch starts before Cloud Map's discovery data shows
+// it. The watch's first read misses it, and the operation was done before
+// the feed began: the feed still judges it (its target is the backend's
+// own, known without a call), and the next polls read the Service again
+// until the endpoint shows, not the sweep minutes later.
+func TestOwnEndpointsWrittenJustBeforeTheWatch(t *testing.T) {
+	srv := moto(t)
+	opts := motoOptions(srv, registry.Identity{ClusterSet: randName("ownfirst"), Cluster: "east"}, 30*time.Second)
+	opts.SweepInterval = 10 * time.Minute // the polls, not a sweep
+	client, err := NewClient(t.Context(), opts)
+	mustDo(t, err)
+	api := &laggingDiscovery{API: client, lagging: lagging{lag: 3 * time.Second}}
+	a := openClosed(t, func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }, opts)
+	key := randWebKey()
+	id := registry.RecordID{Cluster: "east", Service: key}
+	putWeb(t, a, key, "10.0.0.1")
+	rec := registrytest.StartWatch(t, a)
+	rec.WaitFor(t, time.Minute, "the endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
+	})
 }
