@@ -205,13 +205,7 @@ func TestExpectInstance(t *testing.T) {
 // mark the Service lost (its next put would register every instance
 // again); the next polls read it again until it shows the endpoint.
 func TestOwnEndpointsReadBeforeTheyPropagated(t *testing.T) {
-	srv := moto(t)
-	opts := motoOptions(srv, registry.Identity{ClusterSet: randName("ownlag"), Cluster: "east"}, 30*time.Second)
-	opts.SweepInterval = 10 * time.Minute // the polls, not a sweep
-	client, err := NewClient(t.Context(), opts)
-	mustDo(t, err)
-	api := &laggingDiscovery{API: client, lagging: lagging{lag: 3 * time.Second}}
-	a := openClosed(t, func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }, opts)
+	a := openLagging(t, "ownlag")
 	rec := registrytest.StartWatch(t, a)
 	key := randWebKey()
 	id := registry.RecordID{Cluster: "east", Service: key}
@@ -549,13 +543,7 @@ func TestUnsettledKeysForTheGuard(t *testing.T) {
 // own, known without a call), and the next polls read the Service again
 // until the endpoint shows, not the sweep minutes later.
 func TestOwnEndpointsWrittenJustBeforeTheWatch(t *testing.T) {
-	srv := moto(t)
-	opts := motoOptions(srv, registry.Identity{ClusterSet: randName("ownfirst"), Cluster: "east"}, 30*time.Second)
-	opts.SweepInterval = 10 * time.Minute // the polls, not a sweep
-	client, err := NewClient(t.Context(), opts)
-	mustDo(t, err)
-	api := &laggingDiscovery{API: client, lagging: lagging{lag: 3 * time.Second}}
-	a := openClosed(t, func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }, opts)
+	a := openLagging(t, "ownfirst")
 	key := randWebKey()
 	id := registry.RecordID{Cluster: "east", Service: key}
 	putWeb(t, a, key, "10.0.0.1")
@@ -563,4 +551,18 @@ func TestOwnEndpointsWrittenJustBeforeTheWatch(t *testing.T) {
 	rec.WaitFor(t, time.Minute, "the endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
 	})
+}
+
+// openLagging opens cluster east of a new clusterset named after name,
+// whose reads of Cloud Map's discovery data show an instance 3 s after
+// they first could (laggingDiscovery), and whose sweep is minutes away:
+// what the backend's watch sees, it sees through its polls.
+func openLagging(t *testing.T, name string) *Backend {
+	t.Helper()
+	opts := motoOptions(moto(t), registry.Identity{ClusterSet: randName(name), Cluster: "east"}, 30*time.Second)
+	opts.SweepInterval = 10 * time.Minute
+	client, err := NewClient(t.Context(), opts)
+	mustDo(t, err)
+	api := &laggingDiscovery{API: client, lagging: lagging{lag: 3 * time.Second}}
+	return openClosed(t, func(ctx context.Context, opts Options) (*Backend, error) { return NewFromAPI(ctx, api, opts) }, opts)
 }
