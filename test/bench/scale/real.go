@@ -62,6 +62,11 @@ type realResult struct {
 	JoinFloor time.Duration `json:"joinFloor"`
 	Join      time.Duration `json:"join"`
 	JoinReady time.Duration `json:"joinReady"`
+	// JoinFloorAfter is the floor timed after the join (the next join's,
+	// or one of its own after the last join); the join's target is the
+	// mean of the floors before and after it (joinPair.floor). Zero in
+	// results of before 2026-11-29's last session.
+	JoinFloorAfter time.Duration `json:"joinFloorAfter,omitempty"`
 	// JoinPairs are every floor and join of the run (config.JoinRepeats),
 	// in order; the figures of this result are the pair's whose join took
 	// the median of their ratios to their floors.
@@ -491,23 +496,113 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 		}
 		pairs = append(pairs, pr)
 	}
+	// Each join is set against the floors before and after it: the
+	// floors of one run grow from one pair to the next (by a median 6 %
+	// in the runs of 2026-11-25 to 29), and a join always comes after its
+	// floor.
+	after, err := r.floorAfter(ctx, want)
+	if err != nil {
+		return err
+	}
+	for i := range pairs {
+		pairs[i].JoinFloorAfter = after
+		if i+1 < len(pairs) {
+			pairs[i].JoinFloorAfter = pairs[i+1].JoinFloor
+		}
+	}
 	*res = medianJoin(pairs)
 	return nil
 }
 
-// joinPair is one floor and join of a run.
+// floorAfter times one more join floor after the last join, with the
+// controllers stopped (they would watch the floor's objects, and take CPU
+// from it), then starts them again, the imports in place, and waits until
+// they are ready and every import is whole in every real cluster.
+func (r *sizeRun) floorAfter(ctx context.Context, want map[registry.ServiceKey][]string) (time.Duration, error) {
+	r.real.stopControllers()
+	var x realResult
+	if err := r.joinFloor(ctx, want, &x); err != nil {
+		return 0, err
+	}
+	if err := r.startControllers(ctx, false); err != nil {
+		return 0, err
+	}
+	for _, rc := range r.real.clusters {
+		if err := waitFor(ctx, r.cfg.Timeout, "every import whole in "+rc.c.ID+" again", func() bool {
+			_, ok := rc.wholeSince(want, r.cfg.Endpoints)
+			return ok
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return x.JoinFloor, nil
+}
+
+// startControllers starts a controller in every real cluster (profile:
+// each writing a CPU profile beside its log, until StopProfile) and waits
+// until every one is ready.
+func (r *sizeRun) startControllers(ctx context.Context, profile bool) error {
+	for _, rc := range r.real.clusters {
+		var path string
+		if profile {
+			path = filepath.Join(r.real.logs, "join-"+rc.c.ID+".pprof")
+		}
+		ctrl, err := harness.StartEtcdController(rc.c, r.urls, r.cfg.TTL, r.real.logs, path)
+		if err != nil {
+			return err
+		}
+		rc.ctrl = ctrl
+	}
+	for _, rc := range r.real.clusters {
+		if err := rc.ctrl.WaitReady(ctx, r.cfg.Timeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopControllers stops every real cluster's controller, keeping its peak
+// resident set for peakRSS.
+func (rs *realSet) stopControllers() {
+	rs.stoppedPeakRSS = rs.peakRSS()
+	for _, rc := range rs.clusters {
+		rc.ctrl.Stop()
+		rc.ctrl = nil
+	}
+}
+
+// joinPair is one join of a run and the floors timed before and after it.
 type joinPair struct {
-	Floor time.Duration `json:"floor"`
-	Join  time.Duration `json:"join"`
-	Ready time.Duration `json:"ready"`
+	Floor      time.Duration `json:"floor"`
+	FloorAfter time.Duration `json:"floorAfter,omitempty"`
+	Join       time.Duration `json:"join"`
+	Ready      time.Duration `json:"ready"`
+}
+
+// floor is the join's floor: the mean of the floors before and after it
+// (the floor before alone in results that have no floor after).
+func (p joinPair) floor() time.Duration {
+	if p.FloorAfter > 0 {
+		return (p.Floor + p.FloorAfter) / 2
+	}
+	return p.Floor
+}
+
+// floors names the floors the join is set against: "before b, after a",
+// or "before b" alone.
+func (p joinPair) floors() string {
+	if p.FloorAfter > 0 {
+		return fmt.Sprintf("before %s, after %s", p.Floor.Round(time.Millisecond), p.FloorAfter.Round(time.Millisecond))
+	}
+	return "before " + p.Floor.Round(time.Millisecond).String()
 }
 
 // ratio is the join's time over its floor's.
-func (p joinPair) ratio() float64 { return p.Join.Seconds() / p.Floor.Seconds() }
+func (p joinPair) ratio() float64 { return p.Join.Seconds() / p.floor().Seconds() }
 
-// pair is x's floor and join.
+// pair is x's floors and join.
 func (x *realResult) pair() joinPair {
-	return joinPair{Floor: x.JoinFloor, Join: x.Join, Ready: x.JoinReady}
+	return joinPair{Floor: x.JoinFloor, FloorAfter: x.JoinFloorAfter, Join: x.Join, Ready: x.JoinReady}
 }
 
 // medianJoin is the result of the pair whose join took the median of the
@@ -529,11 +624,7 @@ func medianJoin(pairs []realResult) realResult {
 // deletes what they wrote (their namespaces, made again empty), and waits
 // until the benchmark's watch has seen every import go.
 func (rs *realSet) unjoin(ctx context.Context, namespaces []string, timeout time.Duration) error {
-	rs.stoppedPeakRSS = rs.peakRSS()
-	for _, rc := range rs.clusters {
-		rc.ctrl.Stop()
-		rc.ctrl = nil
-	}
+	rs.stopControllers()
 	if err := rs.recreateNamespaces(ctx, namespaces, timeout); err != nil {
 		return err
 	}
@@ -577,21 +668,8 @@ func (r *sizeRun) joinOnce(ctx context.Context, want map[registry.ServiceKey][]s
 	// Every process's CPU is read before the start: the read scans /proc.
 	procs := r.processSeconds()
 	start, machine, self := time.Now(), harness.MachineBusy(), harness.SelfCPU()
-	for _, rc := range r.real.clusters {
-		var profile string
-		if r.cfg.ProfileJoin {
-			profile = filepath.Join(r.real.logs, "join-"+rc.c.ID+".pprof")
-		}
-		ctrl, err := harness.StartEtcdController(rc.c, r.urls, r.cfg.TTL, r.real.logs, profile)
-		if err != nil {
-			return err
-		}
-		rc.ctrl = ctrl
-	}
-	for _, rc := range r.real.clusters {
-		if err := rc.ctrl.WaitReady(ctx, r.cfg.Timeout); err != nil {
-			return err
-		}
+	if err := r.startControllers(ctx, r.cfg.ProfileJoin); err != nil {
+		return err
 	}
 	res.JoinReady = time.Since(start)
 	cpuReady, busyReady := r.real.usage(), harness.MachineBusy()

@@ -90,10 +90,14 @@ func checkReal(t *testing.T, x *realResult) {
 	}
 	// Ready is when the harness's looks at the controllers' readiness, one
 	// controller after the other every 50 ms, saw it: a small run's
-	// imports may be whole a little before.
-	for _, p := range x.JoinPairs {
-		if p.Join <= 0 || p.Floor <= 0 || p.Ready <= 0 || p.Ready > p.Join+time.Second {
-			t.Errorf("real cluster: join %+v; want each timed", p)
+	// imports may be whole a little before. Each join is set against the
+	// floors before and after it: the next join's, and one after the last.
+	for i, p := range x.JoinPairs {
+		if p.Join <= 0 || p.Floor <= 0 || p.FloorAfter <= 0 || p.Ready <= 0 || p.Ready > p.Join+time.Second {
+			t.Errorf("real cluster: join %+v; want each timed, with the floors before and after it", p)
+		}
+		if i+1 < len(x.JoinPairs) && p.FloorAfter != x.JoinPairs[i+1].Floor {
+			t.Errorf("real cluster: join %d's floor after %s, the next join's floor %s; want the same", i, p.FloorAfter, x.JoinPairs[i+1].Floor)
 		}
 	}
 	// The busy CPUs once ready are measured over what the join took after
@@ -142,6 +146,11 @@ func TestMedianJoin(t *testing.T) {
 	pair := func(floor, join time.Duration) realResult {
 		return realResult{JoinFloor: floor, Join: join, JoinReady: join / 10, Imports: int(join / time.Millisecond)}
 	}
+	bracketed := func(before, after, join time.Duration) realResult {
+		x := pair(before, join)
+		x.JoinFloorAfter = after
+		return x
+	}
 	for _, tc := range []struct {
 		name  string
 		pairs []realResult
@@ -153,6 +162,10 @@ func TestMedianJoin(t *testing.T) {
 		{"three", []realResult{pair(4*time.Second, 5*time.Second), pair(5*time.Second, 4500*time.Millisecond), pair(3*time.Second, 3300*time.Millisecond)}, 3300 * time.Millisecond},
 		// Ratios 1.2, 1.0, 1.3, 1.1: the upper middle, 1.2.
 		{"four", []realResult{pair(time.Second, 1200*time.Millisecond), pair(time.Second, time.Second), pair(time.Second, 1300*time.Millisecond), pair(time.Second, 1100*time.Millisecond)}, 1200 * time.Millisecond},
+		// Against the floors' means (4.5, 4 and 4 s): ratios 1.0, 1.2 and
+		// 1.1, the median the third join's; against the floors before
+		// alone (3, 4 and 4 s: 1.5, 1.2 and 1.1), it would be the second's.
+		{"bracketed", []realResult{bracketed(3*time.Second, 6*time.Second, 4500*time.Millisecond), bracketed(4*time.Second, 4*time.Second, 4800*time.Millisecond), bracketed(4*time.Second, 4*time.Second, 4400*time.Millisecond)}, 4400 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := medianJoin(tc.pairs)
