@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 )
 
@@ -147,10 +148,12 @@ func (r *Recorder) next(timeout time.Duration) (Event, bool) {
 
 // WaitFor consumes events until cond, called after each event is applied to
 // the view, holds; it returns the events consumed, the last one included.
-// It fails t if cond does not hold within timeout.
+// It fails t if cond does not hold within timeout, and logs a wait that took
+// more than half of it (NearMiss), which a busier machine would fail.
 func (r *Recorder) WaitFor(t testing.TB, timeout time.Duration, what string, cond func(e Event, v *View) bool) []Event {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	var seen []Event
 	for {
 		e, ok := r.next(time.Until(deadline))
@@ -159,6 +162,7 @@ func (r *Recorder) WaitFor(t testing.TB, timeout time.Duration, what string, con
 		}
 		seen = append(seen, e)
 		if cond(e, r.view) {
+			poll.NearMiss(t, time.Since(start), timeout, what)
 			return seen
 		}
 	}
