@@ -61,9 +61,10 @@ type config struct {
 	// process's start to every import whole (join-<cluster>.pprof beside
 	// its log; each join writes it again: the last join's is kept).
 	ProfileJoin bool `json:"profileJoin,omitempty"`
-	// JoinRepeats is how many times the real clusters join, each after a
-	// floor of its own (the controllers stopped and their imports deleted
-	// in between); the figures are the pair's with the median ratio.
+	// JoinRepeats is how many times the real clusters join, each between
+	// two floors (the controllers stopped and their imports deleted in
+	// between; one more floor after the last join), set against their
+	// mean; the figures are the join's with the median ratio.
 	JoinRepeats int `json:"joinRepeats,omitempty"`
 	// ProfileCompaction writes a CPU profile of the benchmark's own
 	// process (the simulated members) over the compaction phase
@@ -111,7 +112,7 @@ func run() error {
 	flag.BoolVar(&cfg.SkipLeave, "skip-leave", false, "leave out the member leaving")
 	flag.DurationVar(&cfg.Settle, "settle", 30*time.Second, "bound on the wait for a quiet machine before the join and its floor")
 	flag.BoolVar(&cfg.ProfileJoin, "profile-join", false, "write CPU profiles of the real controllers during the join, beside their logs (of the last join)")
-	flag.IntVar(&cfg.JoinRepeats, "join-repeats", 3, "how many times the real clusters join, each after its floor; the figures are the median pair's")
+	flag.IntVar(&cfg.JoinRepeats, "join-repeats", 3, "how many times the real clusters join, each between two floors (set against their mean); the figures are the median join's")
 	flag.BoolVar(&cfg.ProfileCompaction, "profile-compaction", false, "write a CPU profile of this process (the simulated members) over the compaction phase")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
 	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")

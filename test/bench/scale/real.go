@@ -67,9 +67,9 @@ type realResult struct {
 	// mean of the floors before and after it (joinPair.floor). Zero in
 	// results of before 2026-11-29's last session.
 	JoinFloorAfter time.Duration `json:"joinFloorAfter,omitempty"`
-	// JoinPairs are every floor and join of the run (config.JoinRepeats),
-	// in order; the figures of this result are the pair's whose join took
-	// the median of their ratios to their floors.
+	// JoinPairs are every join of the run (config.JoinRepeats) with the
+	// floors before and after it, in order; the figures of this result
+	// are the join's that took the median of their ratios to their floors.
 	JoinPairs []joinPair `json:"joinPairs,omitempty"`
 	// JoinWrites are the real controllers' API writes until every import
 	// was whole, by resource; JoinReconciles, their import reconciles.
