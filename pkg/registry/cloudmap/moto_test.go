@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,23 +23,37 @@ import (
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
-// One moto server serves every test of the package; the tests keep apart by
-// clusterset, namespace and cluster names.
+// One moto server serves every test of the package, each top-level test in
+// an AWS account of its own (accounts), and within it apart by clusterset,
+// namespace and cluster names.
 var (
 	motoOnce sync.Once
 	motoSrv  *mototest.Server
 	motoErr  error
+	// accounts are the views of motoSrv in each top-level test's account,
+	// by the test's name; lastAccount numbers the accounts.
+	accounts    sync.Map
+	lastAccount atomic.Int64
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	accounts.Range(func(_, s any) bool {
+		s.(*mototest.Server).Stop()
+		return true
+	})
 	if motoSrv != nil {
 		motoSrv.Stop()
 	}
 	os.Exit(code)
 }
 
-// moto returns the shared server, starting it on first use.
+// moto returns the shared server, starting it on first use, in the account
+// of t's top-level test: its subtests, and every call of the test, share it.
+// A watch's first read sweeps every namespace of its account; in one account
+// for the whole package, each test's first reads grew with the namespaces of
+// the tests before it (10 to 19 s late in a run of the package beside the
+// others, against bounds of 15 to 20 s; two CI runs failed on such bounds).
 func moto(t *testing.T) *mototest.Server {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
@@ -46,7 +63,17 @@ func moto(t *testing.T) *mototest.Server {
 	if motoErr != nil {
 		t.Fatal(motoErr)
 	}
-	return motoSrv
+	test, _, _ := strings.Cut(t.Name(), "/")
+	if s, ok := accounts.Load(test); ok {
+		return s.(*mototest.Server)
+	}
+	// Not moto's default account, 123456789012.
+	s := motoSrv.InAccount(fmt.Sprintf("%012d", 100000000000+lastAccount.Add(1)))
+	if held, loaded := accounts.LoadOrStore(test, s); loaded {
+		s.Stop()
+		return held.(*mototest.Server)
+	}
+	return s
 }
 
 // motoOptions are the options of a backend against srv, with short

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,13 +29,39 @@ const Region = "us-east-1"
 // Credentials are the static credentials moto accepts.
 var Credentials aws.CredentialsProvider = credentials.NewStaticCredentialsProvider("testing", "testing", "")
 
-// Server is a running moto server.
+// Server is a running moto server, or a view of one in an account of its
+// own (InAccount).
 type Server struct {
 	// URL is the endpoint, "http://127.0.0.1:<port>".
 	URL    string
 	cmd    *exec.Cmd
 	out    *bytes.Buffer
 	exited chan struct{}
+	// proxy, for a view in an account, is what URL names.
+	proxy *httptest.Server
+}
+
+// accountHeader names, in a request to moto, the AWS account it acts in
+// (moto's default account, 123456789012, when absent).
+const accountHeader = "x-moto-account-id"
+
+// InAccount returns a view of s in AWS account account (12 digits): its
+// URL is a proxy of s that makes every request act in that account, whose
+// Cloud Map namespaces, services and operations moto keeps apart from every
+// other account's. Stop stops the proxy alone.
+func (s *Server) InAccount(account string) *Server {
+	target, err := url.Parse(s.URL)
+	if err != nil {
+		panic(fmt.Sprintf("moto's own URL %q: %v", s.URL, err))
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	direct := rp.Director
+	rp.Director = func(r *http.Request) {
+		direct(r)
+		r.Header.Set(accountHeader, account)
+	}
+	proxy := httptest.NewServer(rp)
+	return &Server{URL: proxy.URL, proxy: proxy}
 }
 
 // Start starts a server that is stopped when t ends. It fails t when
@@ -165,8 +194,13 @@ func (s *Server) Reset(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the server and its process group.
+// Stop stops the server and its process group; a view in an account
+// (InAccount), its proxy alone.
 func (s *Server) Stop() {
+	if s.proxy != nil {
+		s.proxy.Close()
+		return
+	}
 	select {
 	case <-s.exited:
 		return
