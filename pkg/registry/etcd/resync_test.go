@@ -339,11 +339,17 @@ func (d deafSetup) changeWhileDeaf(t *testing.T) {
 	must(t, d.a.PutExport(t.Context(), deafService(deafServices), spec))
 }
 
+// resyncWait bounds the wait for what a watch ended by the test reads
+// again: it waits its retry delay first, which doubles with each end that
+// follows another closely, up to retryMax (5 s); one such wait took 8.2 s
+// of a former bound of 10 s in a run of every package at once.
+const resyncWait = 30 * time.Second
+
 // waitForDeafChanges waits until b's watch delivered changeWhileDeaf's
 // changes, and returns the events until then.
 func (d deafSetup) waitForDeafChanges(t *testing.T) []registrytest.Event {
 	t.Helper()
-	return d.rec.WaitFor(t, 10*time.Second, "the changes made while the watch was deaf", func(_ registrytest.Event, v *registrytest.View) bool {
+	return d.rec.WaitFor(t, resyncWait, "the changes made while the watch was deaf", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, gone := v.Exports[deafID(1)]
 		_, added := v.Exports[deafID(deafServices)]
 		return cmp.Equal(v.Exports[deafID(0)].Spec, spec2) && !gone && added
@@ -480,7 +486,7 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	before = len(kv.snapshot())
 	compactAll(t, raw)
 	watcher.end()
-	events = rec.WaitFor(t, 10*time.Second, "every export changed", func(_ registrytest.Event, v *registrytest.View) bool {
+	events = rec.WaitFor(t, resyncWait, "every export changed", func(_ registrytest.Event, v *registrytest.View) bool {
 		return cmp.Equal(v.Exports[id(services-1)].Spec, spec2)
 	})
 	for _, e := range events {
@@ -499,7 +505,7 @@ func TestResyncReadsOnlyWhatChanged(t *testing.T) {
 	must(t, a.Publish(t.Context(), svc(services+1), spec, nil))
 	compactAll(t, raw)
 	watcher.end()
-	events = rec.WaitFor(t, 10*time.Second, "web-2 gone, web-21 new", func(_ registrytest.Event, v *registrytest.View) bool {
+	events = rec.WaitFor(t, resyncWait, "web-2 gone, web-21 new", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, gone := v.Exports[id(2)]
 		_, added := v.Exports[id(services+1)]
 		return !gone && added
@@ -527,7 +533,7 @@ func TestResyncReadsAPageOfChangesFilteredThenPlainPages(t *testing.T) {
 	before := len(kv.snapshot())
 	compactAll(t, raw)
 	watcher.end()
-	rec.WaitFor(t, 10*time.Second, "c's exports", func(_ registrytest.Event, v *registrytest.View) bool {
+	rec.WaitFor(t, resyncWait, "c's exports", func(_ registrytest.Event, v *registrytest.View) bool {
 		_, ok := v.Exports[registry.RecordID{Cluster: "c", Service: svc(9)}]
 		return ok
 	})
