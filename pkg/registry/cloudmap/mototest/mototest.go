@@ -54,13 +54,10 @@ func (s *Server) InAccount(account string) *Server {
 	if err != nil {
 		panic(fmt.Sprintf("moto's own URL %q: %v", s.URL, err))
 	}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	direct := rp.Director
-	rp.Director = func(r *http.Request) {
-		direct(r)
-		r.Header.Set(accountHeader, account)
-	}
-	proxy := httptest.NewServer(rp)
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Header.Set(accountHeader, account)
+	}})
 	return &Server{URL: proxy.URL, proxy: proxy}
 }
 
