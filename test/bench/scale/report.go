@@ -45,7 +45,7 @@ func (x *realResult) line() string {
 	if x == nil {
 		return ""
 	}
-	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s: %s; every join / floor: %s; %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f; CPU-seconds from the start: the machine's %.1f, the controllers' %.1f, the benchmark's %.1f; during the floor: the machine's %.1f, the benchmark's %.1f; the machine's busy CPUs before the floor %.2f, before the join %.2f; by process, floor → join: %s; object bytes %s, the floor's %s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
+	return fmt.Sprintf("\n[scale]   real clusters: join ready %s, whole %s (floor %s: %s; every join / floor: %s; %d objects; writes %s, %.0f import reconciles taking %.1f s; controllers' CPU once ready %.2f cores, the machine's %.2f, during the floor %.2f; CPU-seconds from the start: the machine's %.1f, the controllers' %.1f, the benchmark's %.1f; during the floor before: the machine's %.1f, the benchmark's %.1f; the machine's busy CPUs before the floor %.2f, before the join %.2f; by process, floor before → join: %s; object bytes %s, the floor's %s); change → slice p50 %s p99 %s (API floor p99 %s); %.2f slice writes per change; %.3f cores, peak RSS %s; restart deletions %d; leave: %d slices gone in %s, writes %s",
 		x.JoinReady.Round(time.Millisecond), x.Join.Round(time.Millisecond), x.pair().floor().Round(time.Millisecond), x.pair().floors(), x.pairRatios(), x.Objects, counts(x.JoinWrites), x.JoinReconciles, x.JoinReconcileTime, x.JoinCPU, x.JoinMachine, x.JoinFloorMachine,
 		x.JoinMachineSeconds, x.JoinControllerSeconds, x.JoinHarnessSeconds, x.JoinFloorMachineSeconds, x.JoinFloorHarnessSeconds, x.JoinFloorSettled, x.JoinSettled, processLine(x.JoinFloorProcessSeconds, x.JoinProcessSeconds), counts(x.JoinObjectBytes), counts(x.JoinFloorObjectBytes), ms(x.P50), ms(x.P99), ms(x.APIFloorP99),
 		x.SliceWritesPerChange, x.CPU, report.Bytes(x.PeakRSS), x.RestartDeletions, x.LeaverSlices, x.LeaveGone.Round(time.Millisecond), counts(x.LeaveWrites))
@@ -110,7 +110,7 @@ func (res results) hasReal() bool {
 func (res results) realMarkdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Real clusters among the members\n\n%d testbed clusters (API server, etcd, kube-controller-manager; no data plane) run mcsd on the same registry; they have, and import, the Services of %d of the 50 namespaces, and their controllers hold the whole clusterset.\n\n", res.Config.Real, res.Config.RealNamespaces)
-	b.WriteString("| N | imports (objects) per real cluster | join: ready / every import whole (machine's CPUs busy once ready) | join floor (same objects, written by the harness): the mean of the floors before and after the join (machine's CPUs busy during the one before) | whole ≤ 1.1 × floor? | join CPU-seconds: machine / controllers / benchmark (floor: machine / benchmark) | change → real EndpointSlice p50 / p99 (samples) | API write → watch p50 / p99 | p99 ≤ 2 × registry floor p99 + API floor p99? | EndpointSlice writes per change per cluster | other writes during the churn | controller CPU (cores, busiest) | controller peak RSS | registry restart: deletions / writes | leaver: slices gone (its slices) / writes / other deletions |\n")
+	b.WriteString("| N | imports (objects) per real cluster | join: ready / every import whole (machine's CPUs busy once ready) | join floor (same objects, written by the harness): the mean of the floors before and after the join, where both were timed (machine's CPUs busy during the one before) | whole ≤ 1.1 × floor? | join CPU-seconds: machine / controllers / benchmark (floor: machine / benchmark) | change → real EndpointSlice p50 / p99 (samples) | API write → watch p50 / p99 | p99 ≤ 2 × registry floor p99 + API floor p99? | EndpointSlice writes per change per cluster | other writes during the churn | controller CPU (cores, busiest) | controller peak RSS | registry restart: deletions / writes | leaver: slices gone (its slices) / writes / other deletions |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Runs {
 		x := r.Real
@@ -140,8 +140,12 @@ func (res results) joinPairsMarkdown() string {
 		if x == nil || len(x.JoinPairs) < 2 {
 			continue
 		}
-		if b.Len() == 0 {
-			fmt.Fprintf(&b, "\nThe real clusters joined %d times at each N, each join between two floors (the controllers stopped, and their imports deleted before the next join), and set against the floors' mean: the floors of one run grow from pair to pair, and a join always came after its floor. The table shows the join whose ratio was the median. Every join, in order, against the floors before and after it:\n\n", len(x.JoinPairs))
+		switch {
+		case b.Len() > 0:
+		case x.JoinPairs[0].FloorAfter == 0: // a run of before the floors after
+			fmt.Fprintf(&b, "\nThe real clusters joined %d times at each N, each join after a floor of its own (the controllers stopped and their imports deleted in between); the table shows the pair whose join took the median of the ratios. Every pair, in order, join / floor:\n\n", len(x.JoinPairs))
+		default:
+			fmt.Fprintf(&b, "\nThe real clusters joined %d times at each N, each join between two floors (the controllers stopped, and their imports deleted before the next join), and set against the floors' mean: the floors of a run often grew from pair to pair, and a join always came after its floor. Every floor is timed with the real clusters' imports deleted and their controllers stopped; after the last floor the controllers join once more, untimed, for the phases that follow. The table shows the join whose ratio was the median. Every join, in order, against the floors before and after it:\n\n", len(x.JoinPairs))
 		}
 		var parts []string
 		for _, p := range x.JoinPairs {
@@ -162,7 +166,7 @@ func (res results) joinProcessMarkdown() string {
 			continue
 		}
 		if b.Len() == 0 {
-			b.WriteString("\nThe join's CPU-seconds by process, its floor's → its own (the controllers' from their start); where the floor keeps every CPU busy, the join stays within 1.1 × its floor only if its CPU-seconds stay within about 1.1 × the floor's:\n\n")
+			b.WriteString("\nThe join's CPU-seconds by process, the floor's before it → its own (the controllers' from their start); where the floor keeps every CPU busy, the join stays within 1.1 × its floor only if its CPU-seconds stay within about 1.1 × the floor's:\n\n")
 			b.WriteString("| N | by process, floor → join | every process | join − floor | of which the API servers | 10 % of the floor's |\n|---|---|---|---|---|---|\n")
 		}
 		floor, join := total(x.JoinFloorProcessSeconds), total(x.JoinProcessSeconds)
