@@ -71,7 +71,7 @@ func testClusterLiveness(t *testing.T, f Factory) {
 	before := time.Now()
 	a := cs.open("a", shortTTL)
 	after := time.Now()
-	rec.WaitFor(t, timeout, "cluster a", func(_ Event, v *View) bool {
+	rec.WaitFor(t, livenessRead, "cluster a", func(_ Event, v *View) bool {
 		_, ok := v.Clusters["a"]
 		return ok
 	})

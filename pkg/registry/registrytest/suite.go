@@ -33,14 +33,14 @@ const (
 	// expiryMargin is how late after ttl a dead cluster's records may be
 	// delivered as deleted.
 	expiryMargin = 5 * time.Second
-	// timeout bounds the wait for anything else to arrive. A backend may
-	// see some changes only at a cadence of its own: the Cloud Map
-	// backend reads the heartbeats every TTL/3, 10 s at longTTL, and a new
-	// cluster with no records waits for that read (10.2 s of a former
-	// bound of 15 s in a run of every package at once). It stays under
-	// the 30 s of the Cloud Map tests' sweeps, which would bring
-	// everything.
-	timeout = 25 * time.Second
+	// timeout bounds the wait for anything else to arrive.
+	timeout = 15 * time.Second
+	// livenessRead bounds the wait for a new cluster that has no records
+	// yet: a backend may see one only at its next read of the clusters'
+	// liveness (the Cloud Map backend reads the heartbeats every TTL/3,
+	// 10 s at longTTL; one such wait took 10.2 s of timeout in a run of
+	// every package at once).
+	livenessRead = longTTL/3 + timeout
 )
 
 // Run runs the conformance suite against the backends f opens. The subtests
