@@ -356,7 +356,7 @@ func TestClusterBackDuringAnotherClustersStart(t *testing.T) {
 	case <-api.held:
 	case o := <-done:
 		t.Fatalf("the other cluster's start deleted nothing: %v", o.err)
-	case <-time.After(2 * time.Minute): // its scan reads every namespace of the shared server
+	case <-time.After(2 * time.Minute): // its scan reads every namespace of the account
 		t.Fatal("the other cluster's start deleted nothing")
 	}
 	proxy.throttling.Store(false)
@@ -375,7 +375,7 @@ func TestClusterBackDuringAnotherClustersStart(t *testing.T) {
 		err := a.Fenced()
 		return errors.Is(err, registry.ErrClusterIDInUse), fmt.Sprint(err)
 	})
-	// The take-back reads every namespace of the shared server.
+	// The take-back reads every namespace of the account.
 	poll.Until(t, 2*time.Minute, "east's record written after the scan deleted", func() (bool, string) {
 		got := rawRecords(t, c, cs, late)
 		return len(got) == 0, fmt.Sprint(got)

@@ -120,9 +120,8 @@ func TestRestartBeatsWhileItScans(t *testing.T) {
 	beat := a.systemService(beatServiceName(a.enc.prefix)).ID
 	rec := registrytest.StartWatch(t, openWatcher(t, motoOptions(srv, registry.Identity{ClusterSet: id.ClusterSet}, ttl)))
 	aID := registry.RecordID{Cluster: "east", Service: key}
-	// The watcher's first poll sweeps the whole account of the package's
-	// moto server, which every test's namespaces slow down: 15 s was not
-	// enough in one CI run.
+	// The watcher's first poll sweeps the whole account: 15 s was not
+	// enough in one CI run, when every test of the package shared one.
 	rec.WaitFor(t, time.Minute, "east's endpoint", func(_ registrytest.Event, v *registrytest.View) bool {
 		return len(v.Endpoints[aID].Groups) == 1
 	})

@@ -48,13 +48,19 @@ const accountHeader = "x-moto-account-id"
 // InAccount returns a view of s in AWS account account (12 digits): its
 // URL is a proxy of s that makes every request act in that account, whose
 // Cloud Map namespaces, services and operations moto keeps apart from every
-// other account's. Stop stops the proxy alone.
+// other account's (unless moto runs with MOTO_ACCOUNT_ID set, which moto
+// puts before the header). Stop stops the proxy alone; Reset of a view
+// clears every account.
 func (s *Server) InAccount(account string) *Server {
 	target, err := url.Parse(s.URL)
 	if err != nil {
 		panic(fmt.Sprintf("moto's own URL %q: %v", s.URL, err))
 	}
-	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+	// The backends under test poll: keep their connections to moto open
+	// (http.DefaultTransport keeps 2 idle per host).
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 64
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Transport: transport, Rewrite: func(r *httputil.ProxyRequest) {
 		r.SetURL(target)
 		r.Out.Header.Set(accountHeader, account)
 	}})
