@@ -66,6 +66,10 @@ type config struct {
 	// between; one more floor after the last join), set against their
 	// mean; the figures are the join's with the median ratio.
 	JoinRepeats int `json:"joinRepeats,omitempty"`
+	// WatchingFloor times, after each join's floor, a watching floor:
+	// the same writes while the benchmark's process watches each real
+	// cluster as the controller does (realResult.JoinWatchingFloor).
+	WatchingFloor bool `json:"watchingFloor,omitempty"`
 	// ProfileCompaction writes a CPU profile of the benchmark's own
 	// process (the simulated members) over the compaction phase
 	// (cpu-compaction-N<n>.pprof in Out).
@@ -113,6 +117,7 @@ func run() error {
 	flag.DurationVar(&cfg.Settle, "settle", 30*time.Second, "bound on the wait for a quiet machine before the join and its floor")
 	flag.BoolVar(&cfg.ProfileJoin, "profile-join", false, "write CPU profiles of the real controllers during the join, beside their logs (of the last join)")
 	flag.IntVar(&cfg.JoinRepeats, "join-repeats", 3, "how many times the real clusters join, each between two floors (set against their mean); the figures are the median join's")
+	flag.BoolVar(&cfg.WatchingFloor, "watching-floor", false, "also time before each join a watching floor: the floor's writes while this process watches each real cluster as the controller does (what watching its own writes costs a join)")
 	flag.BoolVar(&cfg.ProfileCompaction, "profile-compaction", false, "write a CPU profile of this process (the simulated members) over the compaction phase")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
 	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")

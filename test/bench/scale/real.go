@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,6 +28,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/mcsd-io/mcsd/internal/controller/imports"
+	"github.com/mcsd-io/mcsd/internal/manager"
 	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/test/bench/harness"
 	"github.com/mcsd-io/mcsd/test/testbed"
@@ -67,6 +69,12 @@ type realResult struct {
 	// mean of the floors before and after it (joinPair.floor). Zero in
 	// results of before 2026-11-29's last session.
 	JoinFloorAfter time.Duration `json:"joinFloorAfter,omitempty"`
+	// JoinWatchingFloor (config.WatchingFloor) is a floor timed after
+	// JoinFloor, whose writes are the same while a cache of the
+	// benchmark's process watches each real cluster as the controller's
+	// cache does: what watching its own writes adds to any controller's
+	// join on this machine. It is not the target's floor.
+	JoinWatchingFloor time.Duration `json:"joinWatchingFloor,omitempty"`
 	// JoinPairs are every join of the run (config.JoinRepeats) with the
 	// floors before and after it, in order; the figures of this result
 	// are the join's that took the median of their ratios to their floors.
@@ -525,7 +533,7 @@ func (r *sizeRun) floorAfter(ctx context.Context, want map[registry.ServiceKey][
 		return 0, err
 	}
 	var x realResult
-	if err := r.joinFloor(ctx, want, &x); err != nil {
+	if err := r.joinFloor(ctx, want, &x, false); err != nil {
 		return 0, err
 	}
 	if err := r.startControllers(ctx, false); err != nil {
@@ -584,6 +592,9 @@ type joinPair struct {
 	FloorAfter time.Duration `json:"floorAfter,omitempty"`
 	Join       time.Duration `json:"join"`
 	Ready      time.Duration `json:"ready"`
+	// Watching is the watching floor timed before the join
+	// (realResult.JoinWatchingFloor), if any.
+	Watching time.Duration `json:"watchingFloor,omitempty"`
 }
 
 // floor is the join's floor: the mean of the floors before and after it
@@ -607,9 +618,12 @@ func (p joinPair) floors() string {
 // ratio is the join's time over its floor's.
 func (p joinPair) ratio() float64 { return p.Join.Seconds() / p.floor().Seconds() }
 
+// watchingRatio is the join's time over its watching floor's.
+func (p joinPair) watchingRatio() float64 { return p.Join.Seconds() / p.Watching.Seconds() }
+
 // pair is x's floors and join.
 func (x *realResult) pair() joinPair {
-	return joinPair{Floor: x.JoinFloor, FloorAfter: x.JoinFloorAfter, Join: x.Join, Ready: x.JoinReady}
+	return joinPair{Floor: x.JoinFloor, FloorAfter: x.JoinFloorAfter, Join: x.Join, Ready: x.JoinReady, Watching: x.JoinWatchingFloor}
 }
 
 // medianJoin is the result of the pair whose join took the median of the
@@ -659,10 +673,18 @@ func anyIn[V any](m map[string]V, namespaces []string) bool {
 	return false
 }
 
-// joinOnce times one join and its floor before it.
+// joinOnce times one join and its floor before it (and with
+// config.WatchingFloor, its watching floor after that floor).
 func (r *sizeRun) joinOnce(ctx context.Context, want map[registry.ServiceKey][]string, res *realResult) error {
-	if err := r.joinFloor(ctx, want, res); err != nil {
+	if err := r.joinFloor(ctx, want, res, false); err != nil {
 		return err
+	}
+	if r.cfg.WatchingFloor {
+		var x realResult
+		if err := r.joinFloor(ctx, want, &x, true); err != nil {
+			return err
+		}
+		res.JoinWatchingFloor = x.JoinFloor
 	}
 
 	if err := r.real.awaitLiveLookups(ctx, r.realNamespaceNames()...); err != nil {
@@ -735,8 +757,10 @@ func (r *sizeRun) joinOnce(ctx context.Context, want map[registry.ServiceKey][]s
 // joinFloor times the join's floor: the objects of the imports want,
 // written by the harness itself with the controller's concurrency, in every
 // real cluster at once, and the machine's busy CPUs meanwhile; then it
-// removes them (removeFloor).
-func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]string, res *realResult) error {
+// removes them (removeFloor). A watching floor (watching) is timed while
+// a cache in the benchmark's process watches each real cluster as the
+// controller's does (watchAsController).
+func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]string, res *realResult, watching bool) error {
 	k := 0
 	for _, s := range want {
 		k = max(k, len(s))
@@ -747,6 +771,15 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 	}
 	if err := r.real.awaitLiveLookups(ctx, harness.FloorNamespace); err != nil {
 		return err
+	}
+	if watching {
+		for _, rc := range r.real.clusters {
+			stop, err := watchAsController(ctx, rc.c.Config)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 	}
 	var err error
 	if res.JoinFloorSettled, err = harness.Settle(ctx, r.cfg.Settle); err != nil {
@@ -1101,4 +1134,30 @@ func (r *sizeRun) realNamespaceNames() []string {
 		out[i] = namespace(i)
 	}
 	return out
+}
+
+// watchAsController starts, in the benchmark's process, a cache of the
+// cluster at cfg that watches what the controller's cache watches and a
+// join writes: the Services, EndpointSlices and ServiceImports of the
+// whole cluster, with the controller's cache options. It returns once the
+// cache has synced, with the function that stops it.
+func watchAsController(ctx context.Context, cfg *rest.Config) (func(), error) {
+	opts := manager.CacheOptions(nil)
+	opts.Scheme = testbed.Scheme
+	ca, err := cache.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("watch as the controller does: %w", err)
+	}
+	for _, o := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &mcsv1beta1.ServiceImport{}} {
+		if _, err := ca.GetInformer(ctx, o); err != nil {
+			return nil, fmt.Errorf("watch as the controller does: %w", err)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _ = ca.Start(cctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		cancel()
+		return nil, errors.New("watch as the controller does: the caches did not sync")
+	}
+	return cancel, nil
 }

@@ -60,7 +60,11 @@ func (x *realResult) pairRatios() string {
 	if len(parts) == 0 {
 		return "-"
 	}
-	return strings.Join(parts, ", ") + " ×"
+	out := strings.Join(parts, ", ") + " ×"
+	if w := x.joinOverWatching(); w != "" {
+		out += fmt.Sprintf("; median watching floor / floor %s, join / watching floor %s", x.watchingMedians(), w)
+	}
+	return out
 }
 
 func ms(d time.Duration) string { return report.MS(d.Seconds()) }
@@ -149,11 +153,67 @@ func (res results) joinPairsMarkdown() string {
 		}
 		var parts []string
 		for _, p := range x.JoinPairs {
-			parts = append(parts, fmt.Sprintf("%s / %s (%s; %.2f ×)", p.Join.Round(time.Millisecond), p.floor().Round(time.Millisecond), p.floors(), p.ratio()))
+			part := fmt.Sprintf("%s / %s (%s; %.2f ×", p.Join.Round(time.Millisecond), p.floor().Round(time.Millisecond), p.floors(), p.ratio())
+			if p.Watching > 0 {
+				part += fmt.Sprintf("; watching floor %s, %.2f ×", p.Watching.Round(time.Millisecond), p.watchingRatio())
+			}
+			parts = append(parts, part+")")
 		}
 		fmt.Fprintf(&b, "- N = %d: %s\n", r.N, strings.Join(parts, "; "))
+		if w := x.watchingMedians(); w != "" {
+			fmt.Fprintf(&b, "  - medians: watching floor / floor %s; join / watching floor %s\n", w, x.joinOverWatching())
+		}
+	}
+	if res.anyWatching() {
+		b.WriteString("\nA watching floor (`-watching-floor`) is timed after each join's floor before it, and set against the same mean of the floors before and after the join: the same writes, while a cache in the benchmark's process watches each real cluster as the controller's cache does (its Services, EndpointSlices and ServiceImports, cluster-wide, with the controller's cache options). Its excess over the floor is what watching its own writes costs any controller on this machine: the API servers' work for the watches, and their decoding and caching. It is not the target's floor; the join's ratio to it is what the controller costs beyond watching: its start-up, registry read and reconciles.\n")
 	}
 	return b.String()
+}
+
+// anyWatching reports whether a run timed watching floors.
+func (res results) anyWatching() bool {
+	for _, r := range res.Runs {
+		if r.Real != nil && slices.ContainsFunc(r.Real.JoinPairs, func(p joinPair) bool { return p.Watching > 0 }) {
+			return true
+		}
+	}
+	return false
+}
+
+// watchingMedians is the median, over the joins with a watching floor,
+// of that floor over the join's floor (the mean of the floors before and
+// after it: the watching floor is timed between them too); "" without
+// any.
+func (x *realResult) watchingMedians() string {
+	var r []float64
+	for _, p := range x.JoinPairs {
+		if p.Watching > 0 {
+			r = append(r, p.Watching.Seconds()/p.floor().Seconds())
+		}
+	}
+	return medianRatio(r)
+}
+
+// joinOverWatching is the median, over the joins with a watching floor,
+// of the join over that floor.
+func (x *realResult) joinOverWatching() string {
+	var r []float64
+	for _, p := range x.JoinPairs {
+		if p.Watching > 0 {
+			r = append(r, p.watchingRatio())
+		}
+	}
+	return medianRatio(r)
+}
+
+// medianRatio is the median of r as "1.23 ×" (the upper middle of an
+// even count), or "" for none.
+func medianRatio(r []float64) string {
+	if len(r) == 0 {
+		return ""
+	}
+	slices.Sort(r)
+	return fmt.Sprintf("%.2f ×", r[len(r)/2])
 }
 
 // joinProcessMarkdown is the table of the join's CPU-seconds by process,

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,8 +42,8 @@ func TestSmallRun(t *testing.T) {
 			// namespaces.
 			cfg.Real, cfg.RealNamespaces = 1, 2
 			// Twice: the controllers stopped and their imports deleted
-			// between the joins.
-			cfg.JoinRepeats = 2
+			// between the joins. Each join with a watching floor too.
+			cfg.JoinRepeats, cfg.WatchingFloor = 2, true
 		}
 		r, err := runOne(t.Context(), cfg, n)
 		if err != nil {
@@ -95,6 +96,9 @@ func checkReal(t *testing.T, x *realResult) {
 	for i, p := range x.JoinPairs {
 		if p.Join <= 0 || p.Floor <= 0 || p.FloorAfter <= 0 || p.Ready <= 0 || p.Ready > p.Join+time.Second {
 			t.Errorf("real cluster: join %+v; want each timed, with the floors before and after it", p)
+		}
+		if p.Watching <= 0 {
+			t.Errorf("real cluster: join %+v; want a watching floor timed before it", p)
 		}
 		if i+1 < len(x.JoinPairs) && p.FloorAfter != x.JoinPairs[i+1].Floor {
 			t.Errorf("real cluster: join %d's floor after %s, the next join's floor %s; want the same", i, p.FloorAfter, x.JoinPairs[i+1].Floor)
@@ -181,5 +185,38 @@ func TestMedianJoin(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The pairs' list gives each join's watching floor and the medians of the
+// watching floors over the joins' floors (the means of the floors before
+// and after) and of the joins over their watching floors, and explains
+// them; a run without watching floors says nothing of them.
+func TestJoinPairsMarkdownWatching(t *testing.T) {
+	pair := func(before, after, watching, join time.Duration) joinPair {
+		return joinPair{Floor: before, FloorAfter: after, Watching: watching, Join: join, Ready: join / 10}
+	}
+	x := &realResult{JoinPairs: []joinPair{
+		// Watching over the mean floor 1.05, 1.20, 1.00 (over the floor
+		// before alone: 1.40, 1.20, 0.80); join / watching 1.10, 1.00, 1.30.
+		pair(3*time.Second, 5*time.Second, 4200*time.Millisecond, 4620*time.Millisecond),
+		pair(4*time.Second, 4*time.Second, 4800*time.Millisecond, 4800*time.Millisecond),
+		pair(5*time.Second, 3*time.Second, 4*time.Second, 5200*time.Millisecond),
+	}}
+	md := results{Runs: []runResult{{N: 3, Real: x}}}.joinPairsMarkdown()
+	for _, want := range []string{
+		"watching floor 4.2s, 1.10 ×", "watching floor 4.8s, 1.00 ×", "watching floor 4s, 1.30 ×",
+		"medians: watching floor / floor 1.05 ×; join / watching floor 1.10 ×",
+		"A watching floor (`-watching-floor`)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the pairs' list lacks %q:\n%s", want, md)
+		}
+	}
+	for i := range x.JoinPairs {
+		x.JoinPairs[i].Watching = 0
+	}
+	if md := (results{Runs: []runResult{{N: 3, Real: x}}}).joinPairsMarkdown(); strings.Contains(md, "watching") {
+		t.Errorf("a run without watching floors speaks of them:\n%s", md)
 	}
 }
