@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -70,11 +69,16 @@ type realResult struct {
 	// results of before 2026-11-29's last session.
 	JoinFloorAfter time.Duration `json:"joinFloorAfter,omitempty"`
 	// JoinWatchingFloor (config.WatchingFloor) is a floor timed after
-	// JoinFloor, whose writes are the same while a cache of the
-	// benchmark's process watches each real cluster as the controller's
-	// cache does: what watching its own writes adds to any controller's
-	// join on this machine. It is not the target's floor.
+	// JoinFloor, whose writes are the same while a second watcher, a
+	// cache of the benchmark's process, watches each real cluster as the
+	// controller's cache does: what the controller's watch of its own
+	// writes adds to a join on this machine. It is not the target's
+	// floor.
 	JoinWatchingFloor time.Duration `json:"joinWatchingFloor,omitempty"`
+	// JoinWatchingFloorHeld is how many of the floor's ServiceImports the
+	// watching floor's caches held at its end, over the real clusters:
+	// every one, once the watch saw the floor's writes.
+	JoinWatchingFloorHeld int `json:"joinWatchingFloorHeld,omitempty"`
 	// JoinPairs are every join of the run (config.JoinRepeats) with the
 	// floors before and after it, in order; the figures of this result
 	// are the join's that took the median of their ratios to their floors.
@@ -684,7 +688,7 @@ func (r *sizeRun) joinOnce(ctx context.Context, want map[registry.ServiceKey][]s
 		if err := r.joinFloor(ctx, want, &x, true); err != nil {
 			return err
 		}
-		res.JoinWatchingFloor = x.JoinFloor
+		res.JoinWatchingFloor, res.JoinWatchingFloorHeld = x.JoinFloor, x.JoinWatchingFloorHeld
 	}
 
 	if err := r.real.awaitLiveLookups(ctx, r.realNamespaceNames()...); err != nil {
@@ -759,7 +763,9 @@ func (r *sizeRun) joinOnce(ctx context.Context, want map[registry.ServiceKey][]s
 // real cluster at once, and the machine's busy CPUs meanwhile; then it
 // removes them (removeFloor). A watching floor (watching) is timed while
 // a cache in the benchmark's process watches each real cluster as the
-// controller's does (watchAsController).
+// controller's does (watchAsController), beside the benchmark's own watch
+// (realCluster.watch) that every floor and join has; the cache stops once
+// it holds the floor's ServiceImports, before the floor is removed.
 func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]string, res *realResult, watching bool) error {
 	k := 0
 	for _, s := range want {
@@ -772,13 +778,19 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 	if err := r.real.awaitLiveLookups(ctx, harness.FloorNamespace); err != nil {
 		return err
 	}
+	var watches []*controllerWatch
 	if watching {
+		defer func() {
+			for _, w := range watches {
+				w.stop()
+			}
+		}()
 		for _, rc := range r.real.clusters {
-			stop, err := watchAsController(ctx, rc.c.Config)
+			w, err := watchAsController(ctx, rc.c, r.cfg.Timeout)
 			if err != nil {
 				return err
 			}
-			defer stop()
+			watches = append(watches, w)
 		}
 	}
 	var err error
@@ -807,6 +819,16 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 	res.JoinFloorProcessSeconds = cpuSince(procs, r.processSeconds())
 	res.JoinFloorMachineSeconds, res.JoinFloorHarnessSeconds = harness.MachineBusy()-busy, harness.SelfCPU()-self
 	res.JoinFloorMachine = res.JoinFloorMachineSeconds / res.JoinFloor.Seconds()
+	for _, w := range watches {
+		// The watch saw the floor's writes, and stops before anything
+		// else is written.
+		held, err := w.awaitImports(ctx, len(want), r.cfg.Timeout)
+		if err != nil {
+			return err
+		}
+		res.JoinWatchingFloorHeld += held
+		w.stop()
+	}
 	if res.JoinFloorObjectBytes, err = r.real.clusters[0].objectBytes(ctx, harness.FloorNamespace); err != nil {
 		return err
 	}
@@ -1136,28 +1158,74 @@ func (r *sizeRun) realNamespaceNames() []string {
 	return out
 }
 
-// watchAsController starts, in the benchmark's process, a cache of the
-// cluster at cfg that watches what the controller's cache watches and a
-// join writes: the Services, EndpointSlices and ServiceImports of the
-// whole cluster, with the controller's cache options. It returns once the
-// cache has synced, with the function that stops it.
-func watchAsController(ctx context.Context, cfg *rest.Config) (func(), error) {
+// controllerWatch is a cache of one real cluster in the benchmark's
+// process that watches as the controller's cache does (watchAsController).
+type controllerWatch struct {
+	cluster string
+	cache   cache.Cache
+	cancel  context.CancelFunc
+	done    chan error
+	once    sync.Once
+}
+
+// watchAsController starts a controllerWatch of c: a cache with the
+// controller's cache options that watches the kinds a join writes, the
+// Services, EndpointSlices and ServiceImports of the whole cluster. (The
+// controller's cache also watches kinds a join does not write, and
+// indexes EndpointSlices.) It returns once the cache has synced, within
+// timeout.
+func watchAsController(ctx context.Context, c *testbed.Cluster, timeout time.Duration) (*controllerWatch, error) {
 	opts := manager.CacheOptions(nil)
 	opts.Scheme = testbed.Scheme
-	ca, err := cache.New(cfg, opts)
+	ca, err := cache.New(c.Config, opts)
 	if err != nil {
-		return nil, fmt.Errorf("watch as the controller does: %w", err)
+		return nil, fmt.Errorf("watch %s as the controller does: %w", c.ID, err)
 	}
 	for _, o := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &mcsv1beta1.ServiceImport{}} {
 		if _, err := ca.GetInformer(ctx, o); err != nil {
-			return nil, fmt.Errorf("watch as the controller does: %w", err)
+			return nil, fmt.Errorf("watch %s as the controller does: %w", c.ID, err)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { _ = ca.Start(cctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		cancel()
-		return nil, errors.New("watch as the controller does: the caches did not sync")
+	w := &controllerWatch{cluster: c.ID, cache: ca, cancel: cancel, done: make(chan error, 1)}
+	go func() { w.done <- ca.Start(cctx) }()
+	sctx, scancel := context.WithTimeout(ctx, timeout)
+	defer scancel()
+	if !ca.WaitForCacheSync(sctx) {
+		w.stop()
+		return nil, fmt.Errorf("watch %s as the controller does: the caches did not sync within %s", c.ID, timeout)
 	}
-	return cancel, nil
+	return w, nil
+}
+
+// awaitImports waits, up to timeout, until the watch holds n
+// ServiceImports of the floor's namespace, and returns how many it holds.
+func (w *controllerWatch) awaitImports(ctx context.Context, n int, timeout time.Duration) (int, error) {
+	var err error
+	held := 0
+	werr := waitFor(ctx, timeout, fmt.Sprintf("the floor's %d ServiceImports in the watch of %s", n, w.cluster), func() bool {
+		var l mcsv1beta1.ServiceImportList
+		if err = w.cache.List(ctx, &l, client.InNamespace(harness.FloorNamespace)); err != nil {
+			return true
+		}
+		held = len(l.Items)
+		return held >= n
+	})
+	if err != nil {
+		return held, fmt.Errorf("list the watch of %s: %w", w.cluster, err)
+	}
+	if werr != nil {
+		return held, fmt.Errorf("%w (%d held)", werr, held)
+	}
+	return held, nil
+}
+
+// stop stops the watch and waits until its informers have ended.
+func (w *controllerWatch) stop() {
+	w.once.Do(func() {
+		w.cancel()
+		if err := <-w.done; err != nil {
+			fmt.Fprintf(os.Stderr, "[scale]   the watch of %s as the controller does ended: %v\n", w.cluster, err)
+		}
+	})
 }

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 // cost does not grow with the clusterset.
 func TestSmallRun(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts etcd and a testbed cluster and runs for a minute; skipped with -short")
+		t.Skip("starts etcd and a testbed cluster and runs for about four minutes; skipped with -short")
 	}
 	// The idle window spans three health checks (every 5 s): in a window of
 	// 6 s a member's count moved by a check with where the window fell (60
@@ -103,6 +103,10 @@ func checkReal(t *testing.T, x *realResult) {
 		if i+1 < len(x.JoinPairs) && p.FloorAfter != x.JoinPairs[i+1].Floor {
 			t.Errorf("real cluster: join %d's floor after %s, the next join's floor %s; want the same", i, p.FloorAfter, x.JoinPairs[i+1].Floor)
 		}
+	}
+	// The watching floor's caches saw the floor's writes.
+	if want := x.Imports * x.Clusters; x.JoinWatchingFloorHeld != want {
+		t.Errorf("real cluster: the watching floor's caches held %d of the floor's ServiceImports, want all %d", x.JoinWatchingFloorHeld, want)
 	}
 	// The busy CPUs once ready are measured over what the join took after
 	// it: a small run's imports may all be whole within a tick of the
@@ -197,16 +201,18 @@ func TestJoinPairsMarkdownWatching(t *testing.T) {
 		return joinPair{Floor: before, FloorAfter: after, Watching: watching, Join: join, Ready: join / 10}
 	}
 	x := &realResult{JoinPairs: []joinPair{
-		// Watching over the mean floor 1.05, 1.20, 1.00 (over the floor
-		// before alone: 1.40, 1.20, 0.80); join / watching 1.10, 1.00, 1.30.
+		// Watching over the mean floor 1.05, 1.20, 1.00, 1.10 (over the
+		// floor before alone: 1.40, 1.20, 0.80, 1.10); join / watching
+		// 1.10, 1.00, 1.30, 1.20. Of an even count, the upper middle.
 		pair(3*time.Second, 5*time.Second, 4200*time.Millisecond, 4620*time.Millisecond),
 		pair(4*time.Second, 4*time.Second, 4800*time.Millisecond, 4800*time.Millisecond),
 		pair(5*time.Second, 3*time.Second, 4*time.Second, 5200*time.Millisecond),
+		pair(4*time.Second, 4*time.Second, 4400*time.Millisecond, 5280*time.Millisecond),
 	}}
 	md := results{Runs: []runResult{{N: 3, Real: x}}}.joinPairsMarkdown()
 	for _, want := range []string{
-		"watching floor 4.2s, 1.10 ×", "watching floor 4.8s, 1.00 ×", "watching floor 4s, 1.30 ×",
-		"medians: watching floor / floor 1.05 ×; join / watching floor 1.10 ×",
+		"watching floor 4.2s, 1.10 ×", "watching floor 4.8s, 1.00 ×", "watching floor 4s, 1.30 ×", "watching floor 4.4s, 1.20 ×",
+		"medians: watching floor / floor 1.10 ×; join / watching floor 1.20 ×",
 		"A watching floor (`-watching-floor`)",
 	} {
 		if !strings.Contains(md, want) {
@@ -218,5 +224,10 @@ func TestJoinPairsMarkdownWatching(t *testing.T) {
 	}
 	if md := (results{Runs: []runResult{{N: 3, Real: x}}}).joinPairsMarkdown(); strings.Contains(md, "watching") {
 		t.Errorf("a run without watching floors speaks of them:\n%s", md)
+	}
+	// One join is not listed: nor is its watching floor explained.
+	one := &realResult{JoinPairs: []joinPair{pair(4*time.Second, 4*time.Second, 4400*time.Millisecond, 5280*time.Millisecond)}}
+	if md := (results{Runs: []runResult{{N: 3, Real: one}}}).joinPairsMarkdown(); md != "" {
+		t.Errorf("a run of one join lists it:\n%s", md)
 	}
 }
