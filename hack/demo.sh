@@ -111,10 +111,11 @@ for c in c1 c2; do
 done
 in_cluster c2 -n demo wait --for=condition=Ready pod/client --timeout=120s
 
-log "Waiting for c2 to import web from both clusters"
+log "Waiting for c2 to import web from both clusters, each with a ready endpoint (EndpointsReady)"
 for _ in $(seq 150); do
   clusters=$(k --context c2 -n demo get serviceimport web -o jsonpath='{.status.clusters[*].cluster}' 2>/dev/null || true)
-  [[ "$clusters" == *c1* && "$clusters" == *c2* ]] && break
+  ready=$(k --context c2 -n demo get serviceimport web -o jsonpath='{.status.conditions[?(@.type=="EndpointsReady")].status}' 2>/dev/null || true)
+  [[ "$clusters" == *c1* && "$clusters" == *c2* && "$ready" == True ]] && break
   sleep 0.2
 done
 
@@ -127,6 +128,13 @@ for c in c1 c2; do echo "# $c"; k --context "$c" -n demo get pods -l app=web -o 
 c1_pods=" $(k --context c1 -n demo get pods -l app=web -o jsonpath='{.items[*].metadata.name}') "
 
 log "c2: the client pod resolves and curls web.demo.svc.clusterset.local"
+# kube-proxy routes the import's IP once it has synced the EndpointSlices
+# mcsd wrote (its rules follow them within about a second): the first
+# reply is waited for, up to about 15 s, before the replies are shown.
+for _ in $(seq 50); do
+  [[ -n "$(k --context c2 -n demo exec client -- curl -s -m 1 web.demo.svc.clusterset.local/hostname 2>/dev/null || true)" ]] && break
+  sleep 0.2
+done
 echo "\$ kubectl --context c2 -n demo exec client -- dig +short web.demo.svc.clusterset.local"
 k --context c2 -n demo exec client -- dig +short web.demo.svc.clusterset.local
 echo "\$ kubectl --context c2 -n demo exec client -- curl -s -m 2 web.demo.svc.clusterset.local/hostname   # a few times"
@@ -134,7 +142,11 @@ seen=""
 for i in $(seq 20); do
   reply=$(k --context c2 -n demo exec client -- curl -s -m 2 web.demo.svc.clusterset.local/hostname || true)
   from=c2; [[ "$c1_pods" == *" $reply "* ]] && from=c1
-  printf '%-40s (a pod in %s)\n' "$reply" "$from"
+  if [[ -n "$reply" ]]; then
+    printf '%-40s (a pod in %s)\n' "$reply" "$from"
+  else
+    printf '%-40s (no reply)\n' ""
+  fi
   [[ -n "$reply" && "$seen" != *"$from"* ]] && seen+="$from "
   if (( i >= 6 )) && [[ "$seen" == *c1* && "$seen" == *c2* ]]; then break; fi
 done
