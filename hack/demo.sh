@@ -128,9 +128,11 @@ for c in c1 c2; do echo "# $c"; k --context "$c" -n demo get pods -l app=web -o 
 c1_pods=" $(k --context c1 -n demo get pods -l app=web -o jsonpath='{.items[*].metadata.name}') "
 
 log "c2: the client pod resolves and curls web.demo.svc.clusterset.local"
-# kube-proxy routes the import's IP once it has synced the EndpointSlices
-# mcsd wrote (its rules follow them within about a second): the first
-# reply is waited for, up to about 15 s, before the replies are shown.
+# The first requests can fail for a moment after the import is ready:
+# kube-proxy syncs its rules from the EndpointSlices mcsd wrote within
+# about a second, and the sample's pods, which have no readiness probe,
+# count as ready before their server listens. The first reply is waited
+# for, up to about 15 s, before the replies are shown.
 for _ in $(seq 50); do
   [[ -n "$(k --context c2 -n demo exec client -- curl -s -m 1 web.demo.svc.clusterset.local/hostname 2>/dev/null || true)" ]] && break
   sleep 0.2
