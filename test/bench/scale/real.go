@@ -79,6 +79,10 @@ type realResult struct {
 	// watching floor's caches held at its end, over the real clusters:
 	// every one, once the watch saw the floor's writes.
 	JoinWatchingFloorHeld int `json:"joinWatchingFloorHeld,omitempty"`
+	// JoinWatchingFloorProcessSeconds are the watching floor's
+	// CPU-seconds by kind of process (processSeconds; the second watcher
+	// is the benchmark's).
+	JoinWatchingFloorProcessSeconds map[string]float64 `json:"joinWatchingFloorProcessSeconds,omitempty"`
 	// JoinPairs are every join of the run (config.JoinRepeats) with the
 	// floors before and after it, in order; the figures of this result
 	// are the join's that took the median of their ratios to their floors.
@@ -689,6 +693,7 @@ func (r *sizeRun) joinOnce(ctx context.Context, want map[registry.ServiceKey][]s
 			return err
 		}
 		res.JoinWatchingFloor, res.JoinWatchingFloorHeld = x.JoinFloor, x.JoinWatchingFloorHeld
+		res.JoinWatchingFloorProcessSeconds = x.JoinFloorProcessSeconds
 	}
 
 	if err := r.real.awaitLiveLookups(ctx, r.realNamespaceNames()...); err != nil {

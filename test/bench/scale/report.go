@@ -162,6 +162,9 @@ func (res results) joinPairsMarkdown() string {
 		fmt.Fprintf(&b, "- N = %d: %s\n", r.N, strings.Join(parts, "; "))
 		if w := x.watchingMedians(); w != "" {
 			fmt.Fprintf(&b, "  - medians: watching floor / floor %s; join / watching floor %s\n", w, x.joinOverWatching())
+			if len(x.JoinWatchingFloorProcessSeconds) > 0 {
+				fmt.Fprintf(&b, "  - the median join's floor before → its watching floor, CPU-seconds by process: %s\n", processLine(x.JoinFloorProcessSeconds, x.JoinWatchingFloorProcessSeconds))
+			}
 		}
 	}
 	if res.anyWatching() {

@@ -104,9 +104,13 @@ func checkReal(t *testing.T, x *realResult) {
 			t.Errorf("real cluster: join %d's floor after %s, the next join's floor %s; want the same", i, p.FloorAfter, x.JoinPairs[i+1].Floor)
 		}
 	}
-	// The watching floor's caches saw the floor's writes.
+	// The watching floor's caches saw the floor's writes; its CPU is
+	// measured as the floor's.
 	if want := x.Imports * x.Clusters; x.JoinWatchingFloorHeld != want {
 		t.Errorf("real cluster: the watching floor's caches held %d of the floor's ServiceImports, want all %d", x.JoinWatchingFloorHeld, want)
+	}
+	if x.JoinWatchingFloorProcessSeconds[apiServerProcess] <= 0 {
+		t.Errorf("real cluster: the watching floor's CPU-seconds by process %v; want the API servers' measured", x.JoinWatchingFloorProcessSeconds)
 	}
 	// The busy CPUs once ready are measured over what the join took after
 	// it: a small run's imports may all be whole within a tick of the
@@ -200,19 +204,23 @@ func TestJoinPairsMarkdownWatching(t *testing.T) {
 	pair := func(before, after, watching, join time.Duration) joinPair {
 		return joinPair{Floor: before, FloorAfter: after, Watching: watching, Join: join, Ready: join / 10}
 	}
-	x := &realResult{JoinPairs: []joinPair{
-		// Watching over the mean floor 1.05, 1.20, 1.00, 1.10 (over the
-		// floor before alone: 1.40, 1.20, 0.80, 1.10); join / watching
-		// 1.10, 1.00, 1.30, 1.20. Of an even count, the upper middle.
-		pair(3*time.Second, 5*time.Second, 4200*time.Millisecond, 4620*time.Millisecond),
-		pair(4*time.Second, 4*time.Second, 4800*time.Millisecond, 4800*time.Millisecond),
-		pair(5*time.Second, 3*time.Second, 4*time.Second, 5200*time.Millisecond),
-		pair(4*time.Second, 4*time.Second, 4400*time.Millisecond, 5280*time.Millisecond),
-	}}
+	x := &realResult{
+		JoinFloorProcessSeconds:         map[string]float64{apiServerProcess: 4.5, benchmarkProcess: 1},
+		JoinWatchingFloorProcessSeconds: map[string]float64{apiServerProcess: 5, benchmarkProcess: 1.25},
+		JoinPairs: []joinPair{
+			// Watching over the mean floor 1.05, 1.20, 1.00, 1.10 (over the
+			// floor before alone: 1.40, 1.20, 0.80, 1.10); join / watching
+			// 1.10, 1.00, 1.30, 1.20. Of an even count, the upper middle.
+			pair(3*time.Second, 5*time.Second, 4200*time.Millisecond, 4620*time.Millisecond),
+			pair(4*time.Second, 4*time.Second, 4800*time.Millisecond, 4800*time.Millisecond),
+			pair(5*time.Second, 3*time.Second, 4*time.Second, 5200*time.Millisecond),
+			pair(4*time.Second, 4*time.Second, 4400*time.Millisecond, 5280*time.Millisecond),
+		}}
 	md := results{Runs: []runResult{{N: 3, Real: x}}}.joinPairsMarkdown()
 	for _, want := range []string{
 		"watching floor 4.2s, 1.10 ×", "watching floor 4.8s, 1.00 ×", "watching floor 4s, 1.30 ×", "watching floor 4.4s, 1.20 ×",
 		"medians: watching floor / floor 1.10 ×; join / watching floor 1.20 ×",
+		"CPU-seconds by process: kube-apiserver 4.50 → 5.00; benchmark 1.00 → 1.25",
 		"A watching floor (`-watching-floor`)",
 	} {
 		if !strings.Contains(md, want) {
