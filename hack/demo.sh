@@ -132,7 +132,7 @@ log "c2: the client pod resolves and curls web.demo.svc.clusterset.local"
 # kube-proxy syncs its rules from the EndpointSlices mcsd wrote within
 # about a second, and the sample's pods, which have no readiness probe,
 # count as ready before their server listens. The first reply is waited
-# for, up to about 15 s, before the replies are shown.
+# for (up to 50 tries, 0.2 s apart) before the replies are shown.
 for _ in $(seq 50); do
   [[ -n "$(k --context c2 -n demo exec client -- curl -s -m 1 web.demo.svc.clusterset.local/hostname 2>/dev/null || true)" ]] && break
   sleep 0.2
