@@ -175,7 +175,7 @@ type realCluster struct {
 	c    *testbed.Cluster
 	cl   client.Client
 	ctrl *harness.Controller
-	stop context.CancelFunc
+	stop func()
 
 	mu        sync.Mutex
 	slices    map[string]int       // "ns/import/source" → endpoints
@@ -257,7 +257,7 @@ func (r *sizeRun) startReal(ctx context.Context) error {
 				return fmt.Errorf("create namespace %s in %s: %w", ns, c.ID, err)
 			}
 		}
-		if err := rc.watch(ctx); err != nil {
+		if err := rc.watch(ctx, r.cfg.Timeout); err != nil {
 			return err
 		}
 	}
@@ -322,39 +322,34 @@ func (rs *realSet) close(ctx context.Context) {
 }
 
 // watch follows the cluster's EndpointSlices and ServiceImports.
-func (rc *realCluster) watch(ctx context.Context) error {
-	ca, err := cache.New(rc.c.Config, cache.Options{Scheme: testbed.Scheme})
+func (rc *realCluster) watch(ctx context.Context, timeout time.Duration) error {
+	w, err := startCache(ctx, rc.c, cache.Options{Scheme: testbed.Scheme}, timeout, func(ca cache.Cache) error {
+		sl, err := ca.GetInformer(ctx, &discoveryv1.EndpointSlice{})
+		if err != nil {
+			return err
+		}
+		if _, err := sl.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { rc.onSlice(o, false) },
+			UpdateFunc: func(_, o any) { rc.onSlice(o, false) },
+			DeleteFunc: func(o any) { rc.onSlice(o, true) },
+		}); err != nil {
+			return err
+		}
+		si, err := ca.GetInformer(ctx, &mcsv1beta1.ServiceImport{})
+		if err != nil {
+			return err
+		}
+		_, err = si.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { rc.onImport(o, false) },
+			UpdateFunc: func(_, o any) { rc.onImport(o, false) },
+			DeleteFunc: func(o any) { rc.onImport(o, true) },
+		})
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	sl, err := ca.GetInformer(ctx, &discoveryv1.EndpointSlice{})
-	if err != nil {
-		return err
-	}
-	if _, err := sl.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { rc.onSlice(o, false) },
-		UpdateFunc: func(_, o any) { rc.onSlice(o, false) },
-		DeleteFunc: func(o any) { rc.onSlice(o, true) },
-	}); err != nil {
-		return err
-	}
-	si, err := ca.GetInformer(ctx, &mcsv1beta1.ServiceImport{})
-	if err != nil {
-		return err
-	}
-	if _, err := si.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { rc.onImport(o, false) },
-		UpdateFunc: func(_, o any) { rc.onImport(o, false) },
-		DeleteFunc: func(o any) { rc.onImport(o, true) },
-	}); err != nil {
-		return err
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	rc.stop = cancel
-	go func() { _ = ca.Start(cctx) }()
-	if !ca.WaitForCacheSync(ctx) {
-		return fmt.Errorf("watch %s: caches did not sync", rc.c.ID)
-	}
+	rc.stop = w.stop
 	return nil
 }
 
@@ -783,7 +778,7 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 	if err := r.real.awaitLiveLookups(ctx, harness.FloorNamespace); err != nil {
 		return err
 	}
-	var watches []*controllerWatch
+	var watches []*clusterCache
 	if watching {
 		defer func() {
 			for _, w := range watches {
@@ -1163,9 +1158,9 @@ func (r *sizeRun) realNamespaceNames() []string {
 	return out
 }
 
-// controllerWatch is a cache of one real cluster in the benchmark's
-// process that watches as the controller's cache does (watchAsController).
-type controllerWatch struct {
+// clusterCache is a cache of one real cluster in the benchmark's
+// process (startCache).
+type clusterCache struct {
 	cluster string
 	cache   cache.Cache
 	cancel  context.CancelFunc
@@ -1173,39 +1168,49 @@ type controllerWatch struct {
 	once    sync.Once
 }
 
-// watchAsController starts a controllerWatch of c: a cache with the
-// controller's cache options that watches the kinds a join writes, the
-// Services, EndpointSlices and ServiceImports of the whole cluster. (The
-// controller's cache also watches kinds a join does not write, and
-// indexes EndpointSlices.) It returns once the cache has synced, within
-// timeout.
-func watchAsController(ctx context.Context, c *testbed.Cluster, timeout time.Duration) (*controllerWatch, error) {
-	opts := manager.CacheOptions(nil)
-	opts.Scheme = testbed.Scheme
+// startCache starts a cache of c with opts, its informers made by setup,
+// and returns once it has synced, within timeout.
+func startCache(ctx context.Context, c *testbed.Cluster, opts cache.Options, timeout time.Duration, setup func(cache.Cache) error) (*clusterCache, error) {
 	ca, err := cache.New(c.Config, opts)
 	if err != nil {
-		return nil, fmt.Errorf("watch %s as the controller does: %w", c.ID, err)
+		return nil, fmt.Errorf("watch %s: %w", c.ID, err)
 	}
-	for _, o := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &mcsv1beta1.ServiceImport{}} {
-		if _, err := ca.GetInformer(ctx, o); err != nil {
-			return nil, fmt.Errorf("watch %s as the controller does: %w", c.ID, err)
-		}
+	if err := setup(ca); err != nil {
+		return nil, fmt.Errorf("watch %s: %w", c.ID, err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	w := &controllerWatch{cluster: c.ID, cache: ca, cancel: cancel, done: make(chan error, 1)}
+	w := &clusterCache{cluster: c.ID, cache: ca, cancel: cancel, done: make(chan error, 1)}
 	go func() { w.done <- ca.Start(cctx) }()
 	sctx, scancel := context.WithTimeout(ctx, timeout)
 	defer scancel()
 	if !ca.WaitForCacheSync(sctx) {
 		w.stop()
-		return nil, fmt.Errorf("watch %s as the controller does: the caches did not sync within %s", c.ID, timeout)
+		return nil, fmt.Errorf("watch %s: the caches did not sync within %s", c.ID, timeout)
 	}
 	return w, nil
 }
 
+// watchAsController starts a cache of c with the controller's cache
+// options that watches the kinds a join writes, the Services,
+// EndpointSlices and ServiceImports of the whole cluster. (The
+// controller's cache also watches kinds a join does not write, and
+// indexes EndpointSlices.)
+func watchAsController(ctx context.Context, c *testbed.Cluster, timeout time.Duration) (*clusterCache, error) {
+	opts := manager.CacheOptions(nil)
+	opts.Scheme = testbed.Scheme
+	return startCache(ctx, c, opts, timeout, func(ca cache.Cache) error {
+		for _, o := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}, &mcsv1beta1.ServiceImport{}} {
+			if _, err := ca.GetInformer(ctx, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // awaitImports waits, up to timeout, until the watch holds n
 // ServiceImports of the floor's namespace, and returns how many it holds.
-func (w *controllerWatch) awaitImports(ctx context.Context, n int, timeout time.Duration) (int, error) {
+func (w *clusterCache) awaitImports(ctx context.Context, n int, timeout time.Duration) (int, error) {
 	var err error
 	held := 0
 	werr := waitFor(ctx, timeout, fmt.Sprintf("the floor's %d ServiceImports in the watch of %s", n, w.cluster), func() bool {
@@ -1225,12 +1230,12 @@ func (w *controllerWatch) awaitImports(ctx context.Context, n int, timeout time.
 	return held, nil
 }
 
-// stop stops the watch and waits until its informers have ended.
-func (w *controllerWatch) stop() {
+// stop stops the cache and waits until its informers have ended.
+func (w *clusterCache) stop() {
 	w.once.Do(func() {
 		w.cancel()
 		if err := <-w.done; err != nil {
-			fmt.Fprintf(os.Stderr, "[scale]   the watch of %s as the controller does ended: %v\n", w.cluster, err)
+			fmt.Fprintf(os.Stderr, "[scale]   the watch of %s ended: %v\n", w.cluster, err)
 		}
 	})
 }

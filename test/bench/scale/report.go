@@ -189,22 +189,20 @@ func (res results) anyWatching() bool {
 // after it: the watching floor is timed between them too); "" without
 // any.
 func (x *realResult) watchingMedians() string {
-	var r []float64
-	for _, p := range x.JoinPairs {
-		if p.Watching > 0 {
-			r = append(r, p.Watching.Seconds()/p.floor().Seconds())
-		}
-	}
-	return medianRatio(r)
+	return x.watchingMedian(func(p joinPair) float64 { return p.Watching.Seconds() / p.floor().Seconds() })
 }
 
 // joinOverWatching is the median, over the joins with a watching floor,
 // of the join over that floor.
-func (x *realResult) joinOverWatching() string {
+func (x *realResult) joinOverWatching() string { return x.watchingMedian(joinPair.watchingRatio) }
+
+// watchingMedian is the median of ratio over the joins with a watching
+// floor (medianRatio).
+func (x *realResult) watchingMedian(ratio func(joinPair) float64) string {
 	var r []float64
 	for _, p := range x.JoinPairs {
 		if p.Watching > 0 {
-			r = append(r, p.watchingRatio())
+			r = append(r, ratio(p))
 		}
 	}
 	return medianRatio(r)
