@@ -70,6 +70,11 @@ type config struct {
 	// the same writes while the benchmark's process watches each real
 	// cluster as the controller does (realResult.JoinWatchingFloor).
 	WatchingFloor bool `json:"watchingFloor,omitempty"`
+	// SplitCPUs runs, through the joins and their floors, the real
+	// clusters' own processes on one half of the machine's CPUs and the
+	// rest of the run on the other (realResult.JoinCPUs), where the
+	// machine has two CPUs or more.
+	SplitCPUs bool `json:"splitCPUs,omitempty"`
 	// ProfileCompaction writes a CPU profile of the benchmark's own
 	// process (the simulated members) over the compaction phase
 	// (cpu-compaction-N<n>.pprof in Out).
@@ -118,6 +123,7 @@ func run() error {
 	flag.BoolVar(&cfg.ProfileJoin, "profile-join", false, "write CPU profiles of the real controllers during the join, beside their logs (of the last join)")
 	flag.IntVar(&cfg.JoinRepeats, "join-repeats", 3, "how many times the real clusters join, each between two floors (set against their mean); the figures are the median join's")
 	flag.BoolVar(&cfg.WatchingFloor, "watching-floor", false, "also time before each join a watching floor: the floor's writes while this process watches each real cluster as the controller does (what watching its own writes costs a join)")
+	flag.BoolVar(&cfg.SplitCPUs, "split-cpus", true, "through the joins and their floors, run the real clusters' control planes (API servers, their etcds, ...) on one half of the machine's CPUs, and the controllers, the registry and this process on the other, as on separate machines (on a machine of one CPU, or with -split-cpus=false, every process runs on every CPU)")
 	flag.BoolVar(&cfg.ProfileCompaction, "profile-compaction", false, "write a CPU profile of this process (the simulated members) over the compaction phase")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
 	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")

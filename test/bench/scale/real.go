@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,6 +88,12 @@ type realResult struct {
 	// floors before and after it, in order; the figures of this result
 	// are the join's that took the median of their ratios to their floors.
 	JoinPairs []joinPair `json:"joinPairs,omitempty"`
+	// JoinCPUs (config.SplitCPUs) are the CPUs the real clusters' own
+	// processes ran on through the joins and their floors, and those of
+	// the rest of the run (the controllers, the registry, the benchmark
+	// with the simulated members): empty when every process could run on
+	// every CPU.
+	JoinCPUs *cpuSplit `json:"joinCPUs,omitempty"`
 	// JoinWrites are the real controllers' API writes until every import
 	// was whole, by resource; JoinReconciles, their import reconciles.
 	JoinWrites        map[string]int `json:"joinWrites,omitempty"`
@@ -484,12 +491,24 @@ func (r *sizeRun) inReal(key registry.ServiceKey) bool {
 
 // join times the real clusters' floor (joinFloor), then starts their
 // controllers and waits until every import is whole in every one.
-func (r *sizeRun) join(ctx context.Context, res *realResult) error {
+func (r *sizeRun) join(ctx context.Context, res *realResult) (err error) {
 	want := r.realImports()
 	res.Clusters, res.Imports = len(r.real.clusters), len(want)
 	res.Objects = len(want) * 2
 	for _, s := range want {
 		res.Objects += len(s)
+	}
+	if r.cfg.SplitCPUs {
+		split, restore, splitErr := r.splitCPUs()
+		switch {
+		case errors.Is(splitErr, harness.ErrOneCPU):
+			fmt.Fprintf(os.Stderr, "[scale]   the joins run on every CPU: %v\n", splitErr)
+		case splitErr != nil:
+			return splitErr
+		default:
+			res.JoinCPUs = &split
+			defer func() { err = errors.Join(err, restore()) }()
+		}
 	}
 	// One pair's ratio moves by more than the 10 % the target allows
 	// between runs of the same code (the floor's own CPU does): the
@@ -523,6 +542,48 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) error {
 	}
 	*res = medianJoin(pairs)
 	return nil
+}
+
+// cpuSplit is how the joins' processes were placed on the machine's CPUs
+// (config.SplitCPUs).
+type cpuSplit struct {
+	ControlPlanes harness.CPUs `json:"controlPlanes"`
+	Rest          harness.CPUs `json:"rest"`
+}
+
+// splitCPUs runs the real clusters' own processes (their API servers,
+// etcds, kube-controller-managers, schedulers and kwok) on the first half
+// of the CPUs, and the rest of the run on the other half: this process
+// (with the simulated members and the floors' client), the registry's
+// etcd, and the controllers, which this process starts and which take its
+// CPUs. So the controllers and the API servers no longer take CPU from
+// each other, as on separate machines. It returns what undoes it: every
+// one of them, the controllers then running included, on every CPU again.
+func (r *sizeRun) splitCPUs() (cpuSplit, func() error, error) {
+	planes, rest, err := harness.SplitCPUs()
+	if err != nil {
+		return cpuSplit{}, nil, err
+	}
+	others := func() []int {
+		pids := []int{os.Getpid()}
+		if r.cluster != nil {
+			pids = append(pids, r.cluster.Pids()...)
+		}
+		for _, rc := range r.real.clusters {
+			if rc.ctrl != nil {
+				pids = append(pids, rc.ctrl.PID())
+			}
+		}
+		return pids
+	}
+	clusters := func() []int { return slices.Collect(maps.Keys(testbed.ProcessesUnder(r.real.tb.Dir()))) }
+	restore := func() error {
+		return harness.Pin(append(clusters(), others()...), append(slices.Clone(planes), rest...))
+	}
+	if err := errors.Join(harness.Pin(clusters(), planes), harness.Pin(others(), rest)); err != nil {
+		return cpuSplit{}, nil, errors.Join(err, restore())
+	}
+	return cpuSplit{ControlPlanes: planes, Rest: rest}, restore, nil
 }
 
 // floorAfter times one more join floor after the last join, as every

@@ -33,6 +33,11 @@ func TestSmallRun(t *testing.T) {
 	// at N = 6, where the real cluster is, 16 changes of its 10, so every
 	// export, those the real cluster imports included (4 s, 8 changes,
 	// missed them in one run).
+	cpus, err := harness.ProcessCPUs(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, splitErr := harness.SplitCPUs()
 	cfg := config{Services: 30, K: 2, Endpoints: 3, Churn: 8 * time.Second, ChurnRate: 2, Idle: 15 * time.Second,
 		TTL: 3 * time.Second, Views: 2, Timeout: time.Minute}
 	var idle []float64
@@ -44,6 +49,9 @@ func TestSmallRun(t *testing.T) {
 			// Twice: the controllers stopped and their imports deleted
 			// between the joins. Each join with a watching floor too.
 			cfg.JoinRepeats, cfg.WatchingFloor = 2, true
+			// The joins' processes on two halves of the CPUs, as
+			// make bench-scale runs them, and back on every CPU after.
+			cfg.SplitCPUs = true
 		}
 		r, err := runOne(t.Context(), cfg, n)
 		if err != nil {
@@ -66,6 +74,12 @@ func TestSmallRun(t *testing.T) {
 		idle = append(idle, r.IdlePerMemberPerMinute)
 		if x := r.Real; x != nil {
 			checkReal(t, x)
+			if (x.JoinCPUs == nil) != (splitErr != nil) {
+				t.Errorf("real cluster: the joins' CPUs %+v, where the CPUs split with error %v; want them split on a machine of two CPUs or more", x.JoinCPUs, splitErr)
+			}
+			if got, err := harness.ProcessCPUs(os.Getpid()); err != nil || !slices.Equal(got, cpus) {
+				t.Errorf("after the joins, this process runs on CPUs %v (%v); want every CPU it had, %v", got, err, cpus)
+			}
 		}
 	}
 	// The same within where the window fell: one health check more or less
@@ -237,5 +251,40 @@ func TestJoinPairsMarkdownWatching(t *testing.T) {
 	one := &realResult{JoinPairs: []joinPair{pair(4*time.Second, 4*time.Second, 4400*time.Millisecond, 5280*time.Millisecond)}}
 	if md := (results{Runs: []runResult{{N: 3, Real: one}}}).joinPairsMarkdown(); md != "" {
 		t.Errorf("a run of one join lists it:\n%s", md)
+	}
+}
+
+// With the joins' processes on two halves of the CPUs, the CPU-seconds
+// against the target's 10 % are the real clusters' own processes', not the
+// controllers' on the other CPUs; the report says where each ran.
+func TestJoinProcessMarkdownSplit(t *testing.T) {
+	x := &realResult{
+		JoinFloorProcessSeconds: map[string]float64{apiServerProcess: 5, "etcd": 1, benchmarkProcess: 1},
+		JoinProcessSeconds:      map[string]float64{apiServerProcess: 5.25, "etcd": 1.25, controllersProcess: 1.5, registryProcess: 0.25, benchmarkProcess: 0.25},
+	}
+	res := results{Runs: []runResult{{N: 3, Real: x}}}
+	// Every process: 7.00 → 8.50, +1.50, against 0.70.
+	if md := res.joinProcessMarkdown(); !strings.Contains(md, "| 7.00 → 8.50 | +1.50 | +0.25 | 0.70 |") || strings.Contains(md, "CPUs of their own") {
+		t.Errorf("on every CPU, the table is not of every process:\n%s", md)
+	}
+	if strings.Contains(res.realMarkdown(), "-split-cpus") {
+		t.Error("on every CPU, the report speaks of the split")
+	}
+	x.JoinCPUs = &cpuSplit{ControlPlanes: harness.CPUs{0}, Rest: harness.CPUs{1}}
+	// The real clusters' own: 6.00 → 6.50, +0.50, against 0.60.
+	if md := res.joinProcessMarkdown(); !strings.Contains(md, "| 6.00 → 6.50 | +0.50 | +0.25 | 0.60 |") || !strings.Contains(md, "CPUs of their own") {
+		t.Errorf("split, the table is not of the real clusters' own processes:\n%s", md)
+	}
+	if md := res.realMarkdown(); !strings.Contains(md, "ran on CPUs [0] alone, and the rest of the run") || !strings.Contains(md, "on CPUs [1]") {
+		t.Errorf("split, the report does not say where the processes ran:\n%s", md)
+	}
+	// No change timed in the real clusters: the churn's target is not
+	// said to be met.
+	if md := res.realMarkdown(); !strings.Contains(md, "| no samples |") {
+		t.Errorf("no change timed, the report does not say so:\n%s", md)
+	}
+	x.Samples, x.P99, x.APIFloorP99 = 10, 5*time.Millisecond, 10*time.Millisecond
+	if md := res.realMarkdown(); strings.Contains(md, "no samples") || !strings.Contains(md, "(10) | 0 / 10 ms | yes |") {
+		t.Errorf("ten changes within the bound, the report does not say yes:\n%s", md)
 	}
 }
