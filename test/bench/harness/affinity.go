@@ -3,6 +3,7 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -74,9 +75,9 @@ func cpusIn(set *unix.CPUSet) CPUs {
 
 // Pin makes every thread of each process of pids run on cpus alone. A
 // thread takes its creator's CPUs, so the threads a process makes later
-// follow; the threads it makes while they are set are found by looking
-// again, until a look finds none left to set. A process that ended
-// meanwhile is skipped.
+// follow; those it makes while they are set (a thread cloned from one not
+// set yet) are found by looking again, until two looks in a row find none
+// left to set. A process that ended meanwhile is skipped.
 func Pin(pids []int, cpus CPUs) error {
 	var set unix.CPUSet
 	for _, cpu := range cpus {
@@ -92,10 +93,14 @@ func Pin(pids []int, cpus CPUs) error {
 }
 
 func pinProcess(pid int, set *unix.CPUSet) error {
-	for range 10 {
+	clean := 0
+	for range 20 {
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil // ended
+		}
+		if err != nil {
+			return fmt.Errorf("the threads of process %d: %w", pid, err)
 		}
 		changed := false
 		for _, t := range tasks {
@@ -112,7 +117,10 @@ func pinProcess(pid int, set *unix.CPUSet) error {
 			}
 			changed = true
 		}
-		if !changed {
+		if clean = clean + 1; changed {
+			clean = 0
+		}
+		if clean == 2 {
 			return nil
 		}
 	}

@@ -544,6 +544,10 @@ func (r *sizeRun) join(ctx context.Context, res *realResult) (err error) {
 	return nil
 }
 
+// afterJoins, when set (by a test), looks at the run once the joins are
+// over, before the churn.
+var afterJoins func(r *sizeRun)
+
 // cpuSplit is how the joins' processes were placed on the machine's CPUs
 // (config.SplitCPUs).
 type cpuSplit struct {
@@ -562,28 +566,43 @@ type cpuSplit struct {
 func (r *sizeRun) splitCPUs() (cpuSplit, func() error, error) {
 	planes, rest, err := harness.SplitCPUs()
 	if err != nil {
-		return cpuSplit{}, nil, err
+		return cpuSplit{}, nil, fmt.Errorf("place the joins' processes: %w", err)
 	}
 	others := func() []int {
 		pids := []int{os.Getpid()}
 		if r.cluster != nil {
 			pids = append(pids, r.cluster.Pids()...)
 		}
-		for _, rc := range r.real.clusters {
-			if rc.ctrl != nil {
-				pids = append(pids, rc.ctrl.PID())
-			}
-		}
-		return pids
+		return append(pids, r.controllerPids()...)
 	}
-	clusters := func() []int { return slices.Collect(maps.Keys(testbed.ProcessesUnder(r.real.tb.Dir()))) }
 	restore := func() error {
-		return harness.Pin(append(clusters(), others()...), append(slices.Clone(planes), rest...))
+		if err := harness.Pin(append(r.clusterPids(), others()...), append(slices.Clone(planes), rest...)); err != nil {
+			return fmt.Errorf("put the joins' processes back on every CPU: %w", err)
+		}
+		return nil
 	}
-	if err := errors.Join(harness.Pin(clusters(), planes), harness.Pin(others(), rest)); err != nil {
-		return cpuSplit{}, nil, errors.Join(err, restore())
+	if err := errors.Join(harness.Pin(r.clusterPids(), planes), harness.Pin(others(), rest)); err != nil {
+		return cpuSplit{}, nil, errors.Join(fmt.Errorf("place the joins' processes: %w", err), restore())
 	}
 	return cpuSplit{ControlPlanes: planes, Rest: rest}, restore, nil
+}
+
+// clusterPids are the real clusters' own processes: those the testbed
+// started.
+func (r *sizeRun) clusterPids() []int {
+	return slices.Collect(maps.Keys(testbed.ProcessesUnder(r.real.tb.Dir())))
+}
+
+// controllerPids are the real clusters' controllers' processes, where
+// they run.
+func (r *sizeRun) controllerPids() []int {
+	var pids []int
+	for _, rc := range r.real.clusters {
+		if rc.ctrl != nil {
+			pids = append(pids, rc.ctrl.PID())
+		}
+	}
+	return pids
 }
 
 // floorAfter times one more join floor after the last join, as every

@@ -159,6 +159,9 @@ func runOne(ctx context.Context, cfg config, n int) (runResult, error) {
 		if err := r.join(ctx, res.Real); err != nil {
 			return res, err
 		}
+		if afterJoins != nil {
+			afterJoins(r)
+		}
 	}
 	if err := r.churn(ctx, &res); err != nil {
 		return res, err

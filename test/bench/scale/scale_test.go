@@ -38,6 +38,19 @@ func TestSmallRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, splitErr := harness.SplitCPUs()
+	// Once the joins are over, the real cluster's own processes and its
+	// controller run on every CPU again, as this process does.
+	looked := 0
+	afterJoins = func(r *sizeRun) {
+		for _, pid := range append(r.clusterPids(), r.controllerPids()...) {
+			got, err := harness.ProcessCPUs(pid)
+			if err != nil || !slices.Equal(got, cpus) {
+				t.Errorf("after the joins, process %d runs on CPUs %v (%v); want every CPU, %v", pid, got, err, cpus)
+			}
+			looked++
+		}
+	}
+	t.Cleanup(func() { afterJoins = nil })
 	cfg := config{Services: 30, K: 2, Endpoints: 3, Churn: 8 * time.Second, ChurnRate: 2, Idle: 15 * time.Second,
 		TTL: 3 * time.Second, Views: 2, Timeout: time.Minute}
 	var idle []float64
@@ -79,6 +92,11 @@ func TestSmallRun(t *testing.T) {
 			}
 			if got, err := harness.ProcessCPUs(os.Getpid()); err != nil || !slices.Equal(got, cpus) {
 				t.Errorf("after the joins, this process runs on CPUs %v (%v); want every CPU it had, %v", got, err, cpus)
+			}
+			// The API server, its etcd, kube-controller-manager, ... and
+			// the controller.
+			if looked < 4 {
+				t.Errorf("after the joins, %d processes of the real cluster were looked at; want its own and its controller's", looked)
 			}
 		}
 	}
@@ -267,15 +285,16 @@ func TestJoinProcessMarkdownSplit(t *testing.T) {
 	if md := res.joinProcessMarkdown(); !strings.Contains(md, "| 7.00 → 8.50 | +1.50 | +0.25 | 0.70 |") || strings.Contains(md, "CPUs of their own") {
 		t.Errorf("on every CPU, the table is not of every process:\n%s", md)
 	}
-	if strings.Contains(res.realMarkdown(), "-split-cpus") {
-		t.Error("on every CPU, the report speaks of the split")
+	if md := res.realMarkdown(); strings.Contains(md, "-split-cpus") || !strings.Contains(md, "Where the floor keeps every CPU of the machine busy") {
+		t.Errorf("on every CPU, the report speaks of the split, or not of every CPU:\n%s", md)
 	}
 	x.JoinCPUs = &cpuSplit{ControlPlanes: harness.CPUs{0}, Rest: harness.CPUs{1}}
 	// The real clusters' own: 6.00 → 6.50, +0.50, against 0.60.
 	if md := res.joinProcessMarkdown(); !strings.Contains(md, "| 6.00 → 6.50 | +0.50 | +0.25 | 0.60 |") || !strings.Contains(md, "CPUs of their own") {
 		t.Errorf("split, the table is not of the real clusters' own processes:\n%s", md)
 	}
-	if md := res.realMarkdown(); !strings.Contains(md, "ran on CPUs [0] alone, and the rest of the run") || !strings.Contains(md, "on CPUs [1]") {
+	if md := res.realMarkdown(); !strings.Contains(md, "ran on CPUs [0] alone, and the rest of the run") || !strings.Contains(md, "on CPUs [1]") ||
+		strings.Contains(md, "Where the floor keeps every CPU of the machine busy") {
 		t.Errorf("split, the report does not say where the processes ran:\n%s", md)
 	}
 	// No change timed in the real clusters: the churn's target is not
