@@ -117,10 +117,9 @@ func pinProcess(pid int, set *unix.CPUSet) error {
 			}
 			changed = true
 		}
-		if clean = clean + 1; changed {
+		if changed {
 			clean = 0
-		}
-		if clean == 2 {
+		} else if clean++; clean == 2 {
 			return nil
 		}
 	}

@@ -928,11 +928,9 @@ func (r *sizeRun) processSeconds() map[string]float64 {
 			out[registryProcess] += c
 		}
 	}
-	for _, rc := range r.real.clusters {
-		if rc.ctrl != nil {
-			c, _ := harness.ProcCPU(rc.ctrl.PID())
-			out[controllersProcess] += c
-		}
+	for _, pid := range r.controllerPids() {
+		c, _ := harness.ProcCPU(pid)
+		out[controllersProcess] += c
 	}
 	out[benchmarkProcess] = harness.SelfCPU()
 	return out
