@@ -153,15 +153,7 @@ func (r *run) floorOneAtATime(ctx context.Context, first int) ([]float64, error)
 // the object.
 func FloorImport(ctx context.Context, cl client.Client, sources []string, i, endpoints int, whole func()) error {
 	name := fmt.Sprintf("floor-%05d", i)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: FloorNamespace, Annotations: map[string]string{
-			floorKey("managed"): "true", floorKey("service-import"): name, floorKey("ip-families"): "",
-		}},
-		Spec: corev1.ServiceSpec{
-			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
-			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort), Protocol: corev1.ProtocolTCP}},
-		},
-	}
+	svc := FloorService(name)
 	if err := cl.Create(ctx, svc); err != nil {
 		return fmt.Errorf("create Service %s: %w", name, err)
 	}
@@ -178,26 +170,10 @@ func FloorImport(ctx context.Context, cl client.Client, sources []string, i, end
 			InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyCluster),
 		},
 	}
-	eps := make([]discoveryv1.Endpoint, endpoints)
-	for j := range eps {
-		eps[j] = discoveryv1.Endpoint{
-			Addresses:  []string{fmt.Sprintf("10.250.%d.%d", i%250, j+1)},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			Zone:       ptr.To(fmt.Sprintf("zone-%d", j%3)),
-		}
-	}
+	eps := FloorEndpoints(endpoints, func(j int) string { return fmt.Sprintf("10.250.%d.%d", i%250, j+1) })
 	writes := []func() error{func() error { return wrap("create ServiceImport "+name, cl.Create(ctx, si)) }}
 	for _, cluster := range sources {
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: name + "-" + cluster, Namespace: FloorNamespace,
-				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(svc, corev1.SchemeGroupVersion.WithKind("Service"))},
-				Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: managedBy,
-					mcsv1beta1.LabelSourceCluster: cluster, floorKey("service-name"): name},
-				Annotations: map[string]string{floorKey("managed"): "true", floorKey("slice-inputs"): "0000000000000.1"}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](targetPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
-			Endpoints:   eps,
-		}
+		slice := FloorSlice(svc, cluster, eps)
 		writes = append(writes, func() error { return wrap("create EndpointSlice "+slice.Name, cl.Create(ctx, slice)) })
 	}
 	if err := all(writes...); err != nil {
@@ -229,6 +205,50 @@ func FloorImport(ctx context.Context, cl client.Client, sources []string, i, end
 			return wrap("patch ServiceImport "+name+" status", cl.Status().Patch(ctx, si, client.MergeFrom(base)))
 		},
 	)
+}
+
+// FloorService is the derived Service of the floor's import name, in
+// FloorNamespace, as the import controller writes one (before its owner).
+func FloorService(name string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: FloorNamespace, Annotations: map[string]string{
+			floorKey("managed"): "true", floorKey("service-import"): name, floorKey("ip-families"): "",
+		}},
+		Spec: corev1.ServiceSpec{
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(targetPort), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// FloorEndpoints are n ready endpoints, endpoint j at address addr(j), each
+// with a zone, as the import controller writes a source cluster's.
+func FloorEndpoints(n int, addr func(j int) string) []discoveryv1.Endpoint {
+	eps := make([]discoveryv1.Endpoint, n)
+	for j := range eps {
+		eps[j] = discoveryv1.Endpoint{
+			Addresses:  []string{addr(j)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			Zone:       ptr.To(fmt.Sprintf("zone-%d", j%3)),
+		}
+	}
+	return eps
+}
+
+// FloorSlice is the EndpointSlice of cluster's endpoints eps for svc (made
+// by FloorService, and created: the slice is owned by it), as the import
+// controller writes one: as many labels and annotations, the same port.
+func FloorSlice(svc *corev1.Service, cluster string, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name + "-" + cluster, Namespace: FloorNamespace,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(svc, corev1.SchemeGroupVersion.WithKind("Service"))},
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: managedBy,
+				mcsv1beta1.LabelSourceCluster: cluster, floorKey("service-name"): svc.Name},
+			Annotations: map[string]string{floorKey("managed"): "true", floorKey("slice-inputs"): "0000000000000.1"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](targetPort), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		Endpoints:   eps,
+	}
 }
 
 // floorKey is the key of the floor's stand-in for a label or annotation of

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -141,13 +140,20 @@ type realResult struct {
 	// Churn: a member's change of an endpoint in a real cluster's namespace
 	// until that cluster's EndpointSlice has it; the API floor is an
 	// EndpointSlice update → its arrival on a watch of the same cluster,
-	// every 200 ms during the churn.
-	Changes     int           `json:"changes"`
-	Samples     int           `json:"samples"`
-	P50         time.Duration `json:"p50"`
-	P99         time.Duration `json:"p99"`
-	APIFloorP50 time.Duration `json:"apiFloorP50"`
-	APIFloorP99 time.Duration `json:"apiFloorP99"`
+	// every 200 ms during the churn (apiFloor), of APIFloorSamples, the
+	// shortest APIFloorMin; APIFloorSliceBytes is the size of its slice
+	// (JSON), the controller's being JoinObjectBytes' (0: not measured, in
+	// results of before 2026-11-29's last session, whose slice had one
+	// endpoint, no label and no owner).
+	Changes            int           `json:"changes"`
+	Samples            int           `json:"samples"`
+	P50                time.Duration `json:"p50"`
+	P99                time.Duration `json:"p99"`
+	APIFloorP50        time.Duration `json:"apiFloorP50"`
+	APIFloorP99        time.Duration `json:"apiFloorP99"`
+	APIFloorSamples    int           `json:"apiFloorSamples,omitempty"`
+	APIFloorMin        time.Duration `json:"apiFloorMin,omitempty"`
+	APIFloorSliceBytes int           `json:"apiFloorSliceBytes,omitempty"`
 	// SliceWritesPerChange are the EndpointSlice writes one change cost
 	// an importing cluster; OtherWrites, every other API write the
 	// controllers made during the churn, by resource.
@@ -1005,41 +1011,62 @@ func (rs *realSet) joinWrites(ctx context.Context, imports int, timeout time.Dur
 }
 
 // apiFloor updates an EndpointSlice in every real cluster every 200 ms
-// until ctx ends, with an address that its watch times. Each write has a
+// until ctx ends, with an address that its watch times: the API write
+// floor of the controller's write of a change. The slice is the
+// controller's size and shape (FloorSlice, of endpoints endpoints, owned by
+// a Service): the API server's work for a write grows with the object.
+// Each cluster's addresses are its own: an arrival is timed from the put of
+// its address (put), and the clusters' writes drift apart. Each write has a
 // bound of its own, not ctx's deadline: the client's rate limiter refuses
 // at once a write whose turn would come after the deadline.
-func (rs *realSet) apiFloor(ctx context.Context) error {
+func (rs *realSet) apiFloor(ctx context.Context, endpoints int) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(rs.clusters))
 	for ci, rc := range rs.clusters {
 		wg.Go(func() {
-			s := &discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Name: "api-floor", Namespace: harness.FloorNamespace},
-				AddressType: discoveryv1.AddressTypeIPv4,
-				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
-			}
-			for i := 0; ctx.Err() == nil; i++ {
-				addr := fmt.Sprintf(apiFloorPrefix+"%d.%d", i/250%250, i%250+1)
-				s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{addr}}}
-				rs.put(addr)
-				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-				var err error
-				if i == 0 {
-					err = rc.cl.Create(wctx, s)
-				} else {
-					err = rc.cl.Update(wctx, s)
-				}
-				cancel()
-				if err != nil {
-					errs[ci] = fmt.Errorf("API floor in %s: %w", rc.c.ID, err)
-					return
-				}
-				_ = harness.Sleep(ctx, 200*time.Millisecond)
-			}
+			errs[ci] = rs.apiFloorIn(ctx, ci, rc, endpoints)
 		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// apiFloorIn is apiFloor in the real cluster rc, number ci.
+func (rs *realSet) apiFloorIn(ctx context.Context, ci int, rc *realCluster, endpoints int) error {
+	write := func(f func(context.Context) error) error {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return f(wctx)
+	}
+	svc := harness.FloorService("api-floor")
+	if err := write(func(wctx context.Context) error { return rc.cl.Create(wctx, svc) }); err != nil {
+		return fmt.Errorf("API floor in %s: %w", rc.c.ID, err)
+	}
+	s := harness.FloorSlice(svc, "api-floor",
+		harness.FloorEndpoints(max(endpoints, 1), func(j int) string { return fmt.Sprintf("10.251.%d.%d", ci%250, j+1) }))
+	for i := 0; ctx.Err() == nil; i++ {
+		addr := apiFloorAddress(ci, len(rs.clusters), i)
+		s.Endpoints[0].Addresses = []string{addr}
+		rs.put(addr)
+		err := write(func(wctx context.Context) error {
+			if i == 0 {
+				return rc.cl.Create(wctx, s)
+			}
+			return rc.cl.Update(wctx, s)
+		})
+		if err != nil {
+			return fmt.Errorf("API floor in %s: %w", rc.c.ID, err)
+		}
+		_ = harness.Sleep(ctx, 200*time.Millisecond)
+	}
+	return nil
+}
+
+// apiFloorAddress is the address of the API floor's write i in real
+// cluster ci of n: no other cluster's write has it (for 31,250 writes in
+// each of two clusters).
+func apiFloorAddress(ci, n, i int) string {
+	return fmt.Sprintf(apiFloorPrefix+"%d.%d", (ci+n*(i/250))%250, i%250+1)
 }
 
 // latencies are, over every real cluster, the arrival of each address put

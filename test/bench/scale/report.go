@@ -140,11 +140,26 @@ func (res results) realMarkdown() string {
 	if res.cpuSplit() == nil {
 		b.WriteString(" Where the floor keeps every CPU of the machine busy, the join outlasts it by its start-up (until ready) plus what the join's CPU-seconds exceed the floor's, over the machine's CPUs: the controllers' own (start-up included), less the floor's client (the benchmark's writes), plus what the API servers do for the controllers beyond the writes.")
 	}
-	b.WriteString(" The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch. Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
+	b.WriteString(" The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch" + res.apiFloorSlices() + ". Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
 	if split := res.cpuSplit(); split != nil {
 		fmt.Fprintf(&b, "\nThrough the joins and their floors (`-split-cpus`), the real clusters' own processes (their API servers, etcds, kube-controller-managers, schedulers and kwok) ran on CPUs %v alone, and the rest of the run (the controllers, the registry's etcd, the benchmark with the simulated members and the floor's client) on CPUs %v, as on separate machines: the floor is then what the API servers write on their own CPUs, and the join outlasts it by its start-up (until ready) plus what the real clusters' own processes spend beyond the floor's CPU-seconds (the API servers serving the controllers' watches, lists and reads), over their CPUs; the controllers' own CPU no longer takes from the API servers'. The phases after the joins ran on every CPU.\n", split.ControlPlanes, split.Rest)
 	}
 	return b.String()
+}
+
+// apiFloorSlices says, where the runs measured it, how large the API
+// floor's slice was against the controller's: "; its slice, ...".
+func (res results) apiFloorSlices() string {
+	var sizes []string
+	for _, r := range res.Runs {
+		if x := r.Real; x != nil && x.APIFloorSliceBytes > 0 {
+			sizes = append(sizes, fmt.Sprintf("%d bytes against the controller's %d at N = %d", x.APIFloorSliceBytes, x.JoinObjectBytes["EndpointSlice"], r.N))
+		}
+	}
+	if len(sizes) == 0 {
+		return ""
+	}
+	return "; its slice is the controller's size and shape (as many endpoints, each with its zone, the labels, annotations and owner), with addresses of its own in each cluster: " + strings.Join(sizes, ", ")
 }
 
 // cpuSplit is the joins' placement on the CPUs (config.SplitCPUs), or nil.

@@ -354,7 +354,7 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 		}
 		realCPU = r.real.usage()
 		wg.Go(func() {
-			if err := r.real.apiFloor(ctx); err != nil {
+			if err := r.real.apiFloor(ctx, r.cfg.Endpoints); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -457,6 +457,12 @@ func (r *sizeRun) realChurn(ctx context.Context, res *realResult, changes int, w
 	res.Changes, res.Samples = changes, len(lat)
 	res.P50, res.P99 = percentile(lat, 50), percentile(lat, 99)
 	res.APIFloorP50, res.APIFloorP99 = percentile(floor, 50), percentile(floor, 99)
+	res.APIFloorSamples, res.APIFloorMin = len(floor), percentile(floor, 0)
+	sizes, err := r.real.clusters[0].objectBytes(ctx, harness.FloorNamespace)
+	if err != nil {
+		return err
+	}
+	res.APIFloorSliceBytes = sizes["EndpointSlice"]
 	writes, err := r.real.settledWrites(ctx)
 	if err != nil {
 		return err

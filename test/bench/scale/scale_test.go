@@ -172,6 +172,14 @@ func checkReal(t *testing.T, x *realResult) {
 	if len(x.JoinObjectBytes) != 3 {
 		t.Errorf("real cluster: object sizes %v; want those of ServiceImports, Services and EndpointSlices", x.JoinObjectBytes)
 	}
+	// The API floor writes a slice the size of the controller's, and each
+	// of its arrivals is timed from its own write.
+	if c := x.JoinObjectBytes["EndpointSlice"]; x.APIFloorSliceBytes < c*3/4 || x.APIFloorSliceBytes > c*5/4 {
+		t.Errorf("real cluster: the API floor's EndpointSlice is %d bytes, the controller's %d; want the same size within a quarter", x.APIFloorSliceBytes, c)
+	}
+	if x.APIFloorSamples == 0 || x.APIFloorMin <= 0 {
+		t.Errorf("real cluster: the API floor's %d samples, the shortest %s; want samples, each after its write began", x.APIFloorSamples, x.APIFloorMin)
+	}
 	if x.Changes == 0 || x.SliceWritesPerChange != 1 {
 		t.Errorf("real cluster: %d changes cost %.2f EndpointSlice writes each, want changes and 1", x.Changes, x.SliceWritesPerChange)
 	}
@@ -305,5 +313,34 @@ func TestJoinProcessMarkdownSplit(t *testing.T) {
 	x.Samples, x.P99, x.APIFloorP99 = 10, 5*time.Millisecond, 10*time.Millisecond
 	if md := res.realMarkdown(); strings.Contains(md, "no samples") || !strings.Contains(md, "(10) | 0 / 10 ms | yes |") {
 		t.Errorf("ten changes within the bound, the report does not say yes:\n%s", md)
+	}
+	// The API floor's slice against the controller's, where measured.
+	if md := res.realMarkdown(); strings.Contains(md, "its slice is the controller's size") {
+		t.Errorf("the API floor's slice not measured, the report gives its size:\n%s", md)
+	}
+	x.APIFloorSliceBytes, x.JoinObjectBytes = 2480, map[string]int{"EndpointSlice": 2494}
+	if md := res.realMarkdown(); !strings.Contains(md, "2480 bytes against the controller's 2494 at N = 3") {
+		t.Errorf("the report does not give the API floor's slice against the controller's:\n%s", md)
+	}
+}
+
+// Each real cluster's API floor writes addresses of its own: an arrival is
+// timed from the last put of its address, and the clusters' writes drift
+// apart, so an address both wrote would time one cluster's arrival from
+// the other's write.
+func TestAPIFloorAddressesAreEachClustersOwn(t *testing.T) {
+	const clusters, writes = 3, 2000
+	seen := map[string]int{}
+	for ci := range clusters {
+		for i := range writes {
+			a := apiFloorAddress(ci, clusters, i)
+			if other, ok := seen[a]; ok {
+				t.Fatalf("address %s of cluster %d's write %d was cluster %d's too", a, ci, i, other)
+			}
+			if !strings.HasPrefix(a, apiFloorPrefix) {
+				t.Fatalf("address %s, want it under %s", a, apiFloorPrefix)
+			}
+			seen[a] = ci
+		}
 	}
 }
