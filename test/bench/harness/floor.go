@@ -147,10 +147,12 @@ func (r *run) floorOneAtATime(ctx context.Context, first int) ([]float64, error)
 // import controller's order, and calls whole, when not nil, once the import
 // is whole: its ServiceImport, with the Service's IP, and its EndpointSlices
 // written. Its objects are in FloorNamespace, which must exist. They are
-// the size of the controller's: as many labels and annotations (under the
-// benchmark's own keys, which no controller acts on), each endpoint's zone,
-// the status's conditions; the API server's work for a write grows with
-// the object.
+// the size of the controller's: as many labels and annotations (mcsd's own
+// under the benchmark's keys, which no controller acts on; the slices'
+// Kubernetes labels as the controller sets them, read by mcsd's export
+// controller, stopped while a floor writes), each endpoint's zone, the
+// status's conditions; the API server's work for a write grows with the
+// object.
 func FloorImport(ctx context.Context, cl client.Client, sources []string, i, endpoints int, whole func()) error {
 	name := fmt.Sprintf("floor-%05d", i)
 	svc := FloorService(name)

@@ -142,9 +142,9 @@ type realResult struct {
 	// EndpointSlice update → its arrival on a watch of the same cluster,
 	// every 200 ms during the churn (apiFloor), of APIFloorSamples, the
 	// shortest APIFloorMin; APIFloorSliceBytes is the size of its slice
-	// (JSON), the controller's being JoinObjectBytes' (0: not measured, in
-	// results of before 2026-11-29's last session, whose slice had one
-	// endpoint, no label and no owner).
+	// (JSON), the controller's being JoinObjectBytes'. The three are 0 in
+	// results of before they were measured, whose floor's slice had one
+	// endpoint, no label and no owner.
 	Changes            int           `json:"changes"`
 	Samples            int           `json:"samples"`
 	P50                time.Duration `json:"p50"`
@@ -194,7 +194,7 @@ type realCluster struct {
 	slices    map[string]int       // "ns/import/source" → endpoints
 	ready     map[string]bool      // "ns/import": ServiceImport with its IPs
 	since     map[string]time.Time // the keys of both: when their value came
-	arrived   map[string]time.Time // churn addresses, first seen in a slice
+	arrived   map[string]time.Time // churn and API floor addresses, first seen in a slice
 	deletions map[string]int       // deleted objects, by kind and source cluster
 }
 
@@ -207,7 +207,7 @@ type realSet struct {
 	logs     string
 
 	mu   sync.Mutex
-	puts map[string]time.Time // churn addresses → when their put began
+	puts map[string]time.Time // churn and API floor addresses → when their put began
 
 	// stoppedPeakRSS is the largest peak resident set of the controllers
 	// stopped between joins (unjoin).
@@ -964,7 +964,8 @@ func cpuSince(before, after map[string]float64) map[string]float64 {
 	return out
 }
 
-// put records that the churn is about to put address addr.
+// put records that the churn or the API floor is about to put address
+// addr.
 func (rs *realSet) put(addr string) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -1013,8 +1014,9 @@ func (rs *realSet) joinWrites(ctx context.Context, imports int, timeout time.Dur
 // apiFloor updates an EndpointSlice in every real cluster every 200 ms
 // until ctx ends, with an address that its watch times: the API write
 // floor of the controller's write of a change. The slice is the
-// controller's size and shape (FloorSlice, of endpoints endpoints, owned by
-// a Service): the API server's work for a write grows with the object.
+// controller's size and shape (FloorSlice, of endpoints endpoints, at least
+// one, owned by a Service): the API server's work for a write grows with
+// the object.
 // Each cluster's addresses are its own: an arrival is timed from the put of
 // its address (put), and the clusters' writes drift apart. Each write has a
 // bound of its own, not ctx's deadline: the client's rate limiter refuses
@@ -1043,7 +1045,13 @@ func (rs *realSet) apiFloorIn(ctx context.Context, ci int, rc *realCluster, endp
 		return fmt.Errorf("API floor in %s: %w", rc.c.ID, err)
 	}
 	s := harness.FloorSlice(svc, "api-floor",
-		harness.FloorEndpoints(max(endpoints, 1), func(j int) string { return fmt.Sprintf("10.251.%d.%d", ci%250, j+1) }))
+		harness.FloorEndpoints(max(endpoints, 1), func(j int) string { return fmt.Sprintf("10.251.%d.%d", ci, j+1) }))
+	// The export controller looks at the slices others write for a
+	// Service (kubernetes.io/service-name): the floor names its Service
+	// under a key of the same length that no controller acts on, as the
+	// controller's slices set nothing off in the controllers.
+	delete(s.Labels, discoveryv1.LabelServiceName)
+	s.Labels[apiFloorServiceLabel] = svc.Name
 	for i := 0; ctx.Err() == nil; i++ {
 		addr := apiFloorAddress(ci, len(rs.clusters), i)
 		s.Endpoints[0].Addresses = []string{addr}
@@ -1061,6 +1069,10 @@ func (rs *realSet) apiFloorIn(ctx context.Context, ci int, rc *realCluster, endp
 	}
 	return nil
 }
+
+// apiFloorServiceLabel stands for kubernetes.io/service-name on the API
+// floor's slice.
+const apiFloorServiceLabel = "bench.mcsd.io/service-name"
 
 // apiFloorAddress is the address of the API floor's write i in real
 // cluster ci of n: no other cluster's write has it (for 31,250 writes in

@@ -153,13 +153,14 @@ func (res results) apiFloorSlices() string {
 	var sizes []string
 	for _, r := range res.Runs {
 		if x := r.Real; x != nil && x.APIFloorSliceBytes > 0 {
-			sizes = append(sizes, fmt.Sprintf("%d bytes against the controller's %d at N = %d", x.APIFloorSliceBytes, x.JoinObjectBytes["EndpointSlice"], r.N))
+			sizes = append(sizes, fmt.Sprintf("%d bytes against the controller's %d at N = %d (%d samples, the shortest %s)",
+				x.APIFloorSliceBytes, x.JoinObjectBytes["EndpointSlice"], r.N, x.APIFloorSamples, ms(x.APIFloorMin)))
 		}
 	}
 	if len(sizes) == 0 {
 		return ""
 	}
-	return "; its slice is the controller's size and shape (as many endpoints, each with its zone, the labels, annotations and owner), with addresses of its own in each cluster: " + strings.Join(sizes, ", ")
+	return "; its slice is the controller's size and shape (as many endpoints, each with its zone, as many labels and annotations, under keys no controller acts on, and an owner), with addresses of its own in each cluster: " + strings.Join(sizes, ", ")
 }
 
 // cpuSplit is the joins' placement on the CPUs (config.SplitCPUs), or nil.

@@ -460,7 +460,7 @@ func (r *sizeRun) realChurn(ctx context.Context, res *realResult, changes int, w
 	res.APIFloorSamples, res.APIFloorMin = len(floor), percentile(floor, 0)
 	sizes, err := r.real.clusters[0].objectBytes(ctx, harness.FloorNamespace)
 	if err != nil {
-		return err
+		return fmt.Errorf("the API floor's slice size: %w", err)
 	}
 	res.APIFloorSliceBytes = sizes["EndpointSlice"]
 	writes, err := r.real.settledWrites(ctx)

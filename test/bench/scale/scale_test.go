@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -172,8 +173,9 @@ func checkReal(t *testing.T, x *realResult) {
 	if len(x.JoinObjectBytes) != 3 {
 		t.Errorf("real cluster: object sizes %v; want those of ServiceImports, Services and EndpointSlices", x.JoinObjectBytes)
 	}
-	// The API floor writes a slice the size of the controller's, and each
-	// of its arrivals is timed from its own write.
+	// The API floor writes a slice the size of the controller's, and no
+	// arrival is timed from before its write (one real cluster here: the
+	// addresses of two are TestAPIFloorAddressesAreEachClustersOwn's).
 	if c := x.JoinObjectBytes["EndpointSlice"]; x.APIFloorSliceBytes < c*3/4 || x.APIFloorSliceBytes > c*5/4 {
 		t.Errorf("real cluster: the API floor's EndpointSlice is %d bytes, the controller's %d; want the same size within a quarter", x.APIFloorSliceBytes, c)
 	}
@@ -319,7 +321,8 @@ func TestJoinProcessMarkdownSplit(t *testing.T) {
 		t.Errorf("the API floor's slice not measured, the report gives its size:\n%s", md)
 	}
 	x.APIFloorSliceBytes, x.JoinObjectBytes = 2480, map[string]int{"EndpointSlice": 2494}
-	if md := res.realMarkdown(); !strings.Contains(md, "2480 bytes against the controller's 2494 at N = 3") {
+	x.APIFloorSamples, x.APIFloorMin = 196, 2500*time.Microsecond
+	if md := res.realMarkdown(); !strings.Contains(md, "2480 bytes against the controller's 2494 at N = 3 (196 samples, the shortest 2.5 ms)") {
 		t.Errorf("the report does not give the API floor's slice against the controller's:\n%s", md)
 	}
 }
@@ -329,18 +332,21 @@ func TestJoinProcessMarkdownSplit(t *testing.T) {
 // apart, so an address both wrote would time one cluster's arrival from
 // the other's write.
 func TestAPIFloorAddressesAreEachClustersOwn(t *testing.T) {
-	const clusters, writes = 3, 2000
-	seen := map[string]int{}
-	for ci := range clusters {
-		for i := range writes {
-			a := apiFloorAddress(ci, clusters, i)
-			if other, ok := seen[a]; ok {
-				t.Fatalf("address %s of cluster %d's write %d was cluster %d's too", a, ci, i, other)
+	// The default two clusters, for 31,250 writes each (about 104 min of
+	// churn); three, for 2,000.
+	for _, tc := range []struct{ clusters, writes int }{{2, 31250}, {3, 2000}} {
+		seen := map[string]int{}
+		for ci := range tc.clusters {
+			for i := range tc.writes {
+				a := apiFloorAddress(ci, tc.clusters, i)
+				if other, ok := seen[a]; ok {
+					t.Fatalf("%d clusters: address %s of cluster %d's write %d was cluster %d's too", tc.clusters, a, ci, i, other)
+				}
+				if !strings.HasPrefix(a, apiFloorPrefix) || net.ParseIP(a) == nil {
+					t.Fatalf("address %q, want an IP under %s", a, apiFloorPrefix)
+				}
+				seen[a] = ci
 			}
-			if !strings.HasPrefix(a, apiFloorPrefix) {
-				t.Fatalf("address %s, want it under %s", a, apiFloorPrefix)
-			}
-			seen[a] = ci
 		}
 	}
 }
