@@ -160,7 +160,7 @@ func (res results) apiFloorSlices() string {
 	if len(sizes) == 0 {
 		return ""
 	}
-	return "; its slice is the controller's size and shape (as many endpoints, each with its zone, as many labels and annotations, under keys no controller acts on, and an owner), with addresses of its own in each cluster: " + strings.Join(sizes, ", ")
+	return "; its slice is the controller's size and shape (as many endpoints, each with its zone, as many labels and annotations, none that a controller acts on, and an owner), with addresses of its own in each cluster: " + strings.Join(sizes, ", ")
 }
 
 // cpuSplit is the joins' placement on the CPUs (config.SplitCPUs), or nil.
