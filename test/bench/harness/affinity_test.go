@@ -2,9 +2,12 @@ package harness
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -21,10 +24,14 @@ func cpusOf(t *testing.T, pid int) CPUs {
 func TestPinEveryThread(t *testing.T) {
 	first, second, err := SplitCPUs()
 	if errors.Is(err, ErrOneCPU) {
-		// Only where this process may run on one CPU alone (never on the
-		// 2-CPU machines the project's CI runs on): no two sets of CPUs
-		// to pin a process to and back.
-		t.Skipf("this process may run on one CPU alone, nothing to pin apart: %v", err)
+		// No two sets of CPUs to pin a process to and back. Skipped only
+		// on a machine with one CPU online: CI's machines have two, and
+		// a process held to one of several (a cpuset, taskset) fails.
+		online, oerr := onlineCPUs()
+		if oerr != nil || online > 1 {
+			t.Fatalf("this process may run on one CPU alone (%v), on a machine of %d CPUs online (%v)", err, online, oerr)
+		}
+		t.Skipf("the machine has one CPU online, nothing to pin apart: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -75,4 +82,27 @@ func TestPinEveryThread(t *testing.T) {
 	if err := Pin([]int{1<<22 + 1}, first); err != nil {
 		t.Fatalf("Pin of a process that is gone: %v", err)
 	}
+}
+
+// onlineCPUs counts the machine's CPUs online, from
+// /sys/devices/system/cpu/online ("0-1", "0,2-3").
+func onlineCPUs() (int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range strings.Split(strings.TrimSpace(string(b)), ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		z, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || z < a {
+			return 0, fmt.Errorf("CPUs online %q: not a list of ranges", b)
+		}
+		n += z - a + 1
+	}
+	return n, nil
 }
