@@ -36,16 +36,12 @@ func SplitCPUs() (first, second CPUs, err error) {
 // ProcessCPUs is the CPUs every thread of process pid may run on; it fails
 // when two of its threads may run on different CPUs.
 func ProcessCPUs(pid int) (CPUs, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	tids, err := threads(pid)
 	if err != nil {
-		return nil, fmt.Errorf("the threads of process %d: %w", pid, err)
+		return nil, err
 	}
 	var first CPUs
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
+	for _, tid := range tids {
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(tid, &set); err != nil {
 			if errors.Is(err, unix.ESRCH) {
@@ -61,6 +57,21 @@ func ProcessCPUs(pid int) (CPUs, error) {
 		}
 	}
 	return first, nil
+}
+
+// threads are the thread ids of process pid.
+func threads(pid int) ([]int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, fmt.Errorf("the threads of process %d: %w", pid, err)
+	}
+	tids := make([]int, 0, len(tasks))
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	return tids, nil
 }
 
 func cpusIn(set *unix.CPUSet) CPUs {
@@ -95,19 +106,15 @@ func Pin(pids []int, cpus CPUs) error {
 func pinProcess(pid int, set *unix.CPUSet) error {
 	clean := 0
 	for range 20 {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		tids, err := threads(pid)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil // ended
 		}
 		if err != nil {
-			return fmt.Errorf("the threads of process %d: %w", pid, err)
+			return err
 		}
 		changed := false
-		for _, t := range tasks {
-			tid, err := strconv.Atoi(t.Name())
-			if err != nil {
-				continue
-			}
+		for _, tid := range tids {
 			var now unix.CPUSet
 			if unix.SchedGetaffinity(tid, &now) == nil && now == *set {
 				continue
