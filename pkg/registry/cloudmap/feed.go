@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	sd "github.com/aws/aws-sdk-go-v2/service/servicediscovery"
 	"github.com/aws/aws-sdk-go-v2/service/servicediscovery/types"
 )
@@ -37,23 +38,41 @@ import (
 const feedSkew = 5 * time.Minute
 
 // primeFeed lists the operations of the last feedSkew and takes them as
-// handled: the sweep that follows reads what they changed. The backend's
-// own are the exception: the sweep may read their services before Cloud
-// Map's discovery data shows what they did, and no later operation would
-// have them read again before the next sweep. The next poll judges them as
-// any new operation of the feed (its services read again until they show
-// it, watcher.settle), at no call: their targets are known.
+// handled: the sweep that follows reads what they changed. Those of the
+// last propagation (by Cloud Map's clock, the listing's Date) are the
+// exception: the sweep may read their services before Cloud Map's
+// discovery data shows what they did, and no later operation would have
+// them read again before the next sweep. The next poll judges them as any
+// new operation of the feed (its services read again until they show it,
+// watcher.settle): the backend's own at no call, their targets known;
+// another's at a GetOperation each, a minute of the feed's own cost. A
+// listing without a Date leaves the others handled, as the sweep reads
+// them.
 func (w *watcher) primeFeed(ctx context.Context) error {
 	b := w.b
 	start := b.now()
-	ids, err := w.listOperations(ctx, start.Add(-feedSkew-b.opts.FeedOverlap), start.Add(feedSkew))
+	ids, served, err := w.listOperations(ctx, start.Add(-feedSkew-b.opts.FeedOverlap), start.Add(feedSkew))
 	if err != nil {
 		return err
+	}
+	recent := map[string]bool{}
+	if !served.IsZero() {
+		// The Date is whole seconds; the filter too (listOperations).
+		late, _, err := w.listOperations(ctx, served.Add(-propagation-time.Second), served.Add(feedSkew))
+		if err != nil {
+			return err
+		}
+		for _, id := range late {
+			recent[id] = true
+		}
 	}
 	for _, id := range ids {
 		if t, ok := b.ownOp(id); ok {
 			w.ops[id] = &feedOp{target: t}
 			continue
+		}
+		if recent[id] {
+			continue // new to the next poll
 		}
 		w.ops[id] = &feedOp{handled: true}
 	}
@@ -83,7 +102,7 @@ func (w *watcher) pollFeed(ctx context.Context) error {
 	if latest.After(to) {
 		to = latest
 	}
-	ids, err := w.listOperations(ctx, from.Add(-b.opts.FeedOverlap), to.Add(feedSkew))
+	ids, _, err := w.listOperations(ctx, from.Add(-b.opts.FeedOverlap), to.Add(feedSkew))
 	if err != nil {
 		return err
 	}
@@ -270,8 +289,9 @@ func (w *watcher) getOperations(ctx context.Context, ids []string) error {
 
 // listOperations lists the ids of the successful instance operations whose
 // UpdateDate is between from and to, in Unix seconds (what the filter
-// takes), widened to whole seconds.
-func (w *watcher) listOperations(ctx context.Context, from, to time.Time) ([]string, error) {
+// takes), widened to whole seconds. It returns them with Cloud Map's time
+// of its first answer (its Date header; zero without one).
+func (w *watcher) listOperations(ctx context.Context, from, to time.Time) ([]string, time.Time, error) {
 	in := &sd.ListOperationsInput{
 		MaxResults: aws.Int32(100),
 		Filters: []types.OperationFilter{
@@ -293,15 +313,19 @@ func (w *watcher) listOperations(ctx context.Context, from, to time.Time) ([]str
 		},
 	}
 	var ids []string
+	var served time.Time
 	p := sd.NewListOperationsPaginator(w.b.api, in)
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("list operations: %w", err)
+			return nil, time.Time{}, fmt.Errorf("list operations: %w", err)
+		}
+		if t, ok := awsmiddleware.GetServerTime(page.ResultMetadata); ok && served.IsZero() {
+			served = t
 		}
 		for _, op := range page.Operations {
 			ids = append(ids, aws.ToString(op.Id))
 		}
 	}
-	return ids, nil
+	return ids, served, nil
 }

@@ -553,6 +553,29 @@ func TestOwnEndpointsWrittenJustBeforeTheWatch(t *testing.T) {
 	})
 }
 
+// TestOthersEndpointsWrittenJustBeforeTheWatch: another cluster's
+// endpoints, registered just before a watcher starts and not yet in
+// Cloud Map's discovery data when its first sweep reads them, are read
+// again by the polls until they show, not left to the next sweep.
+func TestOthersEndpointsWrittenJustBeforeTheWatch(t *testing.T) {
+	srv := moto(t)
+	cs := randName("othersfirst")
+	a := openMember(t, srv, cs, "east", 30*time.Second)
+	key := randWebKey()
+	id := registry.RecordID{Cluster: "east", Service: key}
+	putWeb(t, a, key, "10.0.0.1")
+	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
+	wOpts.SweepInterval = 10 * time.Minute
+	client, err := NewClient(t.Context(), wOpts)
+	mustDo(t, err)
+	api := &laggingDiscovery{API: client, lagging: lagging{lag: 3 * time.Second}}
+	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
+	rec := registrytest.StartWatch(t, w)
+	rec.WaitFor(t, time.Minute, "east's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
+	})
+}
+
 // openLagging opens cluster east of a new clusterset named after name,
 // whose reads of Cloud Map's discovery data show an instance 3 s after
 // they first could (laggingDiscovery), and whose sweep is minutes away:
