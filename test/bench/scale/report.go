@@ -433,5 +433,5 @@ func churnOrder(lockstep bool) string {
 	if lockstep {
 		return "every member through its exports in the same order from the same start"
 	}
-	return "each member through its exports from one picked at random"
+	return "each member through its exports from one picked at random, those the real clusters import spread evenly among the others"
 }

@@ -247,19 +247,58 @@ func endpointGroups(n, m, e, v int) []registry.EndpointGroup {
 		Ports: []registry.EndpointPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}}, Endpoints: eps}}
 }
 
+// churnWalk is the order in which a member's churn walks its exports
+// (indexes into keys): those the real clusters import (isReal) spread
+// evenly among the others, each kind in its own order, so that any stretch
+// of the walk changes them at their share of the member's exports. In the
+// exports' own order, whose namespaces cycle, a walk of 20 changes from a
+// random start missed the real clusters' namespaces at N = 3 in about one
+// run in five.
+func churnWalk(keys []registry.ServiceKey, isReal func(registry.ServiceKey) bool) []int {
+	var in, out []int
+	for e, key := range keys {
+		if isReal(key) {
+			in = append(in, e)
+		} else {
+			out = append(out, e)
+		}
+	}
+	n, order := len(keys), make([]int, 0, len(keys))
+	ni, no := 0, 0
+	for p := range n {
+		// The j-th real export at position (j + 1/2) n / len(in), rounded
+		// down: positions at least one apart, as len(in) <= n.
+		if ni < len(in) && (no == len(out) || p >= (2*ni+1)*n/(2*len(in))) {
+			order = append(order, in[ni])
+			ni++
+			continue
+		}
+		order = append(order, out[no])
+		no++
+	}
+	return order
+}
+
+// exportsOf are the exports of each of n members: services Services, in
+// namespaces by turns, each exported by k members by turns.
+func exportsOf(services, k, n int) [][]registry.ServiceKey {
+	owned := make([][]registry.ServiceKey, n)
+	for s := range services {
+		key := registry.ServiceKey{Namespace: namespace(s % namespaces), Name: fmt.Sprintf("svc-%d", s)}
+		for j := range k {
+			m := (s + j) % n
+			owned[m] = append(owned[m], key)
+		}
+	}
+	return owned
+}
+
 // coldStart: every member publishes its exports; until every member holds
 // every endpoint record.
 func (r *sizeRun) coldStart(ctx context.Context, res *runResult) error {
 	k := exporters(r.cfg.K, r.n)
-	r.owned = make([][]registry.ServiceKey, r.n)
+	r.owned = exportsOf(r.cfg.Services, k, r.n)
 	r.version = make([]int, r.n)
-	for s := range r.cfg.Services {
-		key := registry.ServiceKey{Namespace: namespace(s % namespaces), Name: fmt.Sprintf("svc-%d", s)}
-		for j := range k {
-			m := (s + j) % r.n
-			r.owned[m] = append(r.owned[m], key)
-		}
-	}
 	res.Records = r.cfg.Services * k
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -372,11 +411,13 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 			}
 			tick := time.NewTicker(period)
 			defer tick.Stop()
-			first := rand.N(len(r.owned[i]))
+			order := churnWalk(r.owned[i], func(key registry.ServiceKey) bool { return r.real != nil && r.inReal(key) })
+			first := rand.N(len(order))
 			if r.cfg.ChurnLockstep {
 				first = 0
 			}
-			for e := first; ; e = (e + 1) % len(r.owned[i]) {
+			for p := first; ; p = (p + 1) % len(order) {
+				e := order[p]
 				r.version[i]++
 				key, groups := r.owned[i][e], r.groups(i, e, r.version[i])
 				inReal := r.real != nil && r.inReal(key)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcsd-io/mcsd/pkg/registry"
 	"github.com/mcsd-io/mcsd/test/bench/harness"
 )
 
@@ -347,6 +348,54 @@ func TestAPIFloorAddressesAreEachClustersOwn(t *testing.T) {
 				}
 				seen[a] = ci
 			}
+		}
+	}
+}
+
+// TestChurnWalkSpreadsRealExports: in the default run (5,000 Services from
+// 3 members each, the real clusters' 2 namespaces of 50), every member's
+// churn walk is a permutation of its exports, and every stretch of it
+// changes the real clusters' exports at their share, give or take one: a
+// churn of 20 changes from a random start in the exports' own order
+// missed them at N = 3 in about one run in five.
+func TestChurnWalkSpreadsRealExports(t *testing.T) {
+	isReal := func(key registry.ServiceKey) bool {
+		return key.Namespace == namespace(0) || key.Namespace == namespace(1)
+	}
+	for _, n := range []int{3, 10, 30, 100} {
+		members := 0
+		for m, keys := range exportsOf(5000, 3, n) {
+			walk := churnWalk(keys, isReal)
+			if got := slices.Sorted(slices.Values(walk)); len(got) != len(keys) || got[0] != 0 || got[len(got)-1] != len(keys)-1 || len(slices.Compact(got)) != len(keys) {
+				t.Fatalf("N = %d, member %d: the walk is not a permutation of its %d exports", n, m, len(keys))
+			}
+			in := 0
+			for _, key := range keys {
+				if isReal(key) {
+					in++
+				}
+			}
+			if in == 0 {
+				continue // as at N = 10, a member whose turns miss them
+			}
+			members++
+			for _, w := range []int{20, (len(keys) + in - 1) / in} {
+				for start := range walk {
+					got := 0
+					for p := range w {
+						if isReal(keys[walk[(start+p)%len(walk)]]) {
+							got++
+						}
+					}
+					share := float64(w*in) / float64(len(keys))
+					if float64(got) < share-1 || float64(got) > share+1 || (w*in >= len(keys) && got == 0) {
+						t.Fatalf("N = %d, member %d: %d changes from %d change %d real exports, want %.1f (±1, at least one)", n, m, w, start, got, share)
+					}
+				}
+			}
+		}
+		if members == 0 {
+			t.Errorf("N = %d: no member exports in the real clusters' namespaces", n)
 		}
 	}
 }
