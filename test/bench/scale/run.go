@@ -21,6 +21,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/etcd"
 	"github.com/mcsd-io/mcsd/test/bench/harness"
 	"github.com/mcsd-io/mcsd/test/testbed"
 	"github.com/mcsd-io/mcsd/test/testbed/etcdcluster"
@@ -46,14 +47,21 @@ type runResult struct {
 	Converged time.Duration `json:"converged"`
 
 	// Churn: endpoint changes put → delivered at every other member, and
-	// the floor (a raw etcd put → watch beside it).
-	Changes    int           `json:"changes"`
-	Deliveries int           `json:"deliveries"`
-	P50        time.Duration `json:"p50"`
-	P99        time.Duration `json:"p99"`
-	Max        time.Duration `json:"max"`
-	FloorP50   time.Duration `json:"floorP50"`
-	FloorP99   time.Duration `json:"floorP99"`
+	// the floor (a raw etcd put → watch beside it, sizeRun.floor: since
+	// 2026-11-29's last session, of a record's size and delivered to every
+	// watcher of the clusterset; before, as KeyFloorP50 and KeyFloorP99
+	// are, sizeRun.keyFloor).
+	Changes         int           `json:"changes"`
+	Deliveries      int           `json:"deliveries"`
+	P50             time.Duration `json:"p50"`
+	P99             time.Duration `json:"p99"`
+	Max             time.Duration `json:"max"`
+	FloorP50        time.Duration `json:"floorP50"`
+	FloorP99        time.Duration `json:"floorP99"`
+	FloorSamples    int           `json:"floorSamples,omitempty"`
+	FloorValueBytes int           `json:"floorValueBytes,omitempty"`
+	KeyFloorP50     time.Duration `json:"keyFloorP50,omitempty"`
+	KeyFloorP99     time.Duration `json:"keyFloorP99,omitempty"`
 	// ChurnCPU is the process's CPU (cores) during the churn, all members.
 	ChurnCPU float64 `json:"churnCores"`
 
@@ -97,7 +105,9 @@ type sizeRun struct {
 	members []*member
 	owned   [][]registry.ServiceKey // each member's exports
 	version []int                   // each member's churn counter
-	real    *realSet                // nil: no real cluster
+	// floorValueBytes is the size of floor's values: an endpoint record's.
+	floorValueBytes int
+	real            *realSet // nil: no real cluster
 	// gate stands between the single-member registry and its clients
 	// (members and real clusters), for the compaction phase.
 	gate *gate
@@ -378,10 +388,10 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 	defer cancel()
 	cpu0, _ := harness.ProcCPU(os.Getpid())
 	start := time.Now()
-	var floor []time.Duration
+	var floor, keyFloor []time.Duration
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); floor = r.floor(ctx) }()
+	wg.Go(func() { floor = r.floor(ctx) })
+	wg.Go(func() { keyFloor = r.keyFloor(ctx) })
 	var mu sync.Mutex
 	var errs []error
 	var realWrites map[string]int
@@ -475,6 +485,8 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 	res.Deliveries = len(lat)
 	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
 	res.FloorP50, res.FloorP99 = percentile(floor, 50), percentile(floor, 99)
+	res.FloorSamples, res.FloorValueBytes = len(floor), r.floorValueBytes
+	res.KeyFloorP50, res.KeyFloorP99 = percentile(keyFloor, 50), percentile(keyFloor, 99)
 	res.RSS = rss()
 	if r.real != nil {
 		if err := r.realChurn(context.WithoutCancel(ctx), res.Real, realChanges, realWrites, realCPU, elapsed); err != nil {
@@ -518,16 +530,56 @@ func (r *sizeRun) realChurn(ctx context.Context, res *realResult, changes int, w
 	return nil
 }
 
-// floor puts a key every 50 ms with a raw client and times its arrival on
-// a raw watch: etcd's own put → watch latency at this load.
+// floorKey is where floor writes: under the clusterset's prefix, so that
+// every watcher of the clusterset is sent it, at a key no cluster's (a
+// cluster's name is a DNS label), which each ignores.
+var floorKey = etcd.DefaultPrefix + "/" + clusterSet + "/clusters/~bench-floor"
+
+// floor is the registry's own put → watch during the churn, as a watcher of
+// the clusterset has it: every 200 ms, a put of a value the size of an
+// endpoint record at floorKey, through the same gate as the members' and
+// the controllers' (r.urls), timed to its arrival on a watch of the whole
+// clusterset. etcd sends it to every watcher of the clusterset, as it
+// sends every change, and this watch carries every change, as the
+// controllers' do.
 func (r *sizeRun) floor(ctx context.Context) []time.Duration {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: r.urls, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = cli.Close() }()
+	size := 0
+	if resp, err := cli.Get(ctx, etcd.DefaultPrefix+"/"+clusterSet+"/clusters/"+r.memberID(0)+"/endpoints/", clientv3.WithPrefix(), clientv3.WithLimit(1)); err == nil && len(resp.Kvs) > 0 {
+		size = len(resp.Kvs[0].Value)
+	}
+	r.floorValueBytes = size
+	out := putWatchFloor(ctx, cli, floorKey, size, 200*time.Millisecond, clientv3.WithPrefix())
+	// The clusterset as the members wrote it, for the phases after.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, _ = cli.Delete(dctx, floorKey)
+	return out
+}
+
+// keyFloor is the registry's put → watch as the floor was before
+// 2026-11-29's last session: every 50 ms, a put of a small value at a key
+// outside the clusterset, which no other client watches, timed to its
+// arrival on a watch of that key alone, from a client of etcd's own
+// address (not through the gate).
+func (r *sizeRun) keyFloor(ctx context.Context) []time.Duration {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{r.url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil
 	}
 	defer func() { _ = cli.Close() }()
-	const key = "/scale-floor"
-	wch := cli.Watch(ctx, key)
+	return putWatchFloor(ctx, cli, "/scale-floor", 0, 50*time.Millisecond)
+}
+
+// putWatchFloor puts key every period until ctx ends, each put a value of
+// at least size bytes that names it, and times each to its arrival on a
+// watch of key (with watchOpts).
+func putWatchFloor(ctx context.Context, cli *clientv3.Client, key string, size int, period time.Duration, watchOpts ...clientv3.OpOption) []time.Duration {
+	wch := cli.Watch(ctx, key, watchOpts...)
 	sent := map[string]time.Time{}
 	var mu sync.Mutex
 	var out []time.Duration
@@ -537,8 +589,12 @@ func (r *sizeRun) floor(ctx context.Context) []time.Duration {
 		for resp := range wch {
 			now := time.Now()
 			for _, ev := range resp.Events {
+				if string(ev.Kv.Key) != key {
+					continue
+				}
+				name, _, _ := strings.Cut(string(ev.Kv.Value), " ")
 				mu.Lock()
-				if t, ok := sent[string(ev.Kv.Value)]; ok {
+				if t, ok := sent[name]; ok {
 					out = append(out, now.Sub(t))
 				}
 				mu.Unlock()
@@ -546,14 +602,18 @@ func (r *sizeRun) floor(ctx context.Context) []time.Duration {
 		}
 	}()
 	for i := 0; ctx.Err() == nil; i++ {
-		v := fmt.Sprint(i)
+		name := strconv.Itoa(i)
+		v := name
+		if pad := size - len(v) - 1; pad > 0 {
+			v += " " + strings.Repeat("x", pad)
+		}
 		mu.Lock()
-		sent[v] = time.Now()
+		sent[name] = time.Now()
 		mu.Unlock()
 		if _, err := cli.Put(ctx, key, v); err != nil {
 			break
 		}
-		_ = harness.Sleep(ctx, 50*time.Millisecond)
+		_ = harness.Sleep(ctx, period)
 	}
 	<-done
 	mu.Lock()

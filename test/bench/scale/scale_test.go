@@ -77,6 +77,13 @@ func TestSmallRun(t *testing.T) {
 			t.Errorf("N=%d: %d records, %d changes, %d deliveries; want %d records and every change delivered to the %d others",
 				n, r.Records, r.Changes, r.Deliveries, cfg.Services*cfg.K, n-1)
 		}
+		// The registry floor: a put of an endpoint record's size (3
+		// endpoints here) every 200 ms of the 8 s churn, and the floor of
+		// before beside it.
+		if r.FloorSamples < 20 || r.FloorValueBytes < 200 || r.FloorP99 <= 0 || r.KeyFloorP99 <= 0 {
+			t.Errorf("N=%d: the registry floor: %d samples of %d bytes, p99 %s, the key floor's p99 %s; want at least 20 of an endpoint record's size, both measured",
+				n, r.FloorSamples, r.FloorValueBytes, r.FloorP99, r.KeyFloorP99)
+		}
 		if r.RestartDeletions != 0 || r.RestartReports != 0 {
 			t.Errorf("N=%d: the restart delivered %d deletions and %d outage reports, want none", n, r.RestartDeletions, r.RestartReports)
 		}
@@ -314,8 +321,13 @@ func TestJoinProcessMarkdownSplit(t *testing.T) {
 		t.Errorf("no change timed, the report does not say so:\n%s", md)
 	}
 	x.Samples, x.P99, x.APIFloorP99 = 10, 5*time.Millisecond, 10*time.Millisecond
-	if md := res.realMarkdown(); strings.Contains(md, "no samples") || !strings.Contains(md, "(10) | 0 / 10 ms | yes |") {
+	if md := res.realMarkdown(); strings.Contains(md, "no samples") || !strings.Contains(md, "(10) | 0 / 10 ms | yes (2 × 0 + 10 ms) |") {
 		t.Errorf("ten changes within the bound, the report does not say yes:\n%s", md)
+	}
+	// Against the registry floor, and against the key floor of before.
+	res.Runs[0].FloorP99, res.Runs[0].KeyFloorP99, x.P99 = 4*time.Millisecond, time.Millisecond, 15*time.Millisecond
+	if md := res.realMarkdown(); !strings.Contains(md, "| yes (2 × 4.0 ms + 10 ms) |") || !strings.Contains(md, "N = 3: 15 ms against 2 × 1.0 ms + 10 ms = 12 ms (**no**)") {
+		t.Errorf("15 ms against 2 × 4 + 10 and 2 × 1 + 10, the report does not say yes, then no:\n%s", md)
 	}
 	// The API floor's slice against the controller's, where measured.
 	if md := res.realMarkdown(); strings.Contains(md, "its slice is the controller's size") {
