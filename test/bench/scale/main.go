@@ -95,8 +95,10 @@ type config struct {
 }
 
 func main() {
-	// The real clusters' controllers are processes of this executable.
+	// The real clusters' controllers are processes of this executable,
+	// and so is the registry's gate.
 	harness.MaybeRunController()
+	maybeRunGate()
 	ctrllog.SetLogger(logr.Discard())
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-scale:", err)

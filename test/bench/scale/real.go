@@ -579,6 +579,9 @@ func (r *sizeRun) splitCPUs() (cpuSplit, func() error, error) {
 		if r.cluster != nil {
 			pids = append(pids, r.cluster.Pids()...)
 		}
+		if r.gate != nil {
+			pids = append(pids, r.gate.pid())
+		}
 		return append(pids, r.controllerPids()...)
 	}
 	restore := func() error {
@@ -938,6 +941,9 @@ func (r *sizeRun) processSeconds() map[string]float64 {
 		c, _ := harness.ProcCPU(pid)
 		out[controllersProcess] += c
 	}
+	if r.gate != nil {
+		out[gateKind], _ = harness.ProcCPU(r.gate.pid())
+	}
 	out[benchmarkProcess] = harness.SelfCPU()
 	return out
 }
@@ -949,6 +955,7 @@ const (
 	apiServerProcess   = "kube-apiserver"
 	registryProcess    = "registry etcd"
 	controllersProcess = "controllers"
+	gateKind           = "registry gate"
 	benchmarkProcess   = "benchmark"
 )
 

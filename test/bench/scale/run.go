@@ -109,8 +109,9 @@ type sizeRun struct {
 	floorValueBytes int
 	real            *realSet // nil: no real cluster
 	// gate stands between the single-member registry and its clients
-	// (members and real clusters), for the compaction phase.
-	gate *gate
+	// (members and real clusters), for the compaction phase: a process of
+	// its own.
+	gate *gateProcess
 }
 
 func (r *sizeRun) memberID(i int) string { return fmt.Sprintf("m%03d", i) }
@@ -210,7 +211,8 @@ func (r *sizeRun) stopEtcd() {
 // testbed's etcd binary), each a process of its own as in production. (In
 // the benchmark's process, etcd's garbage collector would also scan the
 // simulated members' memory, and every read would pay for it.) A single
-// member is reached through a gate, for the compaction phase.
+// member is reached through a gate, a process of its own too, for the
+// compaction phase.
 func (r *sizeRun) startEtcd(ctx context.Context) error {
 	bins, err := testbed.EnsureBinaries(ctx, nil)
 	if err != nil {
@@ -224,7 +226,7 @@ func (r *sizeRun) startEtcd(ctx context.Context) error {
 	if r.cfg.RegistryMembers > 1 {
 		return nil
 	}
-	g, err := startGate(strings.TrimPrefix(r.url, "http://"))
+	g, err := startGateProcess(strings.TrimPrefix(r.url, "http://"))
 	if err != nil {
 		c.Close()
 		return fmt.Errorf("start the registry's gate: %w", err)
@@ -697,9 +699,11 @@ func (r *sizeRun) compact(ctx context.Context, res *runResult) error {
 		}
 		defer stop()
 	}
-	d, err := r.disrupt(ctx, "the compaction", func() error {
-		r.gate.close()
-		defer r.gate.open()
+	d, err := r.disrupt(ctx, "the compaction", func() (err error) {
+		if err := r.gate.close(); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, r.gate.open()) }()
 		var rev int64
 		for i := range compactionWrites {
 			resp, err := cli.Put(ctx, "/mcsd-bench-scale/compaction", strconv.Itoa(i))
@@ -708,7 +712,7 @@ func (r *sizeRun) compact(ctx context.Context, res *runResult) error {
 			}
 			rev = resp.Header.Revision
 		}
-		_, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+		_, err = cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
 		return err
 	})
 	res.Compaction = &d

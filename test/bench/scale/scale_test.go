@@ -13,8 +13,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The real clusters' controllers are processes of this test binary.
+	// The real clusters' controllers are processes of this test binary,
+	// and so is the registry's gate.
 	harness.MaybeRunController()
+	maybeRunGate()
 	os.Exit(m.Run())
 }
 
