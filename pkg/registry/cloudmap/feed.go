@@ -38,16 +38,16 @@ import (
 const feedSkew = 5 * time.Minute
 
 // primeFeed lists the operations of the last feedSkew and takes them as
-// handled: the sweep that follows reads what they changed. Those of the
-// last propagation (by Cloud Map's clock, the listing's Date) are the
-// exception: the sweep may read their services before Cloud Map's
+// handled: the sweep that follows reads what they changed. Two kinds are
+// the exception, as the sweep may read their services before Cloud Map's
 // discovery data shows what they did, and no later operation would have
-// them read again before the next sweep. The next poll judges them as any
-// new operation of the feed (its services read again until they show it,
-// watcher.settle): the backend's own at no call, their targets known;
-// another's at a GetOperation each, a minute of the feed's own cost. A
-// listing without a Date leaves the others handled, as the sweep reads
-// them.
+// them read again before the next sweep: the backend's own, and the
+// others' of the last propagation by Cloud Map's clock (the listing's
+// Date). The next poll judges these as any new operation of the feed (its
+// services read again until they show it, watcher.settle): the backend's
+// own at no call, their targets known; the others' at a GetOperation each,
+// a minute of the feed's own cost. A listing without a Date leaves the
+// others handled, as the sweep reads them.
 func (w *watcher) primeFeed(ctx context.Context) error {
 	b := w.b
 	start := b.now()

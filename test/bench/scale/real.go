@@ -565,8 +565,8 @@ type cpuSplit struct {
 // etcds, kube-controller-managers, schedulers and kwok) on the first half
 // of the CPUs, and the rest of the run on the other half: this process
 // (with the simulated members and the floors' client), the registry's
-// etcd, and the controllers, which this process starts and which take its
-// CPUs. So the controllers and the API servers no longer take CPU from
+// etcd and its gate, and the controllers, which this process starts and
+// which take its CPUs. So the controllers and the API servers no longer take CPU from
 // each other, as on separate machines. It returns what undoes it: every
 // one of them, the controllers then running included, on every CPU again.
 func (r *sizeRun) splitCPUs() (cpuSplit, func() error, error) {
@@ -926,8 +926,8 @@ func (r *sizeRun) joinFloor(ctx context.Context, want map[registry.ServiceKey][]
 
 // processSeconds are the CPU-seconds each kind of process of the run has
 // used so far: the real clusters' own (kube-apiserver, etcd,
-// kube-controller-manager, ...), the registry's etcd, the real
-// controllers, and the benchmark itself (the simulated members, its
+// kube-controller-manager, ...), the registry's etcd and its gate, the
+// real controllers, and the benchmark itself (the simulated members, its
 // watches of the real clusters, the floor's client).
 func (r *sizeRun) processSeconds() map[string]float64 {
 	out := harness.TestbedCPU(r.real.tb.Dir())

@@ -92,7 +92,7 @@ func (res results) markdown() string {
 			r.Resynced.Round(time.Millisecond), r.RestartDeletions, r.RestartReports, r.LeaveSeen.Round(time.Millisecond), c.TTL,
 			r.LeaveDeletions, r.LeaverRecords*2, report.Bytes(r.RSS))
 	}
-	b.WriteString("\nThe floor is the registry's own put → watch as a watcher of the clusterset has it: every 200 ms during the churn, a raw etcd client's put of a value the size of an endpoint record" + res.floorValues() + ", at a key under the clusterset's prefix that no cluster has (etcd sends it to every watcher of the clusterset, as it sends every change, and each ignores it), through the members' gate, timed to its arrival on a raw watch of the whole clusterset (which carries every change, as the controllers' watches do). In brackets, the floor of before 2026-11-29's last session: a small value put every 50 ms at a key outside the clusterset, watched by no other client, straight to etcd. \"Writes\" is how long the members took to write every record: etcd's pace, the floor of the cold start. The 50 ms in the churn target stands for the API write floor of a real cluster, which this registry-only run does not have.\n")
+	b.WriteString("\nThe floor is the registry's own put → watch as a watcher of the clusterset has it: every 200 ms during the churn, a raw etcd client's put of a value the size of an endpoint record" + res.floorValues() + ", at a key under the clusterset's prefix that no cluster has (etcd sends it to every watcher of the clusterset, as it sends every change, and each ignores it), reaching the registry as the members do (through their gate, where the registry is one member), timed to its arrival on a raw watch of the whole clusterset (which carries every change, as the controllers' watches do). In brackets, the floor of before 2026-11-29's last session: a small value put every 50 ms at a key outside the clusterset, watched by no other client, straight to etcd. \"Writes\" is how long the members took to write every record: etcd's pace, the floor of the cold start. The 50 ms in the churn target stands for the API write floor of a real cluster, which this registry-only run does not have.\n")
 	b.WriteString(res.disruptionsMarkdown())
 	if res.hasReal() {
 		b.WriteString(res.realMarkdown())
@@ -144,19 +144,19 @@ func (res results) realMarkdown() string {
 	}
 	b.WriteString(" The API floor is an EndpointSlice update every 200 ms in each real cluster, timed to its arrival on the benchmark's watch" + res.apiFloorSlices() + ". Writes are counted by resource, summed over the real clusters (lease renewals left out).\n")
 	if split := res.cpuSplit(); split != nil {
-		fmt.Fprintf(&b, "\nThrough the joins and their floors (`-split-cpus`), the real clusters' own processes (their API servers, etcds, kube-controller-managers, schedulers and kwok) ran on CPUs %v alone, and the rest of the run (the controllers, the registry's etcd, the benchmark with the simulated members and the floor's client) on CPUs %v, as on separate machines: the floor is then what the API servers write on their own CPUs, and the join outlasts it by its start-up (until ready) plus what the real clusters' own processes spend beyond the floor's CPU-seconds (the API servers serving the controllers' watches, lists and reads), over their CPUs; the controllers' own CPU no longer takes from the API servers'. The phases after the joins ran on every CPU.\n", split.ControlPlanes, split.Rest)
+		fmt.Fprintf(&b, "\nThrough the joins and their floors (`-split-cpus`), the real clusters' own processes (their API servers, etcds, kube-controller-managers, schedulers and kwok) ran on CPUs %v alone, and the rest of the run (the controllers, the registry's etcd and its gate, the benchmark with the simulated members and the floor's client) on CPUs %v, as on separate machines: the floor is then what the API servers write on their own CPUs, and the join outlasts it by its start-up (until ready) plus what the real clusters' own processes spend beyond the floor's CPU-seconds (the API servers serving the controllers' watches, lists and reads), over their CPUs; the controllers' own CPU no longer takes from the API servers'. The phases after the joins ran on every CPU.\n", split.ControlPlanes, split.Rest)
 	}
 	return b.String()
 }
 
 // floorValues says how large the floor's values were: " (N bytes at N = ...)".
 func (res results) floorValues() string {
-	var parts []string
-	for _, r := range res.Runs {
-		if r.FloorValueBytes > 0 {
-			parts = append(parts, fmt.Sprintf("%d bytes at N = %d, %d samples", r.FloorValueBytes, r.N, r.FloorSamples))
+	parts := res.eachRun(func(r runResult) string {
+		if r.FloorValueBytes == 0 {
+			return ""
 		}
-	}
+		return fmt.Sprintf("%d bytes at N = %d, %d samples, its watch carrying %d other changes", r.FloorValueBytes, r.N, r.FloorSamples, r.FloorCarried)
+	})
 	if len(parts) == 0 {
 		return ""
 	}
@@ -167,29 +167,42 @@ func (res results) floorValues() string {
 // registry floor of before 2026-11-29's last session too (sizeRun.keyFloor),
 // where the runs measured it.
 func (res results) keyFloorMarkdown() string {
-	var parts []string
-	for _, r := range res.Runs {
-		if x := r.Real; x != nil && x.Samples > 0 && r.KeyFloorP99 > 0 {
-			bound := 2*r.KeyFloorP99 + x.APIFloorP99
-			parts = append(parts, fmt.Sprintf("N = %d: %s against 2 × %s + %s = %s (%s)", r.N, ms(x.P99), ms(r.KeyFloorP99), ms(x.APIFloorP99), ms(bound), yes(x.P99 <= bound)))
+	parts := res.eachRun(func(r runResult) string {
+		x := r.Real
+		if x == nil || x.Samples == 0 || r.KeyFloorP99 == 0 {
+			return ""
 		}
-	}
+		bound := 2*r.KeyFloorP99 + x.APIFloorP99
+		return fmt.Sprintf("N = %d: %s against 2 × %s + %s = %s (%s)", r.N, ms(x.P99), ms(r.KeyFloorP99), ms(x.APIFloorP99), ms(bound), yes(x.P99 <= bound))
+	})
 	if len(parts) == 0 {
 		return ""
 	}
-	return "\nThe registry floor of the target above is a put of a record's size, which etcd sends to every watcher of the clusterset, timed on a watch of the whole clusterset through the members' gate (below the first table). Against the registry floor of before (a small key, one watcher, straight to etcd), change → slice p99 and the bound were: " + strings.Join(parts, "; ") + ".\n"
+	return "\nThe registry floor of the target above is a put of a record's size, which etcd sends to every watcher of the clusterset, timed on a watch of the whole clusterset, reaching the registry as the members do (below the first table). Against the registry floor of before (a small key, one watcher, straight to etcd), change → slice p99 and the bound were: " + strings.Join(parts, "; ") + ".\n"
+}
+
+// eachRun is what part says of each run, where it says something.
+func (res results) eachRun(part func(r runResult) string) []string {
+	var parts []string
+	for _, r := range res.Runs {
+		if p := part(r); p != "" {
+			parts = append(parts, p)
+		}
+	}
+	return parts
 }
 
 // apiFloorSlices says, where the runs measured it, how large the API
 // floor's slice was against the controller's: "; its slice, ...".
 func (res results) apiFloorSlices() string {
-	var sizes []string
-	for _, r := range res.Runs {
-		if x := r.Real; x != nil && x.APIFloorSliceBytes > 0 {
-			sizes = append(sizes, fmt.Sprintf("%d bytes against the controller's %d at N = %d (%d samples, the shortest %s)",
-				x.APIFloorSliceBytes, x.JoinObjectBytes["EndpointSlice"], r.N, x.APIFloorSamples, ms(x.APIFloorMin)))
+	sizes := res.eachRun(func(r runResult) string {
+		x := r.Real
+		if x == nil || x.APIFloorSliceBytes == 0 {
+			return ""
 		}
-	}
+		return fmt.Sprintf("%d bytes against the controller's %d at N = %d (%d samples, the shortest %s)",
+			x.APIFloorSliceBytes, x.JoinObjectBytes["EndpointSlice"], r.N, x.APIFloorSamples, ms(x.APIFloorMin))
+	})
 	if len(sizes) == 0 {
 		return ""
 	}
@@ -324,7 +337,7 @@ func (res results) joinProcessMarkdown() string {
 func clustersOwn(secs map[string]float64) float64 {
 	var sum float64
 	for k, v := range secs {
-		if k != registryProcess && k != controllersProcess && k != benchmarkProcess {
+		if k != registryProcess && k != gateKind && k != controllersProcess && k != benchmarkProcess {
 			sum += v
 		}
 	}
@@ -334,7 +347,7 @@ func clustersOwn(secs map[string]float64) float64 {
 // processLine lists each kind of process's CPU-seconds in floor and in
 // join, the real clusters' programs first.
 func processLine(floor, join map[string]float64) string {
-	order := []string{apiServerProcess, "etcd", "kube-controller-manager", registryProcess, controllersProcess, benchmarkProcess}
+	order := []string{apiServerProcess, "etcd", "kube-controller-manager", registryProcess, gateKind, controllersProcess, benchmarkProcess}
 	rank := func(k string) int {
 		if i := slices.Index(order, k); i >= 0 {
 			return i

@@ -60,6 +60,7 @@ type runResult struct {
 	FloorP99        time.Duration `json:"floorP99"`
 	FloorSamples    int           `json:"floorSamples,omitempty"`
 	FloorValueBytes int           `json:"floorValueBytes,omitempty"`
+	FloorCarried    int           `json:"floorCarried,omitempty"`
 	KeyFloorP50     time.Duration `json:"keyFloorP50,omitempty"`
 	KeyFloorP99     time.Duration `json:"keyFloorP99,omitempty"`
 	// ChurnCPU is the process's CPU (cores) during the churn, all members.
@@ -105,9 +106,10 @@ type sizeRun struct {
 	members []*member
 	owned   [][]registry.ServiceKey // each member's exports
 	version []int                   // each member's churn counter
-	// floorValueBytes is the size of floor's values: an endpoint record's.
-	floorValueBytes int
-	real            *realSet // nil: no real cluster
+	// floorValueBytes is the size of floor's values: an endpoint record's;
+	// floorCarried, how many other changes its watch carried.
+	floorValueBytes, floorCarried int
+	real                          *realSet // nil: no real cluster
 	// gate stands between the single-member registry and its clients
 	// (members and real clusters), for the compaction phase: a process of
 	// its own.
@@ -487,7 +489,7 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 	res.Deliveries = len(lat)
 	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
 	res.FloorP50, res.FloorP99 = percentile(floor, 50), percentile(floor, 99)
-	res.FloorSamples, res.FloorValueBytes = len(floor), r.floorValueBytes
+	res.FloorSamples, res.FloorValueBytes, res.FloorCarried = len(floor), r.floorValueBytes, r.floorCarried
 	res.KeyFloorP50, res.KeyFloorP99 = percentile(keyFloor, 50), percentile(keyFloor, 99)
 	res.RSS = rss()
 	if r.real != nil {
@@ -535,15 +537,20 @@ func (r *sizeRun) realChurn(ctx context.Context, res *realResult, changes int, w
 // floorKey is where floor writes: under the clusterset's prefix, so that
 // every watcher of the clusterset is sent it, at a key no cluster's (a
 // cluster's name is a DNS label), which each ignores.
-var floorKey = etcd.DefaultPrefix + "/" + clusterSet + "/clusters/~bench-floor"
+var floorKey = clustersPrefix + "~bench-floor"
+
+// clustersPrefix is the prefix of every key of the members' clusterset, as
+// their backends (etcd.Options' default Prefix) lay it out.
+const clustersPrefix = etcd.DefaultPrefix + "/" + clusterSet + "/clusters/"
 
 // floor is the registry's own put → watch during the churn, as a watcher of
 // the clusterset has it: every 200 ms, a put of a value the size of an
-// endpoint record at floorKey, through the same gate as the members' and
-// the controllers' (r.urls), timed to its arrival on a watch of the whole
-// clusterset. etcd sends it to every watcher of the clusterset, as it
-// sends every change, and this watch carries every change, as the
-// controllers' do.
+// endpoint record at floorKey, reaching the registry as the members and
+// the controllers do (r.urls: through the gate, where the registry is one
+// member), timed to its arrival on a watch of the whole clusterset. etcd
+// sends it to every watcher of the clusterset, as it sends every change,
+// and this watch carries every change, as the controllers' do (how many
+// others it carried: r.floorCarried).
 func (r *sizeRun) floor(ctx context.Context) []time.Duration {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: r.urls, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -551,11 +558,12 @@ func (r *sizeRun) floor(ctx context.Context) []time.Duration {
 	}
 	defer func() { _ = cli.Close() }()
 	size := 0
-	if resp, err := cli.Get(ctx, etcd.DefaultPrefix+"/"+clusterSet+"/clusters/"+r.memberID(0)+"/endpoints/", clientv3.WithPrefix(), clientv3.WithLimit(1)); err == nil && len(resp.Kvs) > 0 {
+	if resp, err := cli.Get(ctx, clustersPrefix+r.memberID(0)+"/endpoints/", clientv3.WithPrefix(), clientv3.WithLimit(1)); err == nil && len(resp.Kvs) > 0 {
 		size = len(resp.Kvs[0].Value)
 	}
 	r.floorValueBytes = size
-	out := putWatchFloor(ctx, cli, floorKey, size, 200*time.Millisecond, clientv3.WithPrefix())
+	out, carried := putWatchFloor(ctx, cli, floorKey, size, 200*time.Millisecond, clustersPrefix, clientv3.WithPrefix())
+	r.floorCarried = carried
 	// The clusterset as the members wrote it, for the phases after.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -574,17 +582,20 @@ func (r *sizeRun) keyFloor(ctx context.Context) []time.Duration {
 		return nil
 	}
 	defer func() { _ = cli.Close() }()
-	return putWatchFloor(ctx, cli, "/scale-floor", 0, 50*time.Millisecond)
+	out, _ := putWatchFloor(ctx, cli, "/scale-floor", 0, 50*time.Millisecond, "/scale-floor")
+	return out
 }
 
 // putWatchFloor puts key every period until ctx ends, each put a value of
 // at least size bytes that names it, and times each to its arrival on a
-// watch of key (with watchOpts).
-func putWatchFloor(ctx context.Context, cli *clientv3.Client, key string, size int, period time.Duration, watchOpts ...clientv3.OpOption) []time.Duration {
-	wch := cli.Watch(ctx, key, watchOpts...)
+// watch of watched (with watchOpts), which holds key. It also returns how
+// many events of other keys the watch carried.
+func putWatchFloor(ctx context.Context, cli *clientv3.Client, key string, size int, period time.Duration, watched string, watchOpts ...clientv3.OpOption) ([]time.Duration, int) {
+	wch := cli.Watch(ctx, watched, watchOpts...)
 	sent := map[string]time.Time{}
 	var mu sync.Mutex
 	var out []time.Duration
+	others := 0
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -592,6 +603,7 @@ func putWatchFloor(ctx context.Context, cli *clientv3.Client, key string, size i
 			now := time.Now()
 			for _, ev := range resp.Events {
 				if string(ev.Kv.Key) != key {
+					others++
 					continue
 				}
 				name, _, _ := strings.Cut(string(ev.Kv.Value), " ")
@@ -620,7 +632,7 @@ func putWatchFloor(ctx context.Context, cli *clientv3.Client, key string, size i
 	<-done
 	mu.Lock()
 	defer mu.Unlock()
-	return out
+	return out, others
 }
 
 // idle counts the requests the members send while nothing changes.
