@@ -106,10 +106,7 @@ type sizeRun struct {
 	members []*member
 	owned   [][]registry.ServiceKey // each member's exports
 	version []int                   // each member's churn counter
-	// floorValueBytes is the size of floor's values: an endpoint record's;
-	// floorCarried, how many other changes its watch carried.
-	floorValueBytes, floorCarried int
-	real                          *realSet // nil: no real cluster
+	real    *realSet                // nil: no real cluster
 	// gate stands between the single-member registry and its clients
 	// (members and real clusters), for the compaction phase: a process of
 	// its own.
@@ -392,7 +389,8 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 	defer cancel()
 	cpu0, _ := harness.ProcCPU(os.Getpid())
 	start := time.Now()
-	var floor, keyFloor []time.Duration
+	var floor registryFloor
+	var keyFloor []time.Duration
 	var wg sync.WaitGroup
 	wg.Go(func() { floor = r.floor(ctx) })
 	wg.Go(func() { keyFloor = r.keyFloor(ctx) })
@@ -488,8 +486,8 @@ func (r *sizeRun) churn(ctx context.Context, res *runResult) error {
 	}
 	res.Deliveries = len(lat)
 	res.P50, res.P99, res.Max = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
-	res.FloorP50, res.FloorP99 = percentile(floor, 50), percentile(floor, 99)
-	res.FloorSamples, res.FloorValueBytes, res.FloorCarried = len(floor), r.floorValueBytes, r.floorCarried
+	res.FloorP50, res.FloorP99 = percentile(floor.latencies, 50), percentile(floor.latencies, 99)
+	res.FloorSamples, res.FloorValueBytes, res.FloorCarried = len(floor.latencies), floor.valueBytes, floor.carried
 	res.KeyFloorP50, res.KeyFloorP99 = percentile(keyFloor, 50), percentile(keyFloor, 99)
 	res.RSS = rss()
 	if r.real != nil {
@@ -543,6 +541,14 @@ var floorKey = clustersPrefix + "~bench-floor"
 // their backends (etcd.Options' default Prefix) lay it out.
 const clustersPrefix = etcd.DefaultPrefix + "/" + clusterSet + "/clusters/"
 
+// registryFloor is what floor measured: each put → watch, the size of its
+// values (an endpoint record's), and how many other changes its watch
+// carried.
+type registryFloor struct {
+	latencies           []time.Duration
+	valueBytes, carried int
+}
+
 // floor is the registry's own put → watch during the churn, as a watcher of
 // the clusterset has it: every 200 ms, a put of a value the size of an
 // endpoint record at floorKey, reaching the registry as the members and
@@ -550,20 +556,19 @@ const clustersPrefix = etcd.DefaultPrefix + "/" + clusterSet + "/clusters/"
 // member), timed to its arrival on a watch of the whole clusterset. etcd
 // sends it to every watcher of the clusterset, as it sends every change,
 // and this watch carries every change, as the controllers' do (how many
-// others it carried: r.floorCarried).
-func (r *sizeRun) floor(ctx context.Context) []time.Duration {
+// others it carried: registryFloor.carried).
+func (r *sizeRun) floor(ctx context.Context) registryFloor {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: r.urls, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return nil
+		return registryFloor{}
 	}
 	defer func() { _ = cli.Close() }()
 	size := 0
 	if resp, err := cli.Get(ctx, clustersPrefix+r.memberID(0)+"/endpoints/", clientv3.WithPrefix(), clientv3.WithLimit(1)); err == nil && len(resp.Kvs) > 0 {
 		size = len(resp.Kvs[0].Value)
 	}
-	r.floorValueBytes = size
-	out, carried := putWatchFloor(ctx, cli, floorKey, size, 200*time.Millisecond, clustersPrefix, clientv3.WithPrefix())
-	r.floorCarried = carried
+	out := registryFloor{valueBytes: size}
+	out.latencies, out.carried = putWatchFloor(ctx, cli, floorKey, size, 200*time.Millisecond, clustersPrefix, clientv3.WithPrefix())
 	// The clusterset as the members wrote it, for the phases after.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
