@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -35,8 +37,13 @@ func addrsOf(v *registrytest.View, id registry.RecordID) []string {
 // sorted.
 func rawAddrs(t *testing.T, c *sd.Client, key registry.ServiceKey) []string {
 	t.Helper()
+	return ipv4s(maps.Values(rawInstances(t, c, key.Namespace, key.Name)))
+}
+
+// ipv4s are the IPv4 addresses of instances with attributes attrs, sorted.
+func ipv4s(attrs iter.Seq[map[string]string]) []string {
 	var out []string
-	for _, at := range rawInstances(t, c, key.Namespace, key.Name) {
+	for at := range attrs {
 		if a := at[attrIPv4]; a != "" {
 			out = append(out, a)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcsd-io/mcsd/internal/testutil/poll"
 	"github.com/mcsd-io/mcsd/pkg/registry"
+	"github.com/mcsd-io/mcsd/pkg/registry/cloudmap/mototest"
 	"github.com/mcsd-io/mcsd/pkg/registry/registrytest"
 )
 
@@ -288,14 +289,7 @@ func watchThrough(t *testing.T, name string, wrap func(API) API) (*Backend, *reg
 	srv := moto(t)
 	cs := randName(name)
 	a := openMember(t, srv, cs, "east", 30*time.Second)
-	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
-	// The feed alone: a sweep does not come to the rescue in the test.
-	wOpts.SweepInterval = 10 * time.Minute
-	client, err := NewClient(t.Context(), wOpts)
-	mustDo(t, err)
-	api := wrap(client)
-	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
-	rec := registrytest.StartWatch(t, w)
+	rec := startWestThrough(t, srv, cs, wrap)
 	rec.WaitFor(t, 20*time.Second, "the watch's first read", func(e registrytest.Event, _ *registrytest.View) bool { return e.Update != nil })
 	return a, rec
 }
@@ -564,16 +558,62 @@ func TestOthersEndpointsWrittenJustBeforeTheWatch(t *testing.T) {
 	key := randWebKey()
 	id := registry.RecordID{Cluster: "east", Service: key}
 	putWeb(t, a, key, "10.0.0.1")
+	rec := startWestThrough(t, srv, cs, func(c API) API {
+		return &laggingDiscovery{API: c, lagging: lagging{lag: 3 * time.Second}}
+	})
+	rec.WaitFor(t, time.Minute, "east's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
+	})
+}
+
+// TestOthersEndpointWithdrawnJustBeforeTheWatch: another cluster's
+// endpoint, deregistered just before a watcher starts and still in Cloud
+// Map's discovery data when its first sweep reads the service (the answer
+// from before the deregistration, staleDiscovery), is gone from the watch
+// once the data is current, through the polls, not left to the next sweep.
+func TestOthersEndpointWithdrawnJustBeforeTheWatch(t *testing.T) {
+	srv := moto(t)
+	cs := randName("othersgone")
+	a := openMember(t, srv, cs, "east", 30*time.Second)
+	key := randWebKey()
+	id := registry.RecordID{Cluster: "east", Service: key}
+	putWeb(t, a, key, "10.0.0.1", "10.0.0.2")
+	old, err := rawClient(t, srv).DiscoverInstances(t.Context(), &sd.DiscoverInstancesInput{
+		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
+	})
+	mustDo(t, err)
+	var attrs []map[string]string
+	for _, in := range old.Instances {
+		attrs = append(attrs, in.Attributes)
+	}
+	if got := ipv4s(slices.Values(attrs)); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}) {
+		t.Fatalf("Cloud Map's discovery data of %s shows endpoints %v, want both of east's", key, got)
+	}
+	mustDo(t, a.PutEndpoints(t.Context(), key, webGroups("10.0.0.1")))
+	rec := startWestThrough(t, srv, cs, func(c API) API {
+		// The answer from before, until 3 s after the first read.
+		return &staleDiscovery{API: c, lag: 3 * time.Second, shown: map[string]*shownAnswer{key.Namespace + "/" + key.Name: {out: old}}}
+	})
+	rec.WaitFor(t, 20*time.Second, "the first read, from before the withdrawal", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1", "10.0.0.2"})
+	})
+	rec.WaitFor(t, time.Minute, "east's endpoint 10.0.0.2 withdrawn", func(_ registrytest.Event, v *registrytest.View) bool {
+		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
+	})
+}
+
+// startWestThrough starts a watch of cluster west of clusterset cs on srv,
+// through wrap of its Cloud Map client, its sweep minutes away: what the
+// watch sees after its first read, it sees through its polls.
+func startWestThrough(t *testing.T, srv *mototest.Server, cs string, wrap func(API) API) *registrytest.Recorder {
+	t.Helper()
 	wOpts := motoOptions(srv, registry.Identity{ClusterSet: cs, Cluster: "west"}, 30*time.Second)
 	wOpts.SweepInterval = 10 * time.Minute
 	client, err := NewClient(t.Context(), wOpts)
 	mustDo(t, err)
-	api := &laggingDiscovery{API: client, lagging: lagging{lag: 3 * time.Second}}
+	api := wrap(client)
 	w := openClosed(t, func(ctx context.Context, opts Options) (*Watcher, error) { return NewWatcherFromAPI(ctx, api, opts) }, wOpts)
-	rec := registrytest.StartWatch(t, w)
-	rec.WaitFor(t, time.Minute, "east's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
-		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
-	})
+	return registrytest.StartWatch(t, w)
 }
 
 // openLagging opens cluster east of a new clusterset named after name,
