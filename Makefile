@@ -157,16 +157,18 @@ bench: testbed-binaries ## Benchmark propagation latency, scale and cost on the 
 	$(GO) run ./test/bench -registry $(BENCH_REGISTRY) -clusters $(CLUSTERS) -services $(SERVICES) -endpoints $(ENDPOINTS) -churn $(CHURN) -out $(BENCH_OUT) $(BENCH_ARGS)
 
 # bench-scale's parameters: make bench-scale SCALE_N=3,10,30,100,250 SCALE_SERVICES=5000
-# SCALE_REAL=0 leaves out the real clusters (the registry alone).
+# SCALE_REAL=0 leaves out the real clusters (the registry alone);
+# SCALE_REAL_NAMESPACES is how many of the 50 namespaces they have and import.
 SCALE_N ?= 3,10,30,100
 SCALE_SERVICES ?= 5000
 SCALE_K ?= 3
 SCALE_REAL ?= 2
+SCALE_REAL_NAMESPACES ?= 4
 SCALE_ARGS ?=
 
 .PHONY: bench-scale
 bench-scale: testbed-binaries ## The etcd registry under many clusters, simulated as members in one process, with real clusters running mcsd among them: cold start, join, churn, idle cost, registry restart, a member leaving, for each N (see docs/performance.md).
-	$(GO) run ./test/bench/scale -n $(SCALE_N) -services $(SCALE_SERVICES) -k $(SCALE_K) -endpoints $(ENDPOINTS) -real $(SCALE_REAL) -out $(BENCH_OUT)-scale $(SCALE_ARGS)
+	$(GO) run ./test/bench/scale -n $(SCALE_N) -services $(SCALE_SERVICES) -k $(SCALE_K) -endpoints $(ENDPOINTS) -real $(SCALE_REAL) -real-namespaces $(SCALE_REAL_NAMESPACES) -out $(BENCH_OUT)-scale $(SCALE_ARGS)
 
 # bench-cloudmap's size: make bench-cloudmap CLOUDMAP_SERVICES=500. Its sweep
 # runs every minute, so that the steady phase measures sweeps too; the report

@@ -128,7 +128,7 @@ func run() error {
 	flag.BoolVar(&cfg.SplitCPUs, "split-cpus", true, "through the joins and their floors, run the real clusters' control planes (API servers, their etcds, ...) on one half of the machine's CPUs, and the controllers, the registry and this process on the other, as on separate machines (on a machine of one CPU, or with -split-cpus=false, every process runs on every CPU)")
 	flag.BoolVar(&cfg.ProfileCompaction, "profile-compaction", false, "write a CPU profile of this process (the simulated members) over the compaction phase")
 	flag.IntVar(&cfg.Real, "real", 2, "real testbed clusters running mcsd among the members (0: registry only)")
-	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 2, "namespaces (of 50) the real clusters have and import")
+	flag.IntVar(&cfg.RealNamespaces, "real-namespaces", 4, "namespaces (of 50) the real clusters have and import")
 	flag.IntVar(&cfg.RegistryMembers, "registry-members", 1, "etcd members, each a process: 1 (the run compacts it past every watch), or 3 (the run kills the leader)")
 	flag.StringVar(&cfg.Registry, "registry", "etcd", "etcd, or cloudmap: Cloud Map members on moto (idle calls and change latency only)")
 	flag.IntVar(&cfg.CloudMapServices, "cloudmap-services", 20, "with -registry cloudmap: exported Services")
