@@ -162,9 +162,7 @@ func TestEndpointsReadBeforeTheyPropagated(t *testing.T) {
 		return &laggingDiscovery{API: c, lagging: lagging{lag: 3 * time.Second}}
 	})
 
-	key := randWebKey()
-	putWeb(t, a, key, "10.0.0.1")
-	id := registry.RecordID{Cluster: "east", Service: key}
+	key, id := exportWeb(t, a, "10.0.0.1")
 	rec.WaitFor(t, 20*time.Second, "east's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
 	})
@@ -208,9 +206,7 @@ func TestExpectInstance(t *testing.T) {
 func TestOwnEndpointsReadBeforeTheyPropagated(t *testing.T) {
 	a := openLagging(t, "ownlag")
 	rec := registrytest.StartWatch(t, a)
-	key := randWebKey()
-	id := registry.RecordID{Cluster: "east", Service: key}
-	putWeb(t, a, key, "10.0.0.1")
+	key, id := exportWeb(t, a, "10.0.0.1")
 	rec.WaitFor(t, time.Minute, "the endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
 	})
@@ -260,9 +256,7 @@ func TestAnotherClustersetsInstanceNotAwaited(t *testing.T) {
 		api = &discoverCounter{API: c, calls: map[string]int{}}
 		return api
 	})
-	key := randWebKey()
-	putWeb(t, a, key, "10.0.0.1")
-	id := registry.RecordID{Cluster: "east", Service: key}
+	key, id := exportWeb(t, a, "10.0.0.1")
 	rec.WaitFor(t, 20*time.Second, "east's endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
 	})
@@ -356,9 +350,7 @@ func TestChangedEndpointReadBeforeItPropagated(t *testing.T) {
 	a, rec := watchThrough(t, "stale", func(c API) API {
 		return &staleDiscovery{API: c, lag: 2 * time.Second, shown: map[string]*shownAnswer{}}
 	})
-	key := randWebKey()
-	putWeb(t, a, key, "10.0.0.1", "10.0.0.2")
-	id := registry.RecordID{Cluster: "east", Service: key}
+	key, id := exportWeb(t, a, "10.0.0.1", "10.0.0.2")
 	rec.WaitFor(t, 20*time.Second, "east's endpoints, ready", func(_ registrytest.Event, v *registrytest.View) bool {
 		return reflect.DeepEqual(readyOf(v, id), map[string]bool{"10.0.0.1": true, "10.0.0.2": true})
 	})
@@ -538,9 +530,7 @@ func TestUnsettledKeysForTheGuard(t *testing.T) {
 // until the endpoint shows, not the sweep minutes later.
 func TestOwnEndpointsWrittenJustBeforeTheWatch(t *testing.T) {
 	a := openLagging(t, "ownfirst")
-	key := randWebKey()
-	id := registry.RecordID{Cluster: "east", Service: key}
-	putWeb(t, a, key, "10.0.0.1")
+	_, id := exportWeb(t, a, "10.0.0.1")
 	rec := registrytest.StartWatch(t, a)
 	rec.WaitFor(t, time.Minute, "the endpoints", func(_ registrytest.Event, v *registrytest.View) bool {
 		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
@@ -555,9 +545,7 @@ func TestOthersEndpointsWrittenJustBeforeTheWatch(t *testing.T) {
 	srv := moto(t)
 	cs := randName("othersfirst")
 	a := openMember(t, srv, cs, "east", 30*time.Second)
-	key := randWebKey()
-	id := registry.RecordID{Cluster: "east", Service: key}
-	putWeb(t, a, key, "10.0.0.1")
+	_, id := exportWeb(t, a, "10.0.0.1")
 	rec := startWestThrough(t, srv, cs, func(c API) API {
 		return &laggingDiscovery{API: c, lagging: lagging{lag: 3 * time.Second}}
 	})
@@ -575,9 +563,7 @@ func TestOthersEndpointWithdrawnJustBeforeTheWatch(t *testing.T) {
 	srv := moto(t)
 	cs := randName("othersgone")
 	a := openMember(t, srv, cs, "east", 30*time.Second)
-	key := randWebKey()
-	id := registry.RecordID{Cluster: "east", Service: key}
-	putWeb(t, a, key, "10.0.0.1", "10.0.0.2")
+	key, id := exportWeb(t, a, "10.0.0.1", "10.0.0.2")
 	old, err := rawClient(t, srv).DiscoverInstances(t.Context(), &sd.DiscoverInstancesInput{
 		NamespaceName: aws.String(key.Namespace), ServiceName: aws.String(key.Name), HealthStatus: types.HealthStatusFilterAll,
 	})
@@ -600,6 +586,15 @@ func TestOthersEndpointWithdrawnJustBeforeTheWatch(t *testing.T) {
 	rec.WaitFor(t, time.Minute, "east's endpoint 10.0.0.2 withdrawn", func(_ registrytest.Event, v *registrytest.View) bool {
 		return slices.Equal(addrsOf(v, id), []string{"10.0.0.1"})
 	})
+}
+
+// exportWeb exports a new web Service from a, with endpoints at addrs, and
+// returns its key and the id of a's records of it.
+func exportWeb(t *testing.T, a *Backend, addrs ...string) (registry.ServiceKey, registry.RecordID) {
+	t.Helper()
+	key := randWebKey()
+	putWeb(t, a, key, addrs...)
+	return key, registry.RecordID{Cluster: a.opts.Identity.Cluster, Service: key}
 }
 
 // startWestThrough starts a watch of cluster west of clusterset cs on srv,
